@@ -1,0 +1,154 @@
+/*
+ * hbcore C API: the only header front ends (the pybind11 module, the
+ * TensorFlow op library) include from the core.
+ *
+ * Contract:
+ *  - hb_init() creates the one runtime of this process (idempotent); every
+ *    other call except the hb_build_* queries needs it.
+ *  - hb_enqueue() validates what can be checked locally and returns at once;
+ *    it never waits for other ranks. The request's `done` callback is called
+ *    exactly once, from the core's background thread, for every request that
+ *    hb_enqueue accepted (HB_OK returned). For rejected requests it is never
+ *    called.
+ *  - Buffers (`input`, `output`) must stay valid until `done` runs.
+ *  - Outputs whose size depends on other ranks (allgather, alltoall,
+ *    reducescatter) are obtained through `alloc`, called on the background
+ *    thread once the size is known. `alloc` must not block on other ranks.
+ *  - Every rank must submit the same set of tensor names (in any order).
+ */
+#ifndef HBCORE_C_API_H_
+#define HBCORE_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define HB_API __attribute__((visibility("default")))
+#else
+#define HB_API
+#endif
+
+/* Status codes. Front ends map each onto one exception type. */
+typedef enum {
+  HB_OK = 0,
+  HB_ERR_INVALID_ARGUMENT = 1, /* bad local input: shape, root, splits, dtype */
+  HB_ERR_MISMATCH = 2,         /* ranks disagree on a tensor (precondition) */
+  HB_ERR_NOT_INITIALIZED = 3,  /* call before hb_init */
+  HB_ERR_SHUTDOWN = 4,         /* runtime shut down (locally or on any rank) */
+  HB_ERR_DUPLICATE_NAME = 5,   /* a tensor with this name is already in flight */
+  HB_ERR_INTERNAL = 6,         /* MPI failure or broken invariant */
+  HB_ERR_CONFIG = 7,           /* bad HB_* / HOROVOD_* environment value */
+  HB_ERR_UNSUPPORTED = 8       /* valid request the runtime cannot serve */
+} hb_status_code;
+
+/* Numbering is part of the ABI: the Python and TF front ends use it. */
+typedef enum {
+  HB_UINT8 = 0,
+  HB_INT8 = 1,
+  HB_UINT16 = 2,
+  HB_INT16 = 3,
+  HB_INT32 = 4,
+  HB_INT64 = 5,
+  HB_FLOAT16 = 6,
+  HB_FLOAT32 = 7,
+  HB_FLOAT64 = 8,
+  HB_BOOL = 9,
+  HB_BFLOAT16 = 10
+} hb_dtype;
+
+typedef enum {
+  HB_ALLREDUCE = 0,
+  HB_ALLGATHER = 1,
+  HB_BROADCAST = 2,
+  HB_ALLTOALL = 3,
+  HB_REDUCESCATTER = 4,
+  HB_BARRIER = 5,
+  HB_JOIN = 6
+} hb_op_type;
+
+/* Same numbers as Horovod's ReduceOp. */
+typedef enum {
+  HB_REDUCE_AVERAGE = 0,
+  HB_REDUCE_SUM = 1,
+  HB_REDUCE_ADASUM = 2,
+  HB_REDUCE_MIN = 3,
+  HB_REDUCE_MAX = 4,
+  HB_REDUCE_PRODUCT = 5
+} hb_reduce_op;
+
+#define HB_DEVICE_CPU (-1)
+
+/* Called on the background thread to obtain an output buffer of `shape`.
+ * Returns NULL when allocation failed; the request then fails. */
+typedef void* (*hb_alloc_fn)(void* user, int ndim, const int64_t* shape);
+
+/* What a finished request reports besides its status. Pointers are valid
+ * only during the callback. */
+typedef struct {
+  const int64_t* received_splits; /* alltoall: rows received from each rank */
+  int num_received_splits;
+  int last_joined_rank;           /* join: the last rank that called join */
+} hb_result;
+
+typedef void (*hb_done_fn)(void* user, int status, const char* message,
+                           const hb_result* result);
+
+typedef struct {
+  const char* name;      /* unique among in-flight tensors; same on all ranks */
+  int op;                /* hb_op_type */
+  int reduce_op;         /* hb_reduce_op (allreduce, reducescatter) */
+  int dtype;             /* hb_dtype */
+  int ndim;
+  const int64_t* shape;
+  const void* input;     /* may equal output for in-place ops */
+  void* output;          /* allreduce/broadcast: caller-provided; else NULL */
+  int root_rank;         /* broadcast */
+  double prescale_factor;
+  double postscale_factor;
+  const int64_t* splits; /* alltoall: rows sent to each rank, or NULL */
+  int num_splits;
+  int device;            /* HB_DEVICE_CPU or a GPU ordinal */
+  hb_alloc_fn alloc;
+  hb_done_fn done;
+  void* user;
+} hb_request;
+
+/* Lifecycle. hb_init returns a status code; on failure `err` holds why. */
+HB_API int hb_init(char* err, size_t err_len);
+/* Shut down, failing every pending request on every rank. Idempotent. */
+HB_API int hb_shutdown(void);
+HB_API int hb_is_initialized(void);
+
+/* Topology; -1 before init. */
+HB_API int hb_rank(void);
+HB_API int hb_size(void);
+HB_API int hb_local_rank(void);
+HB_API int hb_local_size(void);
+HB_API int hb_cross_rank(void);
+HB_API int hb_cross_size(void);
+HB_API int hb_mpi_threads_supported(void);
+
+/* Submit `count` requests atomically: they are announced to the other ranks
+ * in the same negotiation cycle (so a group fuses). Either all are accepted
+ * (HB_OK) or none (error code, message in `err`). */
+HB_API int hb_enqueue(const hb_request* requests, int count, char* err,
+                      size_t err_len);
+
+/* Build facts, valid without init. */
+HB_API const char* hb_version(void);
+HB_API const char* hb_mpi_library_version(void);
+HB_API int hb_nccl_built(void);
+
+/* Effective configuration as "KEY=value" lines; empty before init. Copies at
+ * most buf_len-1 bytes and returns the full length. */
+HB_API size_t hb_config_string(char* buf, size_t buf_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HBCORE_C_API_H_ */

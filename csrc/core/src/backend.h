@@ -1,0 +1,47 @@
+// Data plane: a backend runs one collective on buffers that every rank
+// passes in the same call order (the executor guarantees that order).
+//
+// The MPI backend serves CPU buffers and is always present. A GPU backend
+// (NCCL, loaded at run time) serves device buffers; the executor picks the
+// backend per response by device, at run time.
+#ifndef HBCORE_BACKEND_H_
+#define HBCORE_BACKEND_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "status.h"
+#include "types.h"
+
+namespace hbcore {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual const char* name() const = 0;
+  virtual bool Serves(int device) const = 0;
+
+  // `out` may equal `in` (in place). `op` is never Average: the executor
+  // turns Average into Sum and a 1/size postscale.
+  virtual Status Allreduce(const void* in, void* out, int64_t count,
+                           DataType dtype, ReduceOp op) = 0;
+  // Rank r contributes bytes_per_rank[r] bytes; out holds them in rank order.
+  virtual Status Allgatherv(const void* in, void* out,
+                            const std::vector<int64_t>& bytes_per_rank) = 0;
+  virtual Status Broadcast(void* buffer, int64_t bytes, int root) = 0;
+  // send_bytes[r] go to rank r (packed in rank order in `in`); recv_bytes[r]
+  // come from rank r (packed in rank order in `out`).
+  virtual Status Alltoallv(const void* in,
+                           const std::vector<int64_t>& send_bytes, void* out,
+                           const std::vector<int64_t>& recv_bytes) = 0;
+  // Reduces `in` (sum of counts elements) and leaves block r on rank r.
+  virtual Status Reducescatter(const void* in, void* out,
+                               const std::vector<int64_t>& counts,
+                               DataType dtype, ReduceOp op) = 0;
+  virtual Status Barrier() = 0;
+};
+
+}  // namespace hbcore
+
+#endif  // HBCORE_BACKEND_H_

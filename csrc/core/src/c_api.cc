@@ -1,0 +1,120 @@
+// The C API: a thin shell over the one Runtime of the process.
+#include "hbcore/c_api.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime.h"
+#include "transport.h"
+
+#ifndef HBCORE_VERSION
+#define HBCORE_VERSION "0.0.0"
+#endif
+
+namespace {
+
+// The one runtime object (see DESIGN.md): created by hb_init, destroyed by
+// hb_shutdown. The mutex orders init/shutdown against each other and
+// against readers of the pointer.
+std::mutex g_mu;
+std::unique_ptr<hbcore::Runtime> g_runtime;
+
+void CopyError(const std::string& text, char* err, size_t err_len) {
+  if (err == nullptr || err_len == 0) return;
+  size_t n = std::min(text.size(), err_len - 1);
+  std::memcpy(err, text.data(), n);
+  err[n] = '\0';
+}
+
+template <typename F>
+int WithTopology(F field) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime ? field(g_runtime->topology()) : -1;
+}
+
+}  // namespace
+
+extern "C" {
+
+int hb_init(char* err, size_t err_len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime) return HB_OK;
+  hbcore::Status s = hbcore::Runtime::Create(&g_runtime);
+  if (!s.ok()) {
+    CopyError(s.message(), err, err_len);
+    return s.code();
+  }
+  return HB_OK;
+}
+
+int hb_shutdown(void) {
+  std::unique_ptr<hbcore::Runtime> runtime;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    runtime.swap(g_runtime);
+  }
+  // Destroyed outside the lock: the negotiated shutdown waits for peers.
+  runtime.reset();
+  return HB_OK;
+}
+
+int hb_is_initialized(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime != nullptr;
+}
+
+int hb_rank(void) {
+  return WithTopology([](const hbcore::Topology& t) { return t.rank; });
+}
+int hb_size(void) {
+  return WithTopology([](const hbcore::Topology& t) { return t.size; });
+}
+int hb_local_rank(void) {
+  return WithTopology([](const hbcore::Topology& t) { return t.local_rank; });
+}
+int hb_local_size(void) {
+  return WithTopology([](const hbcore::Topology& t) { return t.local_size; });
+}
+int hb_cross_rank(void) {
+  return WithTopology([](const hbcore::Topology& t) { return t.cross_rank; });
+}
+int hb_cross_size(void) {
+  return WithTopology([](const hbcore::Topology& t) { return t.cross_size; });
+}
+int hb_mpi_threads_supported(void) {
+  return WithTopology(
+      [](const hbcore::Topology& t) { return t.threads_multiple ? 1 : 0; });
+}
+
+int hb_enqueue(const hb_request* requests, int count, char* err,
+               size_t err_len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime) {
+    CopyError("hbcore has not been initialized; call hbcore.init() first",
+              err, err_len);
+    return HB_ERR_NOT_INITIALIZED;
+  }
+  hbcore::Status s = g_runtime->Enqueue(requests, count);
+  if (!s.ok()) CopyError(s.message(), err, err_len);
+  return s.code();
+}
+
+const char* hb_version(void) { return HBCORE_VERSION; }
+
+const char* hb_mpi_library_version(void) {
+  static const std::string version = hbcore::MpiLibraryVersion();
+  return version.c_str();
+}
+
+int hb_nccl_built(void) { return 0; }
+
+size_t hb_config_string(char* buf, size_t buf_len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::string text = g_runtime ? g_runtime->config().ToString() : "";
+  CopyError(text, buf, buf_len);
+  return text.size();
+}
+
+}  // extern "C"

@@ -1,0 +1,43 @@
+// Runtime configuration: every HB_* knob (HOROVOD_* accepted as an alias) is
+// read and validated here, once, at init. Nothing else reads the environment.
+#ifndef HBCORE_CONFIG_H_
+#define HBCORE_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "logging.h"
+#include "status.h"
+
+namespace hbcore {
+
+struct Config {
+  // Largest fused allreduce buffer; 0 disables fusion.
+  int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
+  // Upper bound on how long an idle background thread sleeps between checks
+  // for work announced by other ranks (milliseconds).
+  double cycle_time_ms = 1.0;
+  // Response-cache slots; 0 disables the bit-vector fast path.
+  int cache_capacity = 1024;
+  // Chrome-trace output path; empty disables the timeline.
+  std::string timeline_path;
+  // Report tensors submitted by only some ranks after this long; 0 disables.
+  double stall_check_seconds = 60.0;
+  // Shut the job down when a stall lasts this long; 0 disables.
+  double stall_shutdown_seconds = 0.0;
+  LogLevel log_level = LogLevel::kWarning;
+
+  // "KEY=value" lines, one per knob, for logs and hb_config_string.
+  std::string ToString() const;
+};
+
+// Reads the environment through `getenv` (injectable for tests). A value
+// that does not parse, or is out of range, yields HB_ERR_CONFIG naming the
+// variable and the value.
+using EnvLookup = std::function<const char*(const char*)>;
+Status ParseConfig(const EnvLookup& getenv, Config* config);
+
+}  // namespace hbcore
+
+#endif  // HBCORE_CONFIG_H_

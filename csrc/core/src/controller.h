@@ -1,0 +1,84 @@
+// Negotiation: one cycle of agreeing across ranks on which tensors run.
+//
+// Cross-rank contract: every rank calls RunCycle the same number of times
+// (the runtime's wake-up protocol guarantees it) and applies the cycle's
+// responses in the order returned. Within one cycle:
+//
+//  A. Each rank classifies its entries not yet announced: a cache hit keeps
+//     the slot's bit set from now on; a cached name with another signature
+//     marks the slot invalid; everything else goes to the slow path.
+//  B. One AND-allreduce of [~flags | hit bits | ~invalid bits] gives the OR
+//     of the flags (slow path needed, stall check), the slots pending on
+//     every rank (ready), and the OR of the invalid bits.
+//  C. If any rank needs it, the slow path: each rank's RequestList goes to
+//     the coordinator (rank 0), whose ResponseList comes back to all.
+//  D. The cycle's responses: ready cache slots in slot order, then the
+//     coordinator's responses. Invalid slots are erased on every rank, and
+//     local entries that were waiting on them are announced again next
+//     cycle (through the slow path).
+//
+// A rank that joined sets every hit bit so cached tensors of the others do
+// not wait for it; a cycle in which no rank is still active ignores them.
+#ifndef HBCORE_CONTROLLER_H_
+#define HBCORE_CONTROLLER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "control_comm.h"
+#include "coordinator.h"
+#include "response_cache.h"
+#include "tensor_entry.h"
+
+namespace hbcore {
+
+// The background thread's table of entries waiting for negotiation or
+// execution, by name. Ordered so that iteration is deterministic.
+using PendingTable = std::map<std::string, TensorEntry>;
+
+struct CycleInput {
+  bool joined = false;
+  bool shutdown = false;
+  std::string shutdown_reason;
+  bool stall_check = false;
+};
+
+struct CycleOutput {
+  std::vector<Response> responses;
+  // Which responses came from the cache (Touch) or coordinator (Put).
+  std::vector<bool> from_cache;
+  std::vector<int> cache_slots;
+  bool shutdown = false;
+  std::string shutdown_reason;
+  // Entries re-queued for announcement: the next cycle must run.
+  bool reannounce = false;
+};
+
+class Controller {
+ public:
+  Controller(ControlComm* comm, const Config& config);
+
+  Status RunCycle(PendingTable* pending, const CycleInput& input,
+                  CycleOutput* output);
+
+  // After executing response i of a cycle, in order, on every rank.
+  void Commit(const CycleOutput& cycle, size_t i, const TensorEntry* local);
+  // Entries whose slot was reused by Commit go back to the slow path.
+  bool RevalidateSlots(PendingTable* pending);
+
+ private:
+  Status SlowPath(const RequestList& mine, CycleOutput* output);
+  ResponseList Coordinate(const std::vector<std::string>& gathered);
+
+  ControlComm* comm_;
+  Config config_;
+  ResponseCache cache_;
+  std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+};
+
+}  // namespace hbcore
+
+#endif  // HBCORE_CONTROLLER_H_

@@ -1,0 +1,302 @@
+#include "executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "logging.h"
+#include "scaling.h"
+
+namespace hbcore {
+namespace {
+
+Shape RowShape(const Shape& shape) {
+  return Shape(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
+}
+
+int64_t RowBytes(const Response& r) {
+  return NumElements(RowShape(r.shape)) * DataTypeSize(r.dtype);
+}
+
+ReduceOp BackendOp(ReduceOp op) {
+  return op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+}
+
+double PostScale(const Response& r, int size) {
+  return r.reduce_op == ReduceOp::kAverage ? r.postscale / size
+                                           : r.postscale;
+}
+
+const char* PhaseName(OpType op) {
+  switch (op) {
+    case OpType::kAllreduce: return "ALLREDUCE";
+    case OpType::kAllgather: return "ALLGATHER";
+    case OpType::kBroadcast: return "BROADCAST";
+    case OpType::kAlltoall: return "ALLTOALL";
+    case OpType::kReducescatter: return "REDUCESCATTER";
+    case OpType::kBarrier: return "BARRIER";
+    case OpType::kJoin: return "JOIN";
+  }
+  return "UNKNOWN";
+}
+
+// Output buffer from the front end's allocator, or a discard buffer for a
+// rank without an entry.
+void* AllocateOutput(TensorEntry* e, const Shape& shape,
+                     std::vector<char>* discard, int64_t bytes) {
+  if (e == nullptr) {
+    discard->resize(std::max<int64_t>(bytes, 1));
+    return discard->data();
+  }
+  if (e->alloc == nullptr) return e->output;
+  return e->alloc(e->user, static_cast<int>(shape.size()), shape.data());
+}
+
+}  // namespace
+
+Executor::Executor(int rank, int size, std::vector<Backend*> backends,
+                   Timeline* timeline)
+    : rank_(rank), size_(size), backends_(std::move(backends)),
+      timeline_(timeline) {}
+
+Backend* Executor::BackendFor(int device) const {
+  for (Backend* b : backends_) {
+    if (b->Serves(device)) return b;
+  }
+  return nullptr;
+}
+
+char* Executor::FusionBuffer(int64_t bytes) {
+  if (bytes > fusion_bytes_) {
+    int64_t rounded = (bytes + 63) / 64 * 64;
+    fusion_.reset(static_cast<char*>(std::aligned_alloc(64, rounded)));
+    fusion_bytes_ = fusion_ ? rounded : 0;
+  }
+  return fusion_.get();
+}
+
+void Executor::Record(const std::vector<const Response*>& responses,
+                      const char* phase, Clock::time_point start) {
+  if (timeline_ == nullptr || !timeline_->enabled()) return;
+  Clock::time_point end = Clock::now();
+  for (const Response* r : responses) timeline_->Event(r->name, phase, start, end);
+}
+
+void Executor::Run(const std::vector<const Response*>& responses,
+                   const std::vector<TensorEntry*>& entries,
+                   std::vector<TensorResult>* results) {
+  results->assign(responses.size(), TensorResult());
+  const Response& head = *responses.front();
+  if (head.is_error()) {
+    for (TensorResult& r : *results) {
+      r.status = Status(head.error_code, head.error);
+    }
+    return;
+  }
+  if (head.op == OpType::kJoin) {
+    (*results)[0].last_joined_rank = head.root_rank;
+    return;
+  }
+  Backend* backend = BackendFor(head.device);
+  if (backend == nullptr) {
+    for (TensorResult& r : *results) {
+      r.status = Status::Unsupported(
+          "no backend serves device " + std::to_string(head.device) +
+          " (this build has the MPI backend for CPU buffers only)");
+    }
+    return;
+  }
+  Status s;
+  auto start = Clock::now();
+  switch (head.op) {
+    case OpType::kAllreduce:
+      s = Allreduce(responses, entries, backend);
+      break;
+    case OpType::kAllgather:
+      s = Allgather(head, entries[0], backend);
+      break;
+    case OpType::kBroadcast:
+      s = Broadcast(head, entries[0], backend);
+      break;
+    case OpType::kAlltoall:
+      s = Alltoall(head, entries[0], backend, &(*results)[0]);
+      break;
+    case OpType::kReducescatter:
+      s = Reducescatter(head, entries[0], backend);
+      break;
+    case OpType::kBarrier:
+      s = backend->Barrier();
+      break;
+    case OpType::kJoin:
+      break;
+  }
+  if (head.op != OpType::kAllreduce) Record(responses, PhaseName(head.op), start);
+  for (TensorResult& r : *results) r.status = s;
+}
+
+Status Executor::Allreduce(const std::vector<const Response*>& responses,
+                           const std::vector<TensorEntry*>& entries,
+                           Backend* backend) {
+  const Response& head = *responses.front();
+  const DataType dtype = head.dtype;
+  const int64_t elem = DataTypeSize(dtype);
+  const ReduceOp op = BackendOp(head.reduce_op);
+
+  if (responses.size() == 1) {
+    // A lone tensor is reduced straight from input to output: no copies
+    // unless a prescale needs one.
+    TensorEntry* e = entries[0];
+    const int64_t count = NumElements(head.shape);
+    const void* in;
+    void* out;
+    if (e == nullptr) {
+      zeros_.assign(std::max<int64_t>(count * elem, 1), 0);
+      in = out = zeros_.data();
+    } else {
+      in = e->input;
+      out = e->output;
+      if (head.prescale != 1.0) {
+        ScaledCopy(out, in, count, dtype, head.prescale);
+        in = out;
+      }
+    }
+    auto start = Clock::now();
+    Status s = backend->Allreduce(in, out, count, dtype, op);
+    Record(responses, "ALLREDUCE", start);
+    if (!s.ok()) return s;
+    double post = PostScale(head, size_);
+    if (e != nullptr && post != 1.0) ScaledCopy(out, out, count, dtype, post);
+    return Status::OK();
+  }
+
+  int64_t total = 0;
+  for (const Response* r : responses) total += NumElements(r->shape);
+  char* buffer = FusionBuffer(total * elem);
+  if (buffer == nullptr && total > 0) {
+    return Status::Internal("cannot allocate a fusion buffer of " +
+                            std::to_string(total * elem) + " bytes");
+  }
+  auto start = Clock::now();
+  int64_t offset = 0;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const int64_t count = NumElements(responses[i]->shape);
+    char* dst = buffer + offset * elem;
+    if (entries[i] == nullptr) {
+      std::memset(dst, 0, count * elem);
+    } else {
+      ScaledCopy(dst, entries[i]->input, count, dtype, responses[i]->prescale);
+    }
+    offset += count;
+  }
+  Record(responses, "MEMCPY_IN_FUSION_BUFFER", start);
+  start = Clock::now();
+  Status s = backend->Allreduce(buffer, buffer, total, dtype, op);
+  Record(responses, "ALLREDUCE", start);
+  if (!s.ok()) return s;
+  start = Clock::now();
+  offset = 0;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const int64_t count = NumElements(responses[i]->shape);
+    if (entries[i] != nullptr) {
+      ScaledCopy(entries[i]->output, buffer + offset * elem, count, dtype,
+                 PostScale(*responses[i], size_));
+    }
+    offset += count;
+  }
+  Record(responses, "MEMCPY_OUT_FUSION_BUFFER", start);
+  return Status::OK();
+}
+
+Status Executor::Allgather(const Response& r, TensorEntry* e,
+                           Backend* backend) {
+  const int64_t row = RowBytes(r);
+  std::vector<int64_t> bytes(size_);
+  int64_t rows = 0;
+  for (int i = 0; i < size_; ++i) {
+    bytes[i] = r.rank_dims[i] * row;
+    rows += r.rank_dims[i];
+  }
+  Shape out_shape = RowShape(r.shape);
+  out_shape.insert(out_shape.begin(), rows);
+  void* out = AllocateOutput(e, out_shape, &scratch_, rows * row);
+  if (out == nullptr) {
+    return Status::Internal("output allocation failed for tensor '" + r.name +
+                            "'");
+  }
+  const void* in = e ? e->input : nullptr;
+  return backend->Allgatherv(in, out, bytes);
+}
+
+Status Executor::Broadcast(const Response& r, TensorEntry* e,
+                           Backend* backend) {
+  const int64_t bytes = NumElements(r.shape) * DataTypeSize(r.dtype);
+  void* buffer;
+  if (e == nullptr) {
+    scratch_.resize(std::max<int64_t>(bytes, 1));
+    buffer = scratch_.data();
+  } else {
+    buffer = e->output;
+    if (rank_ == r.root_rank && e->input != e->output) {
+      std::memcpy(e->output, e->input, bytes);
+    }
+  }
+  return backend->Broadcast(buffer, bytes, r.root_rank);
+}
+
+Status Executor::Alltoall(const Response& r, TensorEntry* e, Backend* backend,
+                          TensorResult* result) {
+  const int64_t row = RowBytes(r);
+  std::vector<int64_t> send(size_), recv(size_);
+  int64_t rows = 0;
+  result->received_splits.resize(size_);
+  for (int peer = 0; peer < size_; ++peer) {
+    send[peer] = r.rank_dims[static_cast<size_t>(rank_) * size_ + peer] * row;
+    int64_t in_rows = r.rank_dims[static_cast<size_t>(peer) * size_ + rank_];
+    recv[peer] = in_rows * row;
+    result->received_splits[peer] = in_rows;
+    rows += in_rows;
+  }
+  Shape out_shape = RowShape(r.shape);
+  out_shape.insert(out_shape.begin(), rows);
+  void* out = AllocateOutput(e, out_shape, &scratch_, rows * row);
+  if (out == nullptr) {
+    return Status::Internal("output allocation failed for tensor '" + r.name +
+                            "'");
+  }
+  return backend->Alltoallv(e ? e->input : nullptr, send, out, recv);
+}
+
+Status Executor::Reducescatter(const Response& r, TensorEntry* e,
+                               Backend* backend) {
+  const int64_t elem = DataTypeSize(r.dtype);
+  const int64_t row_elems = NumElements(RowShape(r.shape));
+  const int64_t n = r.shape[0];
+  std::vector<int64_t> counts(size_);
+  for (int i = 0; i < size_; ++i) {
+    counts[i] = (n / size_ + (i < n % size_ ? 1 : 0)) * row_elems;
+  }
+  Shape out_shape = RowShape(r.shape);
+  out_shape.insert(out_shape.begin(), counts[rank_] / std::max<int64_t>(row_elems, 1));
+  if (row_elems == 0) out_shape[0] = n / size_ + (rank_ < n % size_ ? 1 : 0);
+  const int64_t total = n * row_elems;
+  const void* in = e ? e->input : nullptr;
+  if (e != nullptr && r.prescale != 1.0) {
+    char* buffer = FusionBuffer(total * elem);
+    ScaledCopy(buffer, in, total, r.dtype, r.prescale);
+    in = buffer;
+  }
+  void* out = AllocateOutput(e, out_shape, &scratch_, counts[rank_] * elem);
+  if (out == nullptr) {
+    return Status::Internal("output allocation failed for tensor '" + r.name +
+                            "'");
+  }
+  Status s = backend->Reducescatter(in, out, counts, r.dtype,
+                                    BackendOp(r.reduce_op));
+  if (!s.ok()) return s;
+  double post = PostScale(r, size_);
+  if (e != nullptr && post != 1.0) {
+    ScaledCopy(out, out, counts[rank_], r.dtype, post);
+  }
+  return Status::OK();
+}
+
+}  // namespace hbcore

@@ -1,0 +1,70 @@
+// Executes one fusion batch: packs inputs into the fusion buffer, runs the
+// collective on the backend that serves the device, unpacks, applies
+// scaling (Average = Sum, then 1/size), allocates outputs whose size only
+// the negotiation knew, and reports each tensor's result.
+//
+// On a rank that joined, or when a tensor failed negotiation elsewhere,
+// `entries[i]` is null: the rank still takes part in the collective with a
+// zero buffer of the negotiated shape, so the other ranks never hang.
+#ifndef HBCORE_EXECUTOR_H_
+#define HBCORE_EXECUTOR_H_
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "backend.h"
+#include "message.h"
+#include "tensor_entry.h"
+#include "timeline.h"
+
+namespace hbcore {
+
+// Result of one tensor, to be delivered to its done callback by the caller.
+struct TensorResult {
+  Status status;
+  std::vector<int64_t> received_splits;
+  int last_joined_rank = -1;
+};
+
+class Executor {
+ public:
+  Executor(int rank, int size, std::vector<Backend*> backends,
+           Timeline* timeline);
+
+  // `entries` is parallel to `responses`; results are written per tensor.
+  void Run(const std::vector<const Response*>& responses,
+           const std::vector<TensorEntry*>& entries,
+           std::vector<TensorResult>* results);
+
+ private:
+  Backend* BackendFor(int device) const;
+  char* FusionBuffer(int64_t bytes);
+  Status Allreduce(const std::vector<const Response*>& responses,
+                   const std::vector<TensorEntry*>& entries, Backend* backend);
+  Status Allgather(const Response& r, TensorEntry* e, Backend* backend);
+  Status Broadcast(const Response& r, TensorEntry* e, Backend* backend);
+  Status Alltoall(const Response& r, TensorEntry* e, Backend* backend,
+                  TensorResult* result);
+  Status Reducescatter(const Response& r, TensorEntry* e, Backend* backend);
+  void Record(const std::vector<const Response*>& responses,
+              const char* phase, Clock::time_point start);
+
+  int rank_;
+  int size_;
+  std::vector<Backend*> backends_;
+  Timeline* timeline_;
+  // Persistent fusion buffer, grown on demand, 64-byte aligned.
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+  std::unique_ptr<char, FreeDeleter> fusion_;
+  int64_t fusion_bytes_ = 0;
+  // Zero-filled stand-in input for joined ranks (grown on demand).
+  std::vector<char> zeros_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace hbcore
+
+#endif  // HBCORE_EXECUTOR_H_

@@ -1,0 +1,27 @@
+// Fusion planning: which responses of a cycle run as one collective.
+//
+// The plan is a pure function of the response list, which is identical on
+// every rank, so every rank runs the same collectives in the same order.
+// Allreduces with the same data type, reduce op and device are packed
+// greedily into batches of at most `threshold_bytes`; every other response
+// runs alone. A batch keeps its members in response order.
+#ifndef HBCORE_FUSION_H_
+#define HBCORE_FUSION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "message.h"
+
+namespace hbcore {
+
+using FusionBatch = std::vector<size_t>;  // indices into the response list
+
+std::vector<FusionBatch> PlanFusion(const std::vector<Response>& responses,
+                                    int64_t threshold_bytes);
+
+int64_t ResponseBytes(const Response& response);
+
+}  // namespace hbcore
+
+#endif  // HBCORE_FUSION_H_

@@ -1,0 +1,208 @@
+#include "mpi_backend.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "half.h"
+#include "mpi_wait.h"
+
+namespace hbcore {
+namespace {
+
+struct SumF {
+  static float Apply(float a, float b) { return a + b; }
+};
+struct MinF {
+  static float Apply(float a, float b) { return std::min(a, b); }
+};
+struct MaxF {
+  static float Apply(float a, float b) { return std::max(a, b); }
+};
+struct ProdF {
+  static float Apply(float a, float b) { return a * b; }
+};
+
+// MPI user function: inout[i] = in[i] (op) inout[i], via float.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float),
+          typename Op>
+void HalfReduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = static_cast<const uint16_t*>(in);
+  uint16_t* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    b[i] = FromFloat(Op::Apply(ToFloat(a[i]), ToFloat(b[i])));
+  }
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void CreateHalfOps(MPI_Op ops[4]) {
+  MPI_Op_create(&HalfReduce<ToFloat, FromFloat, SumF>, 1, &ops[0]);
+  MPI_Op_create(&HalfReduce<ToFloat, FromFloat, MinF>, 1, &ops[1]);
+  MPI_Op_create(&HalfReduce<ToFloat, FromFloat, MaxF>, 1, &ops[2]);
+  MPI_Op_create(&HalfReduce<ToFloat, FromFloat, ProdF>, 1, &ops[3]);
+}
+
+int OpIndex(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return 0;
+    case ReduceOp::kMin: return 1;
+    case ReduceOp::kMax: return 2;
+    case ReduceOp::kProduct: return 3;
+    default: return -1;
+  }
+}
+
+Status TooLarge(const char* what, int64_t bytes) {
+  return Status::Unsupported(std::string(what) + " of " +
+                             std::to_string(bytes) +
+                             " bytes per rank exceeds the 2 GiB MPI count "
+                             "limit of this backend");
+}
+
+std::vector<int> ToIntCounts(const std::vector<int64_t>& v, bool* ok) {
+  std::vector<int> out(v.size());
+  *ok = true;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] > INT_MAX) *ok = false;
+    out[i] = static_cast<int>(v[i]);
+  }
+  return out;
+}
+
+std::vector<int> Displacements(const std::vector<int>& counts, bool* ok) {
+  std::vector<int> displs(counts.size());
+  int64_t total = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    if (total > INT_MAX) *ok = false;
+    displs[i] = static_cast<int>(total);
+    total += counts[i];
+  }
+  return displs;
+}
+
+}  // namespace
+
+MpiBackend::MpiBackend(MPI_Comm comm) : comm_(comm) {
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  CreateHalfOps<Float16ToFloat, FloatToFloat16>(half_ops_[0]);
+  CreateHalfOps<BFloat16ToFloat, FloatToBFloat16>(half_ops_[1]);
+}
+
+MpiBackend::~MpiBackend() {
+  for (auto& ops : half_ops_) {
+    for (MPI_Op& op : ops) MPI_Op_free(&op);
+  }
+}
+
+MPI_Datatype MpiBackend::MpiType(DataType dtype) const {
+  switch (dtype) {
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kUInt16: return MPI_UINT16_T;
+    case DataType::kInt16: return MPI_INT16_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kFloat16: return MPI_UINT16_T;
+    case DataType::kBFloat16: return MPI_UINT16_T;
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBool: return MPI_C_BOOL;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op MpiBackend::MpiOp(DataType dtype, ReduceOp op) const {
+  int index = OpIndex(op);
+  if (index < 0) return MPI_OP_NULL;
+  if (dtype == DataType::kFloat16) return half_ops_[0][index];
+  if (dtype == DataType::kBFloat16) return half_ops_[1][index];
+  if (dtype == DataType::kBool) {
+    // Logical semantics: any (Sum, Max) / all (Min, Product).
+    return (op == ReduceOp::kSum || op == ReduceOp::kMax) ? MPI_LOR : MPI_LAND;
+  }
+  const MPI_Op ops[] = {MPI_SUM, MPI_MIN, MPI_MAX, MPI_PROD};
+  return ops[index];
+}
+
+Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
+                             DataType dtype, ReduceOp op) {
+  MPI_Op mpi_op = MpiOp(dtype, op);
+  if (mpi_op == MPI_OP_NULL) {
+    return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
+                               " on the MPI backend");
+  }
+  const int64_t elem = DataTypeSize(dtype);
+  // MPI counts are int: reduce in chunks of at most 2^30 elements.
+  constexpr int64_t kChunk = int64_t{1} << 30;
+  for (int64_t off = 0; off < count || (count == 0 && off == 0);
+       off += kChunk) {
+    int n = static_cast<int>(std::min(kChunk, count - off));
+    char* dst = static_cast<char*>(out) + off * elem;
+    const char* src = static_cast<const char*>(in) + off * elem;
+    int rc = MPI_Allreduce(in == out ? MPI_IN_PLACE : src, dst, n,
+                           MpiType(dtype), mpi_op, comm_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
+    if (count == 0) break;
+  }
+  return Status::OK();
+}
+
+Status MpiBackend::Allgatherv(const void* in, void* out,
+                              const std::vector<int64_t>& bytes_per_rank) {
+  bool ok = true;
+  std::vector<int> counts = ToIntCounts(bytes_per_rank, &ok);
+  std::vector<int> displs = Displacements(counts, &ok);
+  if (!ok) return TooLarge("allgather", bytes_per_rank[rank_]);
+  int rc = MPI_Allgatherv(in, counts[rank_], MPI_BYTE, out, counts.data(),
+                          displs.data(), MPI_BYTE, comm_);
+  return MpiStatus(rc, "MPI_Allgatherv");
+}
+
+Status MpiBackend::Broadcast(void* buffer, int64_t bytes, int root) {
+  constexpr int64_t kChunk = int64_t{1} << 30;
+  for (int64_t off = 0; off < bytes; off += kChunk) {
+    int n = static_cast<int>(std::min(kChunk, bytes - off));
+    int rc = MPI_Bcast(static_cast<char*>(buffer) + off, n, MPI_BYTE, root,
+                       comm_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Bcast");
+  }
+  return Status::OK();
+}
+
+Status MpiBackend::Alltoallv(const void* in,
+                             const std::vector<int64_t>& send_bytes, void* out,
+                             const std::vector<int64_t>& recv_bytes) {
+  bool ok = true;
+  std::vector<int> scounts = ToIntCounts(send_bytes, &ok);
+  std::vector<int> rcounts = ToIntCounts(recv_bytes, &ok);
+  std::vector<int> sdispls = Displacements(scounts, &ok);
+  std::vector<int> rdispls = Displacements(rcounts, &ok);
+  if (!ok) return TooLarge("alltoall", send_bytes[rank_]);
+  int rc = MPI_Alltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out,
+                         rcounts.data(), rdispls.data(), MPI_BYTE, comm_);
+  return MpiStatus(rc, "MPI_Alltoallv");
+}
+
+Status MpiBackend::Reducescatter(const void* in, void* out,
+                                 const std::vector<int64_t>& counts,
+                                 DataType dtype, ReduceOp op) {
+  MPI_Op mpi_op = MpiOp(dtype, op);
+  if (mpi_op == MPI_OP_NULL) {
+    return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
+                               " on the MPI backend");
+  }
+  bool ok = true;
+  std::vector<int> icounts = ToIntCounts(counts, &ok);
+  if (!ok) return TooLarge("reducescatter", counts[rank_]);
+  int rc = MPI_Reduce_scatter(in, out, icounts.data(), MpiType(dtype), mpi_op,
+                              comm_);
+  return MpiStatus(rc, "MPI_Reduce_scatter");
+}
+
+Status MpiBackend::Barrier() {
+  return MpiStatus(MPI_Barrier(comm_), "MPI_Barrier");
+}
+
+}  // namespace hbcore

@@ -1,0 +1,49 @@
+// The CPU data plane over MPI. Standard types use MPI's built-in reduction
+// operations; float16 and bfloat16 travel as 16-bit words with reduction
+// operations created here (MPI has no standard half-precision type).
+#ifndef HBCORE_MPI_BACKEND_H_
+#define HBCORE_MPI_BACKEND_H_
+
+#include <mpi.h>
+
+#include "backend.h"
+
+namespace hbcore {
+
+class MpiBackend : public Backend {
+ public:
+  explicit MpiBackend(MPI_Comm comm);
+  ~MpiBackend() override;
+  MpiBackend(const MpiBackend&) = delete;
+  MpiBackend& operator=(const MpiBackend&) = delete;
+
+  const char* name() const override { return "MPI"; }
+  bool Serves(int device) const override { return device == HB_DEVICE_CPU; }
+
+  Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
+                   ReduceOp op) override;
+  Status Allgatherv(const void* in, void* out,
+                    const std::vector<int64_t>& bytes_per_rank) override;
+  Status Broadcast(void* buffer, int64_t bytes, int root) override;
+  Status Alltoallv(const void* in, const std::vector<int64_t>& send_bytes,
+                   void* out, const std::vector<int64_t>& recv_bytes) override;
+  Status Reducescatter(const void* in, void* out,
+                       const std::vector<int64_t>& counts, DataType dtype,
+                       ReduceOp op) override;
+  Status Barrier() override;
+
+ private:
+  MPI_Datatype MpiType(DataType dtype) const;
+  // Returns MPI_OP_NULL for combinations MPI cannot reduce.
+  MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  // [0]: float16, [1]: bfloat16; by Sum, Min, Max, Product.
+  MPI_Op half_ops_[2][4];
+};
+
+}  // namespace hbcore
+
+#endif  // HBCORE_MPI_BACKEND_H_

@@ -1,0 +1,109 @@
+// The MPI transport: MPI initialisation, the core's private communicator and
+// the topology split.
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "mpi_backend.h"
+#include "mpi_control_comm.h"
+#include "mpi_wait.h"
+#include "transport.h"
+
+namespace hbcore {
+namespace {
+
+// Registered only when the core itself initialised MPI: whoever initialises
+// finalises (mpi4py does the same for its own).
+void FinalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+class MpiTransport : public Transport {
+ public:
+  MpiTransport() = default;
+  ~MpiTransport() override {
+    // Objects using the communicators go first.
+    backend_.reset();
+    control_.reset();
+    for (MPI_Comm* c : {&cross_, &local_, &comm_}) {
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    }
+  }
+
+  Status Init(double max_sleep_us) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    int provided = 0;
+    if (!initialized) {
+      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE,
+                               &provided);
+      if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Init_thread");
+      std::atexit(FinalizeAtExit);
+    } else {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized) {
+        return Status::Internal("MPI was already finalized in this process");
+      }
+      MPI_Query_thread(&provided);
+    }
+    topo_.threads_multiple = provided == MPI_THREAD_MULTIPLE;
+
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_dup");
+    // Errors become statuses the core reports, not aborts inside MPI.
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &topo_.rank);
+    MPI_Comm_size(comm_, &topo_.size);
+
+    rc = MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, topo_.rank,
+                             MPI_INFO_NULL, &local_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_split_type");
+    MPI_Comm_rank(local_, &topo_.local_rank);
+    MPI_Comm_size(local_, &topo_.local_size);
+    rc = MPI_Comm_split(comm_, topo_.local_rank, topo_.rank, &cross_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_split");
+    MPI_Comm_rank(cross_, &topo_.cross_rank);
+    MPI_Comm_size(cross_, &topo_.cross_size);
+
+    control_ = std::make_unique<MpiControlComm>(comm_, max_sleep_us);
+    backend_ = std::make_unique<MpiBackend>(comm_);
+    return Status::OK();
+  }
+
+  const Topology& topology() const override { return topo_; }
+  ControlComm* control() override { return control_.get(); }
+  Backend* cpu_backend() override { return backend_.get(); }
+
+ private:
+  Topology topo_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm local_ = MPI_COMM_NULL;
+  MPI_Comm cross_ = MPI_COMM_NULL;
+  std::unique_ptr<MpiControlComm> control_;
+  std::unique_ptr<MpiBackend> backend_;
+};
+
+}  // namespace
+
+Status CreateMpiTransport(double max_sleep_us,
+                          std::unique_ptr<Transport>* out) {
+  auto transport = std::make_unique<MpiTransport>();
+  Status s = transport->Init(max_sleep_us);
+  if (!s.ok()) return s;
+  *out = std::move(transport);
+  return Status::OK();
+}
+
+std::string MpiLibraryVersion() {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  std::string v(version, len);
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+  return v;
+}
+
+}  // namespace hbcore

@@ -1,0 +1,386 @@
+#include "runtime.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <sys/prctl.h>
+
+#include "fusion.h"
+#include "logging.h"
+
+namespace hbcore {
+namespace {
+
+// Control-plane waits inside a cycle sleep at most this long between polls:
+// peers are mid-cycle, so they answer within microseconds.
+constexpr double kCycleWaitMaxSleepUs = 200.0;
+// While this rank has tensors waiting for peers, it polls at least this
+// often for their wake-ups: that poll is on the critical path of a step.
+constexpr double kPendingPollMaxUs = 100.0;
+
+const char* OpName(int op) {
+  return IsValidOpType(op) ? OpTypeName(static_cast<OpType>(op)) : "unknown";
+}
+
+}  // namespace
+
+Runtime::Runtime(const Config& config) : config_(config) {}
+
+Status Runtime::Create(std::unique_ptr<Runtime>* out) {
+  Config config;
+  Status s = ParseConfig([](const char* name) { return std::getenv(name); },
+                         &config);
+  if (!s.ok()) return s;
+  SetLogContext(config.log_level, -1);
+  std::unique_ptr<Runtime> runtime(new Runtime(config));
+  s = runtime->Start();
+  if (!s.ok()) return s;
+  *out = std::move(runtime);
+  return Status::OK();
+}
+
+Status Runtime::Start() {
+  Status s = CreateMpiTransport(kCycleWaitMaxSleepUs, &transport_);
+  if (!s.ok()) return s;
+  const Topology& topo = transport_->topology();
+  SetLogContext(config_.log_level, topo.rank);
+  HB_LOG(kDebug, "effective configuration:\n" << config_.ToString());
+  if (!topo.threads_multiple) {
+    HB_LOG(kWarning, "MPI does not provide MPI_THREAD_MULTIPLE; calling MPI "
+                     "from other threads while hbcore runs is unsafe");
+  }
+  if (!config_.timeline_path.empty() && topo.rank == 0) {
+    s = timeline_.Open(config_.timeline_path);
+    if (!s.ok()) return s;
+  }
+  controller_ = std::make_unique<Controller>(transport_->control(), config_);
+  executor_ = std::make_unique<Executor>(
+      topo.rank, topo.size, std::vector<Backend*>{transport_->cpu_backend()},
+      &timeline_);
+  last_stall_check_ = Clock::now();
+  thread_ = std::thread([this] { Loop(); });
+  return Status::OK();
+}
+
+Runtime::~Runtime() { Shutdown(); }
+
+Status Runtime::Validate(const hb_request& r, TensorEntry* entry) const {
+  const int size = topology().size;
+  if (r.name == nullptr || r.name[0] == '\0') {
+    return Status::InvalidArgument("tensor name must be a non-empty string");
+  }
+  const std::string name = r.name;
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument(std::string(OpName(r.op)) + " of tensor '" +
+                                   name + "': " + why);
+  };
+  if (!IsValidOpType(r.op)) return bad("unknown operation " + std::to_string(r.op));
+  if (!IsValidDataType(r.dtype)) return bad("unknown data type " + std::to_string(r.dtype));
+  if (!IsValidReduceOp(r.reduce_op)) {
+    return bad("unknown reduce op " + std::to_string(r.reduce_op));
+  }
+  if (r.done == nullptr) return bad("no completion callback");
+  if (r.ndim < 0 || (r.ndim > 0 && r.shape == nullptr)) return bad("bad shape");
+  Request& q = entry->request;
+  q.rank = topology().rank;
+  q.name = name;
+  q.op = static_cast<OpType>(r.op);
+  q.reduce_op = static_cast<ReduceOp>(r.reduce_op);
+  q.dtype = static_cast<DataType>(r.dtype);
+  q.shape.assign(r.shape, r.shape + r.ndim);
+  q.root_rank = r.root_rank;
+  q.prescale = r.prescale_factor;
+  q.postscale = r.postscale_factor;
+  q.device = r.device;
+  for (int64_t d : q.shape) {
+    if (d < 0) return bad("negative dimension in shape " + ShapeString(q.shape));
+  }
+  if (!std::isfinite(q.prescale) || !std::isfinite(q.postscale)) {
+    return bad("scale factors must be finite");
+  }
+  if (q.device != HB_DEVICE_CPU) {
+    return Status::Unsupported(std::string(OpName(r.op)) + " of tensor '" +
+                               name + "': device " + std::to_string(q.device) +
+                               " is not served by this build (CPU only)");
+  }
+  const bool has_data = q.op != OpType::kBarrier && q.op != OpType::kJoin;
+  if (has_data && NumElements(q.shape) > 0 && r.input == nullptr) {
+    return bad("input buffer is null");
+  }
+  switch (q.op) {
+    case OpType::kAllreduce:
+    case OpType::kReducescatter:
+      if (q.reduce_op == ReduceOp::kAdasum) {
+        return Status::Unsupported(
+            std::string(OpName(r.op)) + " of tensor '" + name +
+            "': the Adasum reduction is not supported by hbcore; use Sum or "
+            "Average");
+      }
+      if (q.dtype == DataType::kBool && q.reduce_op == ReduceOp::kAverage) {
+        return bad("Average is not defined for bool tensors; use Sum (logical "
+                   "or) or Min (logical and)");
+      }
+      if (q.op == OpType::kAllreduce && r.output == nullptr &&
+          NumElements(q.shape) > 0) {
+        return bad("output buffer is null");
+      }
+      if (q.op == OpType::kReducescatter && q.shape.empty()) {
+        return bad("needs a tensor with at least one dimension");
+      }
+      break;
+    case OpType::kBroadcast:
+      if (q.root_rank < 0 || q.root_rank >= size) {
+        return bad("invalid root rank " + std::to_string(q.root_rank) +
+                   " (must be in [0, " + std::to_string(size) + "))");
+      }
+      if (r.output == nullptr && NumElements(q.shape) > 0) {
+        return bad("output buffer is null");
+      }
+      break;
+    case OpType::kAllgather:
+      if (q.shape.empty()) return bad("needs a tensor with at least one dimension");
+      break;
+    case OpType::kAlltoall: {
+      if (q.shape.empty()) return bad("needs a tensor with at least one dimension");
+      if (r.num_splits == 0) {
+        if (q.shape[0] % size != 0) {
+          return bad("first dimension " + std::to_string(q.shape[0]) +
+                     " is not divisible by the number of ranks " +
+                     std::to_string(size) + "; pass splits");
+        }
+        q.splits.assign(size, q.shape[0] / size);
+      } else {
+        if (r.num_splits != size || r.splits == nullptr) {
+          return bad("splits has " + std::to_string(r.num_splits) +
+                     " entries but there are " + std::to_string(size) +
+                     " ranks");
+        }
+        q.splits.assign(r.splits, r.splits + r.num_splits);
+        int64_t sum = 0;
+        for (int64_t s : q.splits) {
+          if (s < 0) return bad("splits " + ShapeString(q.splits) + " has a negative entry");
+          sum += s;
+        }
+        if (sum != q.shape[0]) {
+          return bad("splits " + ShapeString(q.splits) + " sum to " +
+                     std::to_string(sum) + " but the first dimension is " +
+                     std::to_string(q.shape[0]));
+        }
+      }
+      break;
+    }
+    case OpType::kBarrier:
+    case OpType::kJoin:
+      break;
+  }
+  if ((q.op == OpType::kAllgather || q.op == OpType::kAlltoall ||
+       q.op == OpType::kReducescatter) &&
+      r.alloc == nullptr) {
+    return bad("no output allocator");
+  }
+  entry->input = r.input;
+  entry->output = r.output;
+  entry->alloc = r.alloc;
+  entry->done = r.done;
+  entry->user = r.user;
+  return Status::OK();
+}
+
+Status Runtime::Enqueue(const hb_request* requests, int count) {
+  std::vector<TensorEntry> entries(count);
+  for (int i = 0; i < count; ++i) {
+    Status s = Validate(requests[i], &entries[i]);
+    if (!s.ok()) return s;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_ || shutdown_requested_) {
+    return Status::Shutdown("hbcore has shut down: " +
+                            (stopped_ ? stop_reason_ : shutdown_reason_));
+  }
+  std::unordered_set<std::string> batch;
+  for (const TensorEntry& e : entries) {
+    const std::string& name = e.request.name;
+    if (in_flight_.count(name) || !batch.insert(name).second) {
+      return Status(HB_ERR_DUPLICATE_NAME,
+                    "a tensor named '" + name + "' is already in flight on "
+                    "rank " + std::to_string(topology().rank) +
+                    "; names of outstanding operations must be unique");
+    }
+  }
+  const auto now = Clock::now();
+  for (TensorEntry& e : entries) {
+    e.enqueued = now;
+    in_flight_.insert(e.request.name);
+    queue_.push_back(std::move(e));
+  }
+  cv_.notify_one();
+  return Status::OK();
+}
+
+void Runtime::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_ && !shutdown_requested_) {
+      shutdown_requested_ = true;
+      shutdown_reason_ = "rank " + std::to_string(topology().rank) +
+                         " shut down hbcore (hbcore.shutdown() or process "
+                         "exit)";
+    }
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+  timeline_.Close();
+}
+
+bool Runtime::StallCheckDue(Clock::time_point now) const {
+  if (pending_.empty()) return false;
+  const double check = config_.stall_check_seconds;
+  const double stop = config_.stall_shutdown_seconds;
+  if (check <= 0 && stop <= 0) return false;
+  Clock::time_point oldest = now;
+  for (const auto& kv : pending_) {
+    if (kv.second.request.op != OpType::kJoin) {
+      oldest = std::min(oldest, kv.second.enqueued);
+    }
+  }
+  const double age = std::chrono::duration<double>(now - oldest).count();
+  const double since =
+      std::chrono::duration<double>(now - last_stall_check_).count();
+  if (check > 0 && age >= check && since >= check) return true;
+  // With a shutdown time, check again at least every second once it passed.
+  return stop > 0 && age >= stop && since >= std::min(1.0, stop);
+}
+
+void Runtime::WaitForCycle() {
+  const double idle_cap_us = std::max(1.0, config_.cycle_time_ms * 1000.0);
+  double interval_us = 2.0;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (!queue_.empty() || shutdown_requested_ || force_cycle_) return;
+    lock.unlock();
+    uint64_t asked = 0;
+    if (transport_->control()->PollWake(&asked)) {
+      woken_for_ = std::max<int64_t>(woken_for_, static_cast<int64_t>(asked));
+    }
+    const bool stall = StallCheckDue(Clock::now());
+    lock.lock();
+    if (woken_for_ >= static_cast<int64_t>(next_cycle_) || stall) return;
+    if (!queue_.empty() || shutdown_requested_) return;
+    cv_.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
+    const double cap =
+        pending_.empty() ? idle_cap_us : std::min(idle_cap_us, kPendingPollMaxUs);
+    interval_us = std::min(interval_us * 2, cap);
+  }
+}
+
+void Runtime::Loop() {
+  const int rank = topology().rank;
+  // Linux rounds every sleep of this thread up by its timer slack (50 us by
+  // default), which would dominate the short sleeps of the polling backoff.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  for (;;) {
+    WaitForCycle();
+    CycleInput input;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (TensorEntry& e : queue_) {
+        if (e.request.op == OpType::kJoin) joined_ = true;
+        std::string name = e.request.name;
+        pending_.emplace(std::move(name), std::move(e));
+      }
+      queue_.clear();
+      input.shutdown = shutdown_requested_;
+      input.shutdown_reason = shutdown_reason_;
+    }
+    const auto now = Clock::now();
+    input.stall_check = StallCheckDue(now);
+    if (input.stall_check) last_stall_check_ = now;
+    input.joined = joined_;
+    force_cycle_ = false;
+    if (woken_for_ < static_cast<int64_t>(next_cycle_)) {
+      transport_->control()->SendWake(next_cycle_);
+    }
+    CycleOutput output;
+    Status s = controller_->RunCycle(&pending_, input, &output);
+    ++next_cycle_;
+    if (!s.ok()) {
+      FailEverything(Status::Shutdown("hbcore negotiation failed on rank " +
+                                      std::to_string(rank) + ": " +
+                                      s.message()));
+      return;
+    }
+    Execute(output);
+    force_cycle_ = controller_->RevalidateSlots(&pending_) || output.reannounce;
+    if (output.shutdown) {
+      HB_LOG(kDebug, "shutting down: " << output.shutdown_reason);
+      FailEverything(Status::Shutdown(output.shutdown_reason));
+      return;
+    }
+  }
+}
+
+void Runtime::Execute(const CycleOutput& cycle) {
+  if (cycle.responses.empty()) return;
+  std::vector<FusionBatch> plan =
+      PlanFusion(cycle.responses, config_.fusion_threshold_bytes);
+  const auto negotiated = Clock::now();
+  std::vector<TensorResult> results;
+  for (const FusionBatch& batch : plan) {
+    std::vector<const Response*> responses;
+    std::vector<TensorEntry*> entries;
+    for (size_t i : batch) {
+      const Response& r = cycle.responses[i];
+      responses.push_back(&r);
+      auto it = pending_.find(r.name);
+      TensorEntry* e = it == pending_.end() ? nullptr : &it->second;
+      entries.push_back(e);
+      if (e != nullptr && timeline_.enabled()) {
+        timeline_.Event(r.name, "NEGOTIATE", e->enqueued, negotiated);
+      }
+    }
+    executor_->Run(responses, entries, &results);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      controller_->Commit(cycle, batch[k], entries[k]);
+      if (responses[k]->op == OpType::kJoin) joined_ = false;
+      if (entries[k] == nullptr) continue;
+      Finish(entries[k], results[k]);
+      pending_.erase(responses[k]->name);
+    }
+  }
+}
+
+void Runtime::Finish(TensorEntry* entry, const TensorResult& result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_.erase(entry->request.name);
+  }
+  hb_result out;
+  out.received_splits = result.received_splits.data();
+  out.num_received_splits = static_cast<int>(result.received_splits.size());
+  out.last_joined_rank = result.last_joined_rank;
+  entry->done(entry->user, result.status.code(),
+              result.status.message().c_str(), &out);
+}
+
+void Runtime::FailEverything(const Status& status) {
+  std::vector<TensorEntry> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    stop_reason_ = status.message();
+    queued.swap(queue_);
+    in_flight_.clear();
+  }
+  hb_result out{nullptr, 0, -1};
+  for (auto& kv : pending_) {
+    kv.second.done(kv.second.user, status.code(), status.message().c_str(),
+                   &out);
+  }
+  pending_.clear();
+  for (TensorEntry& e : queued) {
+    e.done(e.user, status.code(), status.message().c_str(), &out);
+  }
+}
+
+}  // namespace hbcore

@@ -1,0 +1,95 @@
+// The one runtime object of a process: created by hb_init, destroyed by
+// hb_shutdown. It owns the queue, the background thread and everything the
+// thread uses (transport, controller, executor, timeline).
+//
+// Wake-up protocol (why idle ranks neither spin nor miss a cycle):
+//  1. Cycles are numbered; every rank runs every cycle, so all ranks agree
+//     on the number of the next one.
+//  2. A rank that has new work (a submitted tensor, a shutdown, a stall
+//     check due) and was not already asked for the next cycle sends a
+//     wake-up carrying that cycle's number to every peer, then runs it.
+//  3. An idle rank sleeps on its queue's condition variable with a timeout
+//     and, at each timeout, polls for wake-ups. A wake-up for a cycle it has
+//     not run yet makes it run that cycle; older ones are stale duplicates.
+//  4. Several ranks may ask for the same cycle at once: the duplicates carry
+//     the same number and cause one cycle, so the cycle count stays equal.
+// The poll interval starts at a few microseconds after each cycle (when
+// peers are most likely to follow) and grows to HB_CYCLE_TIME.
+#ifndef HBCORE_RUNTIME_H_
+#define HBCORE_RUNTIME_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "config.h"
+#include "controller.h"
+#include "executor.h"
+#include "tensor_entry.h"
+#include "timeline.h"
+#include "transport.h"
+
+namespace hbcore {
+
+class Runtime {
+ public:
+  static Status Create(std::unique_ptr<Runtime>* out);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const Topology& topology() const { return transport_->topology(); }
+  const Config& config() const { return config_; }
+
+  Status Enqueue(const hb_request* requests, int count);
+  // Negotiated shutdown: every pending request on every rank fails with a
+  // message naming this rank. Blocks until the background thread ends.
+  void Shutdown();
+
+ private:
+  explicit Runtime(const Config& config);
+  Status Start();
+  Status Validate(const hb_request& r, TensorEntry* entry) const;
+
+  // Background thread.
+  void Loop();
+  // Returns once a cycle must run.
+  void WaitForCycle();
+  bool StallCheckDue(Clock::time_point now) const;
+  void Execute(const CycleOutput& cycle);
+  void Finish(TensorEntry* entry, const TensorResult& result);
+  void FailEverything(const Status& status);
+
+  Config config_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Executor> executor_;
+  Timeline timeline_;
+  std::thread thread_;
+
+  // Shared with front-end threads, guarded by mu_.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TensorEntry> queue_;
+  std::unordered_set<std::string> in_flight_;
+  bool shutdown_requested_ = false;
+  std::string shutdown_reason_;
+  bool stopped_ = false;       // the loop ended; enqueue fails with:
+  std::string stop_reason_;
+
+  // Background thread only.
+  PendingTable pending_;
+  uint64_t next_cycle_ = 0;
+  int64_t woken_for_ = -1;     // highest cycle a peer asked for
+  bool joined_ = false;
+  bool force_cycle_ = false;
+  Clock::time_point last_stall_check_;
+};
+
+}  // namespace hbcore
+
+#endif  // HBCORE_RUNTIME_H_

@@ -1,0 +1,45 @@
+// A transport is what init creates from the message-passing library: the
+// process topology, the control plane and the CPU data-plane backend. The
+// MPI transport is the only one today; this header keeps <mpi.h> out of
+// everything that is not an MPI file.
+#ifndef HBCORE_TRANSPORT_H_
+#define HBCORE_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+
+#include "backend.h"
+#include "control_comm.h"
+#include "status.h"
+
+namespace hbcore {
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  bool threads_multiple = false;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const Topology& topology() const = 0;
+  virtual ControlComm* control() = 0;
+  virtual Backend* cpu_backend() = 0;
+};
+
+// Initialises MPI if nobody did (MPI_THREAD_MULTIPLE requested), duplicates
+// the world communicator for the core's private use and splits it into
+// local and cross communicators. `max_sleep_us` caps the polling backoff.
+Status CreateMpiTransport(double max_sleep_us, std::unique_ptr<Transport>* out);
+
+// The MPI library's version string (valid without init).
+std::string MpiLibraryVersion();
+
+}  // namespace hbcore
+
+#endif  // HBCORE_TRANSPORT_H_

@@ -1,0 +1,257 @@
+// hbcore._core: the pybind11 front end. It translates numpy arrays into
+// hb_request values, and core status codes into hbcore.exceptions types in
+// one table (RaiseFor). Waiting releases the GIL; core callbacks never take
+// it (they run on the core's background thread and only touch C++ state).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hbcore/c_api.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// Everything a finished operation leaves behind, filled by the core thread.
+struct OpState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int code = HB_OK;
+  std::string message;
+  std::vector<int64_t> received_splits;
+  int last_joined_rank = -1;
+  // Output allocated by the core's request (allgather, alltoall,
+  // reducescatter); ownership moves to the numpy array returned.
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, FreeDeleter> output;
+  std::vector<py::ssize_t> output_shape;
+  size_t item_size = 1;
+};
+
+void* AllocOutput(void* user, int ndim, const int64_t* shape) {
+  auto* state = static_cast<std::shared_ptr<OpState>*>(user)->get();
+  size_t n = state->item_size;
+  state->output_shape.assign(shape, shape + ndim);
+  for (int i = 0; i < ndim; ++i) n *= static_cast<size_t>(shape[i]);
+  state->output.reset(std::malloc(n == 0 ? 1 : n));
+  return state->output.get();
+}
+
+void Done(void* user, int status, const char* message, const hb_result* r) {
+  // Reclaims the reference handed to the core at enqueue.
+  std::unique_ptr<std::shared_ptr<OpState>> ref(
+      static_cast<std::shared_ptr<OpState>*>(user));
+  OpState& s = **ref;
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.code = status;
+  s.message = message ? message : "";
+  if (r != nullptr) {
+    s.received_splits.assign(r->received_splits,
+                             r->received_splits + r->num_received_splits);
+    s.last_joined_rank = r->last_joined_rank;
+  }
+  s.done = true;
+  s.cv.notify_all();
+}
+
+// The one translation table from core status codes to Python exceptions.
+[[noreturn]] void RaiseFor(int code, const std::string& message) {
+  py::module_ exc = py::module_::import("hbcore.exceptions");
+  const char* type = "InternalError";
+  switch (code) {
+    case HB_ERR_INVALID_ARGUMENT: type = "InvalidArgumentError"; break;
+    case HB_ERR_MISMATCH: type = "MismatchError"; break;
+    case HB_ERR_NOT_INITIALIZED: type = "NotInitializedError"; break;
+    case HB_ERR_SHUTDOWN: type = "ShutdownError"; break;
+    case HB_ERR_DUPLICATE_NAME: type = "DuplicateNameError"; break;
+    case HB_ERR_CONFIG: type = "ConfigError"; break;
+    case HB_ERR_UNSUPPORTED: type = "UnsupportedError"; break;
+    default: break;
+  }
+  PyErr_SetString(exc.attr(type).ptr(), message.c_str());
+  throw py::error_already_set();
+}
+
+// What Python holds for one submitted operation: the shared state plus the
+// arrays the core reads or writes, kept alive until the handle goes away.
+class Handle {
+ public:
+  Handle(std::shared_ptr<OpState> state, py::object keep, py::dtype dtype)
+      : state_(std::move(state)), keep_(std::move(keep)),
+        dtype_(std::move(dtype)) {}
+
+  bool Poll() const {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->done;
+  }
+
+  // Blocks (without the GIL) until done; raises the operation's error.
+  void Wait() const {
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(state_->mu);
+      state_->cv.wait(lock, [this] { return state_->done; });
+    }
+    if (state_->code != HB_OK) RaiseFor(state_->code, state_->message);
+  }
+
+  // The array the core allocated; valid once after Wait().
+  py::object Output() {
+    if (!state_->output) return py::none();
+    void* data = state_->output.release();
+    py::capsule owner(data, [](void* p) { std::free(p); });
+    return py::array(dtype_, state_->output_shape, data, owner);
+  }
+
+  std::vector<int64_t> ReceivedSplits() const {
+    return state_->received_splits;
+  }
+  int LastJoinedRank() const { return state_->last_joined_rank; }
+
+ private:
+  std::shared_ptr<OpState> state_;
+  py::object keep_;
+  py::dtype dtype_;
+};
+
+// One request as Python describes it. `input`/`output` are C-contiguous
+// numpy arrays (the Python layer guarantees it) or None.
+struct PyRequest {
+  std::string name;
+  int op = HB_ALLREDUCE;
+  int reduce_op = HB_REDUCE_SUM;
+  int dtype = HB_FLOAT32;
+  py::object input = py::none();
+  py::object output = py::none();
+  int root_rank = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> splits;
+  bool allocate = false;
+};
+
+std::vector<Handle> EnqueueGroup(const std::vector<PyRequest>& group) {
+  const size_t n = group.size();
+  std::vector<hb_request> requests(n);
+  std::vector<std::vector<int64_t>> shapes(n);
+  std::vector<std::shared_ptr<OpState>> states(n);
+  std::vector<std::unique_ptr<std::shared_ptr<OpState>>> refs(n);
+  std::vector<py::dtype> dtypes(n, py::dtype("uint8"));
+  for (size_t i = 0; i < n; ++i) {
+    const PyRequest& p = group[i];
+    hb_request& r = requests[i];
+    std::memset(&r, 0, sizeof(r));
+    r.name = p.name.c_str();
+    r.op = p.op;
+    r.reduce_op = p.reduce_op;
+    r.dtype = p.dtype;
+    r.root_rank = p.root_rank;
+    r.prescale_factor = p.prescale;
+    r.postscale_factor = p.postscale;
+    r.device = HB_DEVICE_CPU;
+    states[i] = std::make_shared<OpState>();
+    if (!p.input.is_none()) {
+      py::array in = p.input.cast<py::array>();
+      shapes[i].assign(in.shape(), in.shape() + in.ndim());
+      r.input = in.data();
+      dtypes[i] = in.dtype();
+      states[i]->item_size = static_cast<size_t>(in.itemsize());
+    }
+    if (!p.output.is_none()) {
+      r.output = p.output.cast<py::array>().mutable_data();
+    }
+    r.ndim = static_cast<int>(shapes[i].size());
+    r.shape = shapes[i].data();
+    r.splits = p.splits.empty() ? nullptr : p.splits.data();
+    r.num_splits = static_cast<int>(p.splits.size());
+    r.alloc = p.allocate ? &AllocOutput : nullptr;
+    r.done = &Done;
+    refs[i] = std::make_unique<std::shared_ptr<OpState>>(states[i]);
+    r.user = refs[i].get();
+  }
+  char err[1024] = {0};
+  int code = hb_enqueue(requests.data(), static_cast<int>(n), err, sizeof(err));
+  if (code != HB_OK) RaiseFor(code, err);
+  // Accepted: each reference now belongs to the core until Done runs.
+  std::vector<Handle> handles;
+  for (size_t i = 0; i < n; ++i) {
+    refs[i].release();
+    py::tuple keep = py::make_tuple(group[i].input, group[i].output);
+    handles.emplace_back(states[i], keep, dtypes[i]);
+  }
+  return handles;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "hbcore native core (libhbcore.so) bindings";
+
+  m.def("init", [] {
+    char err[1024] = {0};
+    int code;
+    {
+      py::gil_scoped_release release;
+      code = hb_init(err, sizeof(err));
+    }
+    if (code != HB_OK) RaiseFor(code, err);
+  });
+  m.def("shutdown", [] {
+    py::gil_scoped_release release;
+    hb_shutdown();
+  });
+  m.def("is_initialized", [] { return hb_is_initialized() != 0; });
+  m.def("rank", &hb_rank);
+  m.def("size", &hb_size);
+  m.def("local_rank", &hb_local_rank);
+  m.def("local_size", &hb_local_size);
+  m.def("cross_rank", &hb_cross_rank);
+  m.def("cross_size", &hb_cross_size);
+  m.def("mpi_threads_supported", &hb_mpi_threads_supported);
+  m.def("version", [] { return std::string(hb_version()); });
+  m.def("mpi_library_version",
+        [] { return std::string(hb_mpi_library_version()); });
+  m.def("nccl_built", [] { return hb_nccl_built() != 0; });
+  m.def("config_string", [] {
+    std::vector<char> buf(4096);
+    size_t n = hb_config_string(buf.data(), buf.size());
+    return std::string(buf.data(), std::min(n, buf.size() - 1));
+  });
+  m.def("raise_for", [](int code, const std::string& message) {
+    RaiseFor(code, message);
+  });
+
+  py::class_<PyRequest>(m, "Request")
+      .def(py::init<>())
+      .def_readwrite("name", &PyRequest::name)
+      .def_readwrite("op", &PyRequest::op)
+      .def_readwrite("reduce_op", &PyRequest::reduce_op)
+      .def_readwrite("dtype", &PyRequest::dtype)
+      .def_readwrite("input", &PyRequest::input)
+      .def_readwrite("output", &PyRequest::output)
+      .def_readwrite("root_rank", &PyRequest::root_rank)
+      .def_readwrite("prescale", &PyRequest::prescale)
+      .def_readwrite("postscale", &PyRequest::postscale)
+      .def_readwrite("splits", &PyRequest::splits)
+      .def_readwrite("allocate", &PyRequest::allocate);
+
+  py::class_<Handle>(m, "Handle")
+      .def("poll", &Handle::Poll)
+      .def("wait", &Handle::Wait)
+      .def("output", &Handle::Output)
+      .def("received_splits", &Handle::ReceivedSplits)
+      .def("last_joined_rank", &Handle::LastJoinedRank);
+
+  m.def("enqueue", &EnqueueGroup, py::arg("requests"));
+}

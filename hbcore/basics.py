@@ -1,0 +1,124 @@
+"""Process-level API: init, shutdown, topology and build facts."""
+import atexit
+from typing import Dict
+
+from hbcore._native import MPI_LIBRARY, core
+from hbcore.exceptions import NotInitializedError
+
+_NOT_INITIALIZED = "hbcore has not been initialized; use hbcore.init()."
+
+
+def init() -> None:
+    """Starts the runtime of this process: MPI (if nobody did), the private
+    communicator and the background thread. Idempotent.
+
+    Raises:
+        ConfigError: an HB_* / HOROVOD_* variable has an invalid value.
+        InternalError: MPI could not be initialised.
+    """
+    core.init()
+
+
+def shutdown() -> None:
+    """Stops the runtime. Pending operations on every rank fail with
+    :class:`~hbcore.exceptions.ShutdownError` naming this rank. Idempotent;
+    ``init()`` may be called again afterwards."""
+    core.shutdown()
+
+
+def is_initialized() -> bool:
+    """Returns whether ``init()`` has been called (and not shut down)."""
+    return core.is_initialized()
+
+
+def _checked(value: int) -> int:
+    if value < 0:
+        raise NotInitializedError(_NOT_INITIALIZED)
+    return value
+
+
+def rank() -> int:
+    """Returns this process's rank in [0, size()).
+
+    Raises:
+        NotInitializedError: before ``init()``.
+    """
+    return _checked(core.rank())
+
+
+def size() -> int:
+    """Returns the number of processes in the job."""
+    return _checked(core.size())
+
+
+def local_rank() -> int:
+    """Returns this process's rank among the processes on its host."""
+    return _checked(core.local_rank())
+
+
+def local_size() -> int:
+    """Returns the number of processes on this host."""
+    return _checked(core.local_size())
+
+
+def cross_rank() -> int:
+    """Returns the index of this host among hosts (the rank in the
+    communicator of processes with the same local rank)."""
+    return _checked(core.cross_rank())
+
+
+def cross_size() -> int:
+    """Returns the number of processes with this process's local rank."""
+    return _checked(core.cross_size())
+
+
+def mpi_threads_supported() -> bool:
+    """Returns whether MPI runs with MPI_THREAD_MULTIPLE."""
+    return bool(_checked(core.mpi_threads_supported()))
+
+
+def mpi_enabled() -> bool:
+    """Returns True: MPI is hbcore's control plane."""
+    return True
+
+
+def mpi_built() -> bool:
+    """Returns True: hbcore is always built with MPI."""
+    return True
+
+
+def gloo_enabled() -> bool:
+    """Returns False: hbcore has no Gloo controller."""
+    return False
+
+
+def gloo_built() -> bool:
+    """Returns False: hbcore has no Gloo controller."""
+    return False
+
+
+def nccl_built() -> bool:
+    """Returns whether this build can serve GPU buffers through NCCL."""
+    return core.nccl_built()
+
+
+def build_info() -> Dict[str, object]:
+    """Returns what was built and found, for ``hbrun --check-build``."""
+    import hbcore
+
+    return {
+        "version": core.version(),
+        "core_library": core.__file__,
+        "mpi_library": MPI_LIBRARY,
+        "mpi_library_version": core.mpi_library_version(),
+        "nccl_built": core.nccl_built(),
+        "package_dir": hbcore.__path__[0],
+    }
+
+
+@atexit.register
+def _shutdown_at_exit() -> None:
+    # A process that exits without shutdown() still tells its peers, so they
+    # fail fast with a message naming this rank instead of hanging.
+    if core.is_initialized():
+        core.shutdown()

@@ -1,0 +1,55 @@
+"""Exception types raised by hbcore.
+
+Every error the native core reports maps onto exactly one class here (the
+table lives in csrc/python/module.cc, RaiseFor). Framework adapters map these
+classes onto their own types; hbcore_tf, like Horovod, raises
+``tf.errors.FailedPreconditionError`` for :class:`MismatchError` and
+``tf.errors.InvalidArgumentError`` for :class:`InvalidArgumentError`.
+"""
+
+
+class HbcoreError(RuntimeError):
+    """Base class of every error raised by the hbcore runtime."""
+
+
+# Horovod's name for a failure of the runtime; kept so ``except`` clauses
+# written for Horovod keep working.
+HorovodInternalError = HbcoreError
+
+
+class InvalidArgumentError(HbcoreError, ValueError):
+    """A request was malformed on this rank (shape, root, splits, dtype).
+
+    Raised locally, before any communication.
+    """
+
+
+class DuplicateNameError(InvalidArgumentError):
+    """A tensor with the same name is already in flight on this rank."""
+
+
+class ConfigError(InvalidArgumentError):
+    """An HB_* / HOROVOD_* environment variable has an invalid value."""
+
+
+class NotInitializedError(HbcoreError, ValueError):
+    """hbcore was used before ``hbcore.init()``."""
+
+
+class MismatchError(HbcoreError):
+    """Ranks disagreed about a tensor (op, dtype, shape, root, reduce op,
+    scale factors). Raised on every rank; the runtime keeps working."""
+
+
+class ShutdownError(HbcoreError):
+    """The runtime shut down (on this or another rank, or after a stall);
+    the message says where the first failure happened."""
+
+
+class UnsupportedError(HbcoreError, NotImplementedError):
+    """A valid request this build cannot serve (e.g. Adasum, GPU buffers
+    without a GPU backend)."""
+
+
+class InternalError(HbcoreError):
+    """MPI failed or an internal invariant broke."""

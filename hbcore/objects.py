@@ -1,0 +1,57 @@
+"""Collectives on picklable Python objects (cloudpickle over uint8 arrays)."""
+import io
+from typing import Any, List, Optional
+
+import cloudpickle
+import numpy as np
+
+from hbcore import ops
+
+
+def _to_bytes(obj: Any) -> np.ndarray:
+    buffer = io.BytesIO()
+    cloudpickle.dump(obj, buffer)
+    return np.frombuffer(buffer.getbuffer(), dtype=np.uint8)
+
+
+def broadcast_object(obj: Any, root_rank: int = 0,
+                     name: Optional[str] = None) -> Any:
+    """Returns ``root_rank``'s ``obj`` on every rank.
+
+    Args:
+        obj: any cloudpickle-able object (only the root's is used).
+        root_rank: rank whose object is sent.
+        name: name matched across ranks (auto-generated when None).
+
+    Returns:
+        The root's object, unpickled on every rank.
+    """
+    name = ops._auto_name("broadcast_object", name)
+    payload = (_to_bytes(obj) if ops_rank() == root_rank
+               else np.zeros(0, np.uint8))
+    length = ops.broadcast(np.array([payload.size], np.int64), root_rank,
+                           name=name + ".size")
+    if ops_rank() != root_rank:
+        payload = np.zeros(int(length[0]), np.uint8)
+    data = ops.broadcast(payload, root_rank, name=name + ".data")
+    return cloudpickle.loads(data.tobytes())
+
+
+def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
+    """Returns the list of every rank's ``obj``, in rank order."""
+    name = ops._auto_name("allgather_object", name)
+    payload = _to_bytes(obj)
+    sizes = ops.allgather(np.array([payload.size], np.int64),
+                          name=name + ".size")
+    data = ops.allgather(payload, name=name + ".data")
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(cloudpickle.loads(data[offset:offset + n].tobytes()))
+        offset += n
+    return out
+
+
+def ops_rank() -> int:
+    from hbcore.basics import rank
+
+    return rank()

@@ -1,0 +1,454 @@
+"""Collectives on numpy arrays, with the names, defaults and semantics of
+horovod.torch. Every collective has an ``_async`` twin returning a
+:class:`Handle` for :func:`synchronize` / :func:`poll`; ``allreduce_`` and
+``broadcast_`` work in place.
+
+Tensors are matched across ranks by name. Unnamed calls get
+``<op>.noname.<n>``, which is rank-consistent only when every rank issues
+its unnamed calls in the same order (as in Horovod).
+"""
+import enum
+import itertools
+import threading
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from hbcore._native import core
+from hbcore.exceptions import InvalidArgumentError
+
+
+class ReduceOp(enum.IntEnum):
+    """Reduction operations (Horovod's numbering)."""
+    AVERAGE = 0
+    SUM = 1
+    ADASUM = 2
+    MIN = 3
+    MAX = 4
+    PRODUCT = 5
+
+
+Average = ReduceOp.AVERAGE
+Sum = ReduceOp.SUM
+Adasum = ReduceOp.ADASUM
+Min = ReduceOp.MIN
+Max = ReduceOp.MAX
+Product = ReduceOp.PRODUCT
+
+# Core op codes (hb_op_type in c_api.h).
+_ALLREDUCE, _ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER, _BARRIER, _JOIN = range(7)
+
+_DTYPE_CODES: Dict[np.dtype, int] = {
+    np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.uint16): 2,
+    np.dtype(np.int16): 3, np.dtype(np.int32): 4, np.dtype(np.int64): 5,
+    np.dtype(np.float16): 6, np.dtype(np.float32): 7, np.dtype(np.float64): 8,
+    np.dtype(np.bool_): 9,
+}
+try:  # bfloat16 arrays come from ml_dtypes (installed with TensorFlow)
+    import ml_dtypes
+
+    _DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = 10
+except ImportError:  # pragma: no cover - bfloat16 then unsupported
+    pass
+
+_JOIN_NAME = "hbcore.join"
+_counters: Dict[str, "itertools.count[int]"] = {}
+_counters_lock = threading.Lock()
+
+
+class Handle:
+    """An operation in flight. Pass it to :func:`synchronize` or :func:`poll`."""
+
+    __slots__ = ("_parts", "_finish", "_result", "_done")
+
+    def __init__(self, parts: List[Any], finish: Callable[[List[Any]], Any]):
+        self._parts = parts
+        self._finish = finish
+        self._done = False
+        self._result = None
+
+    def poll(self) -> bool:
+        return all(p.poll() for p in self._parts)
+
+    def wait(self) -> Any:
+        if not self._done:
+            for p in self._parts:
+                p.wait()
+            self._result = self._finish(self._parts)
+            self._done = True
+        return self._result
+
+
+def _auto_name(prefix: str, name: Optional[str]) -> str:
+    if name is not None:
+        return name
+    with _counters_lock:
+        counter = _counters.setdefault(prefix, itertools.count())
+        return "%s.noname.%d" % (prefix, next(counter))
+
+
+def _dtype_code(array: np.ndarray) -> int:
+    code = _DTYPE_CODES.get(array.dtype)
+    if code is None:
+        raise InvalidArgumentError(
+            "unsupported dtype %s; supported: %s" % (
+                array.dtype, ", ".join(sorted(str(d) for d in _DTYPE_CODES))))
+    return code
+
+
+def _as_input(tensor: Any) -> np.ndarray:
+    array = np.ascontiguousarray(tensor)
+    _dtype_code(array)
+    return array
+
+
+def _as_inplace(tensor: Any, fn: str) -> np.ndarray:
+    if not isinstance(tensor, np.ndarray):
+        raise InvalidArgumentError("%s works in place and needs a numpy array, "
+                                   "got %s" % (fn, type(tensor).__name__))
+    if not tensor.flags.c_contiguous or not tensor.flags.writeable:
+        raise InvalidArgumentError("%s needs a C-contiguous, writeable array"
+                                   % fn)
+    _dtype_code(tensor)
+    return tensor
+
+
+def _resolve_op(average: Optional[bool], op: Optional[int]) -> int:
+    if op is not None and average is not None:
+        raise ValueError("The op parameter supersedes average. Please provide "
+                         "only one of them.")
+    if average is not None:
+        warnings.warn("Parameter `average` has been replaced with `op` and "
+                      "will be removed", DeprecationWarning, stacklevel=3)
+        return int(Average if average else Sum)
+    return int(Average if op is None else op)
+
+
+def _request(name: str, op: int, array: Optional[np.ndarray],
+             output: Optional[np.ndarray] = None, reduce_op: int = Sum,
+             root_rank: int = 0, prescale: float = 1.0, postscale: float = 1.0,
+             splits: Optional[Sequence[int]] = None,
+             allocate: bool = False) -> Any:
+    r = core.Request()
+    r.name = name
+    r.op = op
+    r.reduce_op = int(reduce_op)
+    if array is not None:
+        r.dtype = _dtype_code(array)
+        r.input = array
+    if output is not None:
+        r.output = output
+    r.root_rank = int(root_rank)
+    r.prescale = float(prescale)
+    r.postscale = float(postscale)
+    if splits is not None:
+        r.splits = [int(s) for s in np.asarray(splits).reshape(-1)]
+    r.allocate = allocate
+    return r
+
+
+def _submit(requests: List[Any], finish: Callable[[List[Any]], Any]) -> Handle:
+    return Handle(core.enqueue(requests), finish)
+
+
+def _outputs(arrays: List[np.ndarray]) -> Callable[[List[Any]], Any]:
+    return lambda parts: arrays[0] if len(arrays) == 1 else list(arrays)
+
+
+def synchronize(handle: Handle) -> Any:
+    """Waits for an ``_async`` operation and returns its result.
+
+    Raises:
+        MismatchError: ranks disagreed about the tensor.
+        ShutdownError: the runtime shut down before it completed.
+    """
+    return handle.wait()
+
+
+def poll(handle: Handle) -> bool:
+    """Returns True when the operation finished (synchronize won't block)."""
+    return handle.poll()
+
+
+# --- allreduce -------------------------------------------------------------
+
+def allreduce_async(tensor: Any, average: Optional[bool] = None,
+                    name: Optional[str] = None, op: Optional[int] = None,
+                    prescale_factor: float = 1.0,
+                    postscale_factor: float = 1.0) -> Handle:
+    """Starts an allreduce of ``tensor`` into a new array; see allreduce."""
+    reduce_op = _resolve_op(average, op)
+    array = _as_input(tensor)
+    out = np.empty_like(array)
+    req = _request(_auto_name("allreduce", name), _ALLREDUCE, array, out,
+                   reduce_op, prescale=prescale_factor,
+                   postscale=postscale_factor)
+    return _submit([req], _outputs([out]))
+
+
+def allreduce(tensor: Any, average: Optional[bool] = None,
+              name: Optional[str] = None, op: Optional[int] = None,
+              prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0) -> np.ndarray:
+    """Reduces ``tensor`` over all ranks.
+
+    Args:
+        tensor: array of the same shape and dtype on every rank.
+        average: deprecated; use ``op``.
+        name: name matched across ranks (auto-generated when None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+
+    Returns:
+        A new array with the reduced values.
+
+    Raises:
+        MismatchError: shape, dtype, op or scale factors differ across ranks.
+        InvalidArgumentError: the request is malformed on this rank.
+    """
+    return synchronize(allreduce_async(tensor, average, name, op,
+                                       prescale_factor, postscale_factor))
+
+
+def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
+                     name: Optional[str] = None, op: Optional[int] = None,
+                     prescale_factor: float = 1.0,
+                     postscale_factor: float = 1.0) -> Handle:
+    """Starts an in-place allreduce of ``tensor``; see allreduce_."""
+    reduce_op = _resolve_op(average, op)
+    array = _as_inplace(tensor, "allreduce_")
+    req = _request(_auto_name("allreduce", name), _ALLREDUCE, array, array,
+                   reduce_op, prescale=prescale_factor,
+                   postscale=postscale_factor)
+    return _submit([req], _outputs([array]))
+
+
+def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
+               name: Optional[str] = None, op: Optional[int] = None,
+               prescale_factor: float = 1.0,
+               postscale_factor: float = 1.0) -> np.ndarray:
+    """Like allreduce, but writes the result into ``tensor`` and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op,
+                                        prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_async(tensors: Sequence[Any],
+                            average: Optional[bool] = None,
+                            name: Optional[str] = None,
+                            op: Optional[int] = None,
+                            prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0) -> Handle:
+    """Starts an allreduce of several tensors negotiated together."""
+    reduce_op = _resolve_op(average, op)
+    base = _auto_name("grouped_allreduce", name)
+    arrays = [_as_input(t) for t in tensors]
+    outs = [np.empty_like(a) for a in arrays]
+    reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, o, reduce_op,
+                     prescale=prescale_factor, postscale=postscale_factor)
+            for i, (a, o) in enumerate(zip(arrays, outs))]
+    return _submit(reqs, lambda parts: list(outs))
+
+
+def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
+                      name: Optional[str] = None, op: Optional[int] = None,
+                      prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0) -> List[np.ndarray]:
+    """Allreduces a list of tensors as one group: they are announced in the
+    same negotiation cycle and fused together.
+
+    Returns:
+        A list of reduced arrays, in input order.
+    """
+    return synchronize(grouped_allreduce_async(
+        tensors, average, name, op, prescale_factor, postscale_factor))
+
+
+def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
+                             average: Optional[bool] = None,
+                             name: Optional[str] = None,
+                             op: Optional[int] = None,
+                             prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0) -> Handle:
+    """In-place twin of grouped_allreduce_async."""
+    reduce_op = _resolve_op(average, op)
+    base = _auto_name("grouped_allreduce", name)
+    arrays = [_as_inplace(t, "grouped_allreduce_") for t in tensors]
+    reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, a, reduce_op,
+                     prescale=prescale_factor, postscale=postscale_factor)
+            for i, a in enumerate(arrays)]
+    return _submit(reqs, lambda parts: list(arrays))
+
+
+def grouped_allreduce_(tensors: Sequence[np.ndarray],
+                       average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None,
+                       prescale_factor: float = 1.0,
+                       postscale_factor: float = 1.0) -> List[np.ndarray]:
+    """In-place twin of grouped_allreduce."""
+    return synchronize(grouped_allreduce_async_(
+        tensors, average, name, op, prescale_factor, postscale_factor))
+
+
+# --- allgather / broadcast -------------------------------------------------
+
+def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
+    """Starts an allgather; see allgather."""
+    array = _as_input(tensor)
+    req = _request(_auto_name("allgather", name), _ALLGATHER, array,
+                   allocate=True)
+    return _submit([req], lambda parts: parts[0].output())
+
+
+def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
+    """Concatenates ``tensor`` from every rank along the first dimension.
+
+    The first dimension may differ across ranks; the others must match.
+
+    Returns:
+        An array with the rows of rank 0, then rank 1, and so on.
+
+    Raises:
+        MismatchError: dtype or trailing dimensions differ across ranks.
+        InvalidArgumentError: ``tensor`` is a scalar.
+    """
+    return synchronize(allgather_async(tensor, name))
+
+
+def broadcast_async(tensor: Any, root_rank: int,
+                    name: Optional[str] = None) -> Handle:
+    """Starts a broadcast into a new array; see broadcast."""
+    array = _as_input(tensor)
+    out = np.empty_like(array)
+    req = _request(_auto_name("broadcast", name), _BROADCAST, array, out,
+                   root_rank=root_rank)
+    return _submit([req], _outputs([out]))
+
+
+def broadcast(tensor: Any, root_rank: int,
+              name: Optional[str] = None) -> np.ndarray:
+    """Returns ``root_rank``'s ``tensor`` on every rank.
+
+    Raises:
+        InvalidArgumentError: ``root_rank`` is not in [0, size()).
+        MismatchError: shape, dtype or root differ across ranks.
+    """
+    return synchronize(broadcast_async(tensor, root_rank, name))
+
+
+def broadcast_async_(tensor: np.ndarray, root_rank: int,
+                     name: Optional[str] = None) -> Handle:
+    """Starts an in-place broadcast; see broadcast_."""
+    array = _as_inplace(tensor, "broadcast_")
+    req = _request(_auto_name("broadcast", name), _BROADCAST, array, array,
+                   root_rank=root_rank)
+    return _submit([req], _outputs([array]))
+
+
+def broadcast_(tensor: np.ndarray, root_rank: int,
+               name: Optional[str] = None) -> np.ndarray:
+    """Overwrites ``tensor`` with ``root_rank``'s values and returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name))
+
+
+# --- alltoall / reducescatter ----------------------------------------------
+
+def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
+                   name: Optional[str] = None) -> Handle:
+    """Starts an alltoall; see alltoall."""
+    array = _as_input(tensor)
+    req = _request(_auto_name("alltoall", name), _ALLTOALL, array,
+                   splits=splits, allocate=True)
+    if splits is None:
+        return _submit([req], lambda parts: parts[0].output())
+    return _submit([req], lambda parts: (
+        parts[0].output(), np.asarray(parts[0].received_splits(), np.int64)))
+
+
+def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
+             name: Optional[str] = None) -> Any:
+    """Sends ``splits[r]`` rows of ``tensor`` to rank r and gathers what
+    every rank sent here, in rank order.
+
+    Args:
+        tensor: array with at least one dimension.
+        splits: rows sent to each rank (sums to ``tensor.shape[0]``); when
+            None the first dimension is split evenly.
+
+    Returns:
+        The received array; with ``splits``, a tuple of it and the number of
+        rows received from each rank.
+
+    Raises:
+        InvalidArgumentError: splits have the wrong length or sum, or the
+            first dimension does not divide evenly.
+    """
+    return synchronize(alltoall_async(tensor, splits, name))
+
+
+def reducescatter_async(tensor: Any, name: Optional[str] = None,
+                        op: int = Average, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> Handle:
+    """Starts a reducescatter; see reducescatter."""
+    array = _as_input(tensor)
+    req = _request(_auto_name("reducescatter", name), _REDUCESCATTER, array,
+                   reduce_op=op, prescale=prescale_factor,
+                   postscale=postscale_factor, allocate=True)
+    return _submit([req], lambda parts: parts[0].output())
+
+
+def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
+                  prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> np.ndarray:
+    """Reduces ``tensor`` over all ranks and returns this rank's block of
+    rows. With n rows and s ranks, rank r gets n // s rows, plus one when
+    r < n % s.
+
+    Raises:
+        MismatchError: shape, dtype or op differ across ranks.
+    """
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor,
+                                           postscale_factor))
+
+
+def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
+                          op: int = Average, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[np.ndarray]:
+    """Reducescatters a list of tensors announced together."""
+    base = _auto_name("grouped_reducescatter", name)
+    reqs = [_request("%s.%d" % (base, i), _REDUCESCATTER, _as_input(t),
+                     reduce_op=op, prescale=prescale_factor,
+                     postscale=postscale_factor, allocate=True)
+            for i, t in enumerate(tensors)]
+    return synchronize(_submit(reqs, lambda parts: [p.output() for p in parts]))
+
+
+def grouped_allgather(tensors: Sequence[Any],
+                      name: Optional[str] = None) -> List[np.ndarray]:
+    """Allgathers a list of tensors announced together."""
+    base = _auto_name("grouped_allgather", name)
+    reqs = [_request("%s.%d" % (base, i), _ALLGATHER, _as_input(t),
+                     allocate=True) for i, t in enumerate(tensors)]
+    return synchronize(_submit(reqs, lambda parts: [p.output() for p in parts]))
+
+
+# --- synchronisation -------------------------------------------------------
+
+def barrier() -> None:
+    """Blocks until every rank reached the barrier."""
+    synchronize(_submit([_request(_auto_name("barrier", None), _BARRIER, None)],
+                        lambda parts: None))
+
+
+def join() -> int:
+    """Declares that this rank has no more data. Until every rank joined,
+    this rank takes part in the others' allreduces with zeros (and in
+    allgathers with no rows).
+
+    Returns:
+        The rank that joined last.
+    """
+    return synchronize(_submit([_request(_JOIN_NAME, _JOIN, None)],
+                               lambda parts: parts[0].last_joined_rank()))
+

@@ -1,0 +1,116 @@
+"""Build of hbcore's native parts.
+
+libhbcore.so (the C++ core) and the pybind11 module hbcore._core are built
+against MPI headers found, in order, under $HB_MPI_HOME (a site MPI), or in
+the mpich wheel installed in the build environment. Both are linked by
+soname (libmpi.so.12, the MPICH ABI); at run time hbcore._native loads the
+MPI library before importing the module (see there for the search order).
+"""
+import concurrent.futures
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+VERSION = "0.1.0"
+
+
+def find_mpi():
+    """Returns (include_dir, lib_dir) of the MPI to build against."""
+    home = os.environ.get("HB_MPI_HOME")
+    candidates = [home] if home else []
+    try:
+        from importlib import metadata
+
+        for f in metadata.files("mpich") or []:
+            if str(f).replace("\\", "/").endswith("include/mpi.h"):
+                path = os.path.abspath(f.locate())
+                candidates.append(os.path.dirname(os.path.dirname(path)))
+    except Exception:  # mpich wheel not installed: fall through
+        pass
+    candidates += [sys.prefix, "/usr", "/usr/local"]
+    for prefix in candidates:
+        inc = os.path.join(prefix, "include")
+        if os.path.exists(os.path.join(inc, "mpi.h")):
+            for libdir in ("lib", "lib64", os.path.join("lib", "x86_64-linux-gnu")):
+                lib = os.path.join(prefix, libdir)
+                if glob.glob(os.path.join(lib, "libmpi.so*")):
+                    return inc, lib
+    raise RuntimeError(
+        "hbcore: no MPI found to build against. Install the mpich wheel "
+        "(pip install mpich) or set HB_MPI_HOME to an MPI installation "
+        "with include/mpi.h and lib/libmpi.so.")
+
+
+def mpi_link_arg(lib_dir):
+    """Link against libmpi by its versioned name so no dev symlink is needed."""
+    for name in ("libmpi.so.12", "libmpi.so.40", "libmpi.so"):
+        if os.path.exists(os.path.join(lib_dir, name)):
+            return "-l:" + name
+    return "-lmpi"
+
+
+class BuildNative(build_ext):
+    """Compiles the core library, then the pybind11 module next to it."""
+
+    def build_extension(self, ext):
+        import pybind11
+
+        cxx = shlex.split(os.environ.get("CXX", "g++"))
+        mpi_inc, mpi_lib = find_mpi()
+        out_dir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
+        tmp = os.path.abspath(os.path.join(self.build_temp, "hbcore"))
+        os.makedirs(out_dir, exist_ok=True)
+        os.makedirs(tmp, exist_ok=True)
+        flags = ["-std=c++17", "-O2", "-fPIC", "-Wall", "-Wextra", "-pthread",
+                 '-DHBCORE_VERSION="%s"' % VERSION]
+        core_inc = os.path.join(ROOT, "csrc", "core", "include")
+
+        sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "core", "src", "*.cc")))
+        def compile_one(src):
+            obj = os.path.join(tmp, os.path.basename(src) + ".o")
+            cmd = cxx + flags + ["-fvisibility=hidden", "-I", core_inc,
+                                 "-I", mpi_inc, "-c", src, "-o", obj]
+            subprocess.check_call(cmd)
+            return obj
+
+        jobs = max(1, min(len(sources), os.cpu_count() or 1))
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            objects = list(pool.map(compile_one, sources))
+        # $ORIGIN/../../.. is <prefix>/lib of a venv or a system install,
+        # where the mpich wheel keeps libmpi.so.12.
+        rpath = "-Wl,-rpath,$ORIGIN/../../..:" + mpi_lib
+        lib = os.path.join(out_dir, "libhbcore.so")
+        subprocess.check_call(cxx + flags + ["-shared", "-Wl,-soname,libhbcore.so"]
+                              + objects + ["-L", mpi_lib, mpi_link_arg(mpi_lib),
+                                           rpath, "-o", lib])
+
+        module = self.get_ext_fullpath(ext.name)
+        py_inc = sysconfig.get_paths()["include"]
+        subprocess.check_call(
+            cxx + flags + ["-shared", "-fvisibility=hidden", "-I", core_inc,
+                           "-I", pybind11.get_include(), "-I", py_inc,
+                           os.path.join(ROOT, "csrc", "python", "module.cc"),
+                           "-L", out_dir, "-lhbcore", "-Wl,-rpath,$ORIGIN",
+                           "-o", module])
+
+    def copy_extensions_to_source(self):
+        # --inplace / editable installs: the core library travels with the
+        # module it is linked to ($ORIGIN).
+        super().copy_extensions_to_source()
+        built = os.path.join(os.path.abspath(self.build_lib), "hbcore", "libhbcore.so")
+        shutil.copy2(built, os.path.join(ROOT, "hbcore", "libhbcore.so"))
+
+
+setup(
+    version=VERSION,
+    ext_modules=[Extension("hbcore._core", sources=[])],
+    cmdclass={"build_ext": BuildNative},
+)
