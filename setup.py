@@ -57,6 +57,15 @@ def mpi_link_arg(lib_dir):
     return "-lmpi"
 
 
+def _up_to_date(target, inputs):
+    """True when `target` exists and is newer than every input (rebuilds
+    in a developer's tree then only recompile what changed)."""
+    if not os.path.exists(target):
+        return False
+    mtime = os.path.getmtime(target)
+    return all(os.path.getmtime(i) < mtime for i in inputs)
+
+
 class BuildNative(build_ext):
     """Compiles the core library, then the pybind11 module next to it."""
 
@@ -74,8 +83,12 @@ class BuildNative(build_ext):
         core_inc = os.path.join(ROOT, "csrc", "core", "include")
 
         sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "core", "src", "*.cc")))
+        headers = glob.glob(os.path.join(ROOT, "csrc", "core", "**", "*.h"),
+                            recursive=True)
         def compile_one(src):
             obj = os.path.join(tmp, os.path.basename(src) + ".o")
+            if _up_to_date(obj, [src] + headers):
+                return obj
             cmd = cxx + flags + ["-fvisibility=hidden", "-I", core_inc,
                                  "-I", mpi_inc, "-c", src, "-o", obj]
             subprocess.check_call(cmd)

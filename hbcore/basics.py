@@ -17,6 +17,10 @@ def init() -> None:
         InternalError: MPI could not be initialised.
     """
     core.init()
+    # Registered (again) last, so it runs before the atexit handler of any
+    # library imported earlier that might finalise MPI (mpi4py).
+    atexit.unregister(_shutdown_at_exit)
+    atexit.register(_shutdown_at_exit)
 
 
 def shutdown() -> None:
@@ -116,7 +120,6 @@ def build_info() -> Dict[str, object]:
     }
 
 
-@atexit.register
 def _shutdown_at_exit() -> None:
     # A process that exits without shutdown() still tells its peers, so they
     # fail fast with a message naming this rank instead of hanging.

@@ -129,23 +129,13 @@ def _request(name: str, op: int, array: Optional[np.ndarray],
              output: Optional[np.ndarray] = None, reduce_op: int = Sum,
              root_rank: int = 0, prescale: float = 1.0, postscale: float = 1.0,
              splits: Optional[Sequence[int]] = None,
-             allocate: bool = False) -> Any:
-    r = core.Request()
-    r.name = name
-    r.op = op
-    r.reduce_op = int(reduce_op)
-    if array is not None:
-        r.dtype = _dtype_code(array)
-        r.input = array
-    if output is not None:
-        r.output = output
-    r.root_rank = int(root_rank)
-    r.prescale = float(prescale)
-    r.postscale = float(postscale)
+             allocate: bool = False) -> tuple:
+    # The field order is the one csrc/python/module.cc (ParseRequest) reads.
+    dtype = _dtype_code(array) if array is not None else 0
     if splits is not None:
-        r.splits = [int(s) for s in np.asarray(splits).reshape(-1)]
-    r.allocate = allocate
-    return r
+        splits = [int(s) for s in np.asarray(splits).reshape(-1)]
+    return (name, op, int(reduce_op), dtype, array, output, int(root_rank),
+            float(prescale), float(postscale), splits, allocate)
 
 
 def _submit(requests: List[Any], finish: Callable[[List[Any]], Any]) -> Handle:

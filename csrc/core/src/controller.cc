@@ -59,6 +59,9 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   if (input.joined) {
     for (int i = 0; i < words_per_set; ++i) hits[i] = ~uint64_t{0};
   }
+  if (input.just_joined) {
+    for (int i = 0; i < words_per_set; ++i) invalid[i] = ~uint64_t{0};
+  }
   for (int i = 0; i < words_per_set; ++i) invalid[i] = ~invalid[i];
   uint64_t flags = 0;
   if (!mine.requests.empty() || input.shutdown) flags |= kFlagSlowPath;

@@ -19,6 +19,7 @@
 //
 // A rank that joined sets every hit bit so cached tensors of the others do
 // not wait for it; a cycle in which no rank is still active ignores them.
+// In the cycle it joins, it invalidates every slot instead (see CycleInput).
 #ifndef HBCORE_CONTROLLER_H_
 #define HBCORE_CONTROLLER_H_
 
@@ -41,6 +42,10 @@ using PendingTable = std::map<std::string, TensorEntry>;
 
 struct CycleInput {
   bool joined = false;
+  // First cycle after this rank joined: every cache slot is invalidated, so
+  // responses cached with this rank's old contribution (e.g. allgather row
+  // counts) are renegotiated knowing it joined.
+  bool just_joined = false;
   bool shutdown = false;
   std::string shutdown_reason;
   bool stall_check = false;

@@ -285,7 +285,10 @@ void Runtime::Loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (TensorEntry& e : queue_) {
-        if (e.request.op == OpType::kJoin) joined_ = true;
+        if (e.request.op == OpType::kJoin) {
+          input.just_joined = !joined_;
+          joined_ = true;
+        }
         std::string name = e.request.name;
         pending_.emplace(std::move(name), std::move(e));
       }
