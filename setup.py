@@ -105,6 +105,17 @@ class BuildNative(build_ext):
                               + objects + ["-L", mpi_lib, mpi_link_arg(mpi_lib),
                                            rpath, "-o", lib])
 
+        # Sources the TF op library is compiled from at first import of
+        # hbcore_tf, against whatever TensorFlow is installed then.
+        pkg_root = os.path.dirname(out_dir)
+        header_dir = os.path.join(out_dir, "include", "hbcore")
+        tf_src_dir = os.path.join(pkg_root, "hbcore_tf", "_csrc")
+        for d in (header_dir, tf_src_dir):
+            os.makedirs(d, exist_ok=True)
+        shutil.copy2(os.path.join(core_inc, "hbcore", "c_api.h"), header_dir)
+        for src in glob.glob(os.path.join(ROOT, "csrc", "tf", "*.cc")):
+            shutil.copy2(src, tf_src_dir)
+
         module = self.get_ext_fullpath(ext.name)
         py_inc = sysconfig.get_paths()["include"]
         subprocess.check_call(

@@ -1,0 +1,438 @@
+// TensorFlow front end of the core: AsyncOpKernels that enqueue into
+// libhbcore through its C API and return at once. TF's thread never waits
+// for other ranks; the core's background thread fills the outputs and calls
+// `done`. Outputs whose size depends on other ranks are allocated from the
+// core's allocator callback, once the negotiation knows their shape.
+//
+// Tensor names arrive as a string input (not an attribute), so eager calls
+// with fresh names reuse one cached kernel instead of instantiating one per
+// name.
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "hbcore/c_api.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace hbcore_tf {
+
+using tensorflow::AsyncOpKernel;
+using tensorflow::DataType;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using Status = absl::Status;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+// The one translation table from core status codes to TF error types
+// (Horovod's mapping: cross-rank mismatch is FailedPrecondition).
+Status ToTfStatus(int code, const char* message) {
+  switch (code) {
+    case HB_OK:
+      return Status();
+    case HB_ERR_INVALID_ARGUMENT:
+    case HB_ERR_DUPLICATE_NAME:
+    case HB_ERR_CONFIG:
+      return absl::InvalidArgumentError(message);
+    case HB_ERR_MISMATCH:
+    case HB_ERR_NOT_INITIALIZED:
+      return absl::FailedPreconditionError(message);
+    case HB_ERR_SHUTDOWN:
+      return absl::AbortedError(message);
+    case HB_ERR_UNSUPPORTED:
+      return absl::UnimplementedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+int ToHbDtype(DataType dt) {
+  switch (dt) {
+    case tensorflow::DT_UINT8: return HB_UINT8;
+    case tensorflow::DT_INT8: return HB_INT8;
+    case tensorflow::DT_UINT16: return HB_UINT16;
+    case tensorflow::DT_INT16: return HB_INT16;
+    case tensorflow::DT_INT32: return HB_INT32;
+    case tensorflow::DT_INT64: return HB_INT64;
+    case tensorflow::DT_HALF: return HB_FLOAT16;
+    case tensorflow::DT_BFLOAT16: return HB_BFLOAT16;
+    case tensorflow::DT_FLOAT: return HB_FLOAT32;
+    case tensorflow::DT_DOUBLE: return HB_FLOAT64;
+    case tensorflow::DT_BOOL: return HB_BOOL;
+    default: return -1;
+  }
+}
+
+// State shared by the requests of one kernel invocation. The kernel's
+// `done` runs once, after the last request finished; the first error wins.
+class Invocation {
+ public:
+  Invocation(OpKernelContext* ctx, AsyncOpKernel::DoneCallback done, int n)
+      : ctx_(ctx), done_(std::move(done)), remaining_(n) {}
+
+  OpKernelContext* ctx() const { return ctx_; }
+
+  void Fail(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_.ok()) status_ = s;
+  }
+
+  // Returns true for the call that finished the invocation.
+  bool FinishOne() { return remaining_.fetch_sub(1) == 1; }
+
+  void Complete() {
+    ctx_->SetStatus(status_);
+    done_();
+  }
+
+ private:
+  OpKernelContext* ctx_;
+  AsyncOpKernel::DoneCallback done_;
+  std::atomic<int> remaining_;
+  std::mutex mu_;
+  Status status_;
+};
+
+// What one request's callbacks see.
+struct Slot {
+  std::shared_ptr<Invocation> invocation;
+  int output_index = 0;
+  // Called in the done callback before completion (alltoall splits, join).
+  std::function<Status(const hb_result*)> finish;
+};
+
+void* AllocateOutput(void* user, int ndim, const int64_t* shape) {
+  Slot* slot = static_cast<Slot*>(user);
+  TensorShape tf_shape;
+  for (int i = 0; i < ndim; ++i) tf_shape.AddDim(shape[i]);
+  Tensor* out = nullptr;
+  Status s = slot->invocation->ctx()->allocate_output(slot->output_index,
+                                                      tf_shape, &out);
+  if (!s.ok()) {
+    slot->invocation->Fail(s);
+    return nullptr;
+  }
+  // A zero-size tensor may have no buffer; the core never touches it.
+  static char empty;
+  return out->NumElements() == 0 ? &empty : out->data();
+}
+
+void RequestDone(void* user, int code, const char* message,
+                 const hb_result* result) {
+  std::unique_ptr<Slot> slot(static_cast<Slot*>(user));
+  if (code != HB_OK) {
+    slot->invocation->Fail(ToTfStatus(code, message));
+  } else if (slot->finish) {
+    Status s = slot->finish(result);
+    if (!s.ok()) slot->invocation->Fail(s);
+  }
+  if (slot->invocation->FinishOne()) slot->invocation->Complete();
+}
+
+hb_request BaseRequest(const std::string& name, int op) {
+  hb_request r{};
+  r.name = name.c_str();
+  r.op = op;
+  r.reduce_op = HB_REDUCE_SUM;
+  r.prescale_factor = 1.0;
+  r.postscale_factor = 1.0;
+  r.device = HB_DEVICE_CPU;
+  r.done = &RequestDone;
+  return r;
+}
+
+// Submits prepared requests; on rejection fails the kernel at once (no
+// callback will run for them).
+void Submit(std::vector<hb_request>* requests,
+            std::vector<std::unique_ptr<Slot>>* slots, OpKernelContext* ctx,
+            const AsyncOpKernel::DoneCallback& done) {
+  for (size_t i = 0; i < requests->size(); ++i) {
+    (*requests)[i].user = (*slots)[i].get();
+  }
+  char err[1024] = {0};
+  int code = hb_enqueue(requests->data(), static_cast<int>(requests->size()),
+                        err, sizeof(err));
+  if (code != HB_OK) {
+    ctx->SetStatus(ToTfStatus(code, err));
+    done();
+    return;
+  }
+  for (auto& s : *slots) s.release();  // owned by the core until RequestDone
+}
+
+// Allreduce, allgather, broadcast and reducescatter of a list of tensors of
+// any types, announced together so they negotiate in one cycle and fuse.
+class CollectiveOp : public AsyncOpKernel {
+ public:
+  explicit CollectiveOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
+    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &reduce_op_));
+    OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
+    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const int n = ctx->num_inputs() - 1;
+    const Tensor& names = ctx->input(n);
+    OP_REQUIRES_ASYNC(ctx, names.NumElements() == n,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "expected ", n, " tensor names, got ",
+                          names.NumElements())),
+                      done);
+    auto invocation = std::make_shared<Invocation>(ctx, done, n);
+    std::vector<std::string> name_copies(n);
+    std::vector<std::vector<int64_t>> shapes(n);
+    std::vector<hb_request> requests(n);
+    std::vector<std::unique_ptr<Slot>> slots(n);
+    const bool sized_by_peers =
+        op_ == HB_ALLGATHER || op_ == HB_REDUCESCATTER;
+    for (int i = 0; i < n; ++i) {
+      const Tensor& in = ctx->input(i);
+      name_copies[i] = names.flat<tensorflow::tstring>()(i);
+      hb_request& r = requests[i];
+      r = BaseRequest(name_copies[i], op_);
+      r.dtype = ToHbDtype(in.dtype());
+      OP_REQUIRES_ASYNC(ctx, r.dtype >= 0,
+                        absl::InvalidArgumentError(absl::StrCat(
+                            "hbcore does not support dtype ",
+                            tensorflow::DataTypeString(in.dtype()))),
+                        done);
+      for (int d = 0; d < in.dims(); ++d) shapes[i].push_back(in.dim_size(d));
+      r.ndim = in.dims();
+      r.shape = shapes[i].data();
+      r.input = in.NumElements() ? in.data() : nullptr;
+      r.reduce_op = reduce_op_;
+      r.root_rank = root_rank_;
+      r.prescale_factor = prescale_;
+      r.postscale_factor = postscale_;
+      slots[i] = std::make_unique<Slot>();
+      slots[i]->invocation = invocation;
+      slots[i]->output_index = i;
+      if (sized_by_peers) {
+        r.alloc = &AllocateOutput;
+      } else {
+        Tensor* out = nullptr;
+        OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, in.shape(), &out),
+                             done);
+        r.output = out->NumElements() ? out->data() : nullptr;
+      }
+    }
+    Submit(&requests, &slots, ctx, done);
+  }
+
+ private:
+  int op_ = HB_ALLREDUCE;
+  int reduce_op_ = HB_REDUCE_SUM;
+  int root_rank_ = 0;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
+};
+
+class AlltoallOp : public AsyncOpKernel {
+ public:
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& in = ctx->input(0);
+    const Tensor& splits = ctx->input(1);
+    const std::string name(ctx->input(2).scalar<tensorflow::tstring>()());
+    auto invocation = std::make_shared<Invocation>(ctx, done, 1);
+    std::vector<int64_t> shape;
+    for (int d = 0; d < in.dims(); ++d) shape.push_back(in.dim_size(d));
+    std::vector<int64_t> split_values;
+    auto flat = splits.flat<int64_t>();
+    for (int64_t i = 0; i < flat.size(); ++i) split_values.push_back(flat(i));
+
+    std::vector<hb_request> requests(1, BaseRequest(name, HB_ALLTOALL));
+    hb_request& r = requests[0];
+    r.dtype = ToHbDtype(in.dtype());
+    OP_REQUIRES_ASYNC(ctx, r.dtype >= 0,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "hbcore does not support dtype ",
+                          tensorflow::DataTypeString(in.dtype()))),
+                      done);
+    r.ndim = in.dims();
+    r.shape = shape.data();
+    r.input = in.NumElements() ? in.data() : nullptr;
+    r.splits = split_values.empty() ? nullptr : split_values.data();
+    r.num_splits = static_cast<int>(split_values.size());
+    r.alloc = &AllocateOutput;
+    std::vector<std::unique_ptr<Slot>> slots;
+    slots.push_back(std::make_unique<Slot>());
+    slots[0]->invocation = invocation;
+    slots[0]->finish = [ctx](const hb_result* result) {
+      Tensor* received = nullptr;
+      Status s = ctx->allocate_output(
+          1, TensorShape({result->num_received_splits}), &received);
+      if (!s.ok()) return s;
+      auto out = received->flat<int64_t>();
+      for (int i = 0; i < result->num_received_splits; ++i) {
+        out(i) = result->received_splits[i];
+      }
+      return Status();
+    };
+    Submit(&requests, &slots, ctx, done);
+  }
+};
+
+// Join and barrier: no data; join outputs the last rank that joined.
+class ControlOp : public AsyncOpKernel {
+ public:
+  explicit ControlOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const std::string name(ctx->input(0).scalar<tensorflow::tstring>()());
+    auto invocation = std::make_shared<Invocation>(ctx, done, 1);
+    std::vector<hb_request> requests(1, BaseRequest(name, op_));
+    requests[0].dtype = HB_UINT8;
+    std::vector<std::unique_ptr<Slot>> slots;
+    slots.push_back(std::make_unique<Slot>());
+    slots[0]->invocation = invocation;
+    if (op_ == HB_JOIN) {
+      slots[0]->finish = [ctx](const hb_result* result) {
+        Tensor* out = nullptr;
+        Status s = ctx->allocate_output(0, TensorShape({}), &out);
+        if (s.ok()) out->scalar<int32_t>()() = result->last_joined_rank;
+        return s;
+      };
+    }
+    Submit(&requests, &slots, ctx, done);
+  }
+
+ private:
+  int op_ = HB_BARRIER;
+};
+
+// rank/size/local_rank/local_size/cross_rank/cross_size, read when the op
+// runs (a graph may be built before init).
+class TopologyOp : public tensorflow::OpKernel {
+ public:
+  explicit TopologyOp(OpKernelConstruction* c) : OpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("what", &what_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    int value = -1;
+    if (what_ == "rank") value = hb_rank();
+    else if (what_ == "size") value = hb_size();
+    else if (what_ == "local_rank") value = hb_local_rank();
+    else if (what_ == "local_size") value = hb_local_size();
+    else if (what_ == "cross_rank") value = hb_cross_rank();
+    else if (what_ == "cross_size") value = hb_cross_size();
+    OP_REQUIRES(ctx, value >= 0,
+                absl::FailedPreconditionError(
+                    "hbcore has not been initialized; use hbcore_tf.init()."));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int32_t>()() = value;
+  }
+
+ private:
+  std::string what_;
+};
+
+Status CollectiveShape(InferenceContext* c) {
+  int op = 0;
+  TF_RETURN_IF_ERROR(c->GetAttr("op", &op));
+  for (int i = 0; i < c->num_outputs(); ++i) {
+    ShapeHandle in = c->input(i);
+    if (op == HB_ALLGATHER || op == HB_REDUCESCATTER) {
+      ShapeHandle out;
+      if (c->RankKnown(in) && c->Rank(in) > 0) {
+        TF_RETURN_IF_ERROR(
+            c->ReplaceDim(in, 0, c->UnknownDim(), &out));
+      } else {
+        out = c->UnknownShape();
+      }
+      c->set_output(i, out);
+    } else {
+      c->set_output(i, in);
+    }
+  }
+  return Status();
+}
+
+#define HB_TF_TYPES \
+  "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
+
+REGISTER_OP("HbcoreCollective")
+    .Input("tensors: T")
+    .Input("names: string")
+    .Output("outputs: T")
+    .Attr("T: list(" HB_TF_TYPES ") >= 1")
+    .Attr("op: int")
+    .Attr("reduce_op: int = 1")
+    .Attr("root_rank: int = 0")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .SetIsStateful()
+    .SetShapeFn(CollectiveShape)
+    .Doc("Allreduce/allgather/broadcast/reducescatter of tensors announced "
+         "together to the hbcore runtime.");
+
+REGISTER_OP("HbcoreAlltoall")
+    .Input("tensor: T")
+    .Input("splits: int64")
+    .Input("tensor_name: string")
+    .Output("output: T")
+    .Output("received_splits: int64")
+    .Attr("T: " HB_TF_TYPES)
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle out;
+      if (c->RankKnown(c->input(0)) && c->Rank(c->input(0)) > 0) {
+        TF_RETURN_IF_ERROR(
+            c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out));
+      } else {
+        out = c->UnknownShape();
+      }
+      c->set_output(0, out);
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return Status();
+    });
+
+REGISTER_OP("HbcoreJoin")
+    .Input("tensor_name: string")
+    .Output("last_joined_rank: int32")
+    .Attr("op: int = 6")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape);
+
+REGISTER_OP("HbcoreBarrier")
+    .Input("tensor_name: string")
+    .Attr("op: int = 5")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs);
+
+REGISTER_OP("HbcoreTopology")
+    .Output("value: int32")
+    .Attr("what: {'rank', 'size', 'local_rank', 'local_size', 'cross_rank', "
+          "'cross_size'}")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape);
+
+REGISTER_KERNEL_BUILDER(Name("HbcoreCollective").Device(tensorflow::DEVICE_CPU),
+                        CollectiveOp);
+REGISTER_KERNEL_BUILDER(Name("HbcoreAlltoall").Device(tensorflow::DEVICE_CPU),
+                        AlltoallOp);
+REGISTER_KERNEL_BUILDER(Name("HbcoreJoin").Device(tensorflow::DEVICE_CPU),
+                        ControlOp);
+REGISTER_KERNEL_BUILDER(Name("HbcoreBarrier").Device(tensorflow::DEVICE_CPU),
+                        ControlOp);
+REGISTER_KERNEL_BUILDER(Name("HbcoreTopology").Device(tensorflow::DEVICE_CPU),
+                        TopologyOp);
+
+}  // namespace hbcore_tf
