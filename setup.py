@@ -25,6 +25,8 @@ VERSION = "0.1.0"
 def find_mpi():
     """Returns (include_dir, lib_dir) of the MPI to build against."""
     home = os.environ.get("HB_MPI_HOME")
+    if home and not os.path.exists(os.path.join(home, "include", "mpi.h")):
+        raise RuntimeError("hbcore: HB_MPI_HOME=%s has no include/mpi.h" % home)
     candidates = [home] if home else []
     try:
         from importlib import metadata
@@ -51,7 +53,8 @@ def find_mpi():
 
 def mpi_link_arg(lib_dir):
     """Link against libmpi by its versioned name so no dev symlink is needed."""
-    for name in ("libmpi.so.12", "libmpi.so.40", "libmpi.so"):
+    # The MPICH ABI only: Open MPI (libmpi.so.40) is not supported.
+    for name in ("libmpi.so.12", "libmpi.so"):
         if os.path.exists(os.path.join(lib_dir, name)):
             return "-l:" + name
     return "-lmpi"

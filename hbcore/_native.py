@@ -30,6 +30,7 @@ def load_mpi() -> Optional[str]:
     errors = []
     for path in _candidates():
         if os.path.sep in path and not os.path.exists(path):
+            errors.append("%s: no such file" % path)
             continue
         try:
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -39,6 +40,7 @@ def load_mpi() -> Optional[str]:
     if os.environ.get("HB_MPI_LIBRARY"):
         raise ImportError("hbcore: cannot load HB_MPI_LIBRARY=%s: %s"
                           % (os.environ["HB_MPI_LIBRARY"], "; ".join(errors)))
+    # Else rely on the dynamic linker (rpath of libhbcore, ld.so.conf).
     return None
 
 

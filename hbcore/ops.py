@@ -98,7 +98,7 @@ def _dtype_code(array: np.ndarray) -> int:
 
 
 def _as_input(tensor: Any) -> np.ndarray:
-    array = np.ascontiguousarray(tensor)
+    array = np.asarray(tensor, order="C")  # keeps 0-d arrays 0-d
     _dtype_code(array)
     return array
 

@@ -1,6 +1,7 @@
 // The C API: a thin shell over the one Runtime of the process.
 #include "hbcore/c_api.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -39,12 +40,24 @@ int WithTopology(F field) {
 extern "C" {
 
 int hb_init(char* err, size_t err_len) {
+  std::unique_ptr<hbcore::Runtime> stale;
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_runtime) return HB_OK;
+  if (g_runtime && !g_runtime->stopped()) return HB_OK;
+  // A runtime stopped by a shutdown elsewhere is replaced: every rank is
+  // expected to call init again after such a shutdown.
+  stale.swap(g_runtime);
+  stale.reset();
   hbcore::Status s = hbcore::Runtime::Create(&g_runtime);
   if (!s.ok()) {
     CopyError(s.message(), err, err_len);
     return s.code();
+  }
+  // A process that exits without hb_shutdown still tells its peers. This
+  // handler is registered after MPI's finalizer, so it runs before it.
+  static bool exit_handler_registered = false;
+  if (!exit_handler_registered) {
+    std::atexit([] { hb_shutdown(); });
+    exit_handler_registered = true;
   }
   return HB_OK;
 }

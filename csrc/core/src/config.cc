@@ -91,8 +91,8 @@ Status ParseConfig(const EnvLookup& getenv, Config* config) {
   s = ReadNonNegativeDouble(getenv, "CYCLE_TIME", &c.cycle_time_ms);
   if (!s.ok()) return s;
   if (c.cycle_time_ms > 10000) {
-    return Status(HB_ERR_CONFIG,
-                  "invalid value for HB_CYCLE_TIME: must be at most 10000 ms");
+    return BadValue(Lookup(getenv, "CYCLE_TIME"),
+                    "a number of milliseconds in [0, 10000]");
   }
 
   int64_t cache = c.cache_capacity;
@@ -134,7 +134,7 @@ std::string Config::ToString() const {
       << "HB_TIMELINE=" << timeline_path << "\n"
       << "HB_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"
       << "HB_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds << "\n"
-      << "HB_LOG_LEVEL=" << static_cast<int>(log_level) << "\n";
+      << "HB_LOG_LEVEL=" << LogLevelName(log_level) << "\n";
   return out.str();
 }
 

@@ -162,7 +162,9 @@ ResponseList Controller::Coordinate(const std::vector<std::string>& gathered) {
           << " s ago but not yet by rank(s) " << Ranks(stall.missing_ranks)
           << ": those ranks may have diverged (different tensor names or "
              "control flow), or be slower";
-      HB_LOG(kWarning, "Stall: " << msg.str());
+      if (config_.stall_check_seconds > 0) {
+        HB_LOG(kWarning, "Stall: " << msg.str());
+      }
       if (config_.stall_shutdown_seconds > 0 &&
           stall.age_seconds >= config_.stall_shutdown_seconds &&
           !out.shutdown) {

@@ -44,7 +44,7 @@ std::string Disagreement(
 
 std::string TrailingDims(const Request& r) {
   Shape rest(r.shape.begin() + (r.shape.empty() ? 0 : 1), r.shape.end());
-  return "rank " + std::to_string(r.shape.size()) + " with trailing dims " +
+  return std::to_string(r.shape.size()) + "-d shape with trailing dimensions " +
          ShapeString(rest);
 }
 

@@ -218,7 +218,7 @@ Status Executor::Allgather(const Response& r, TensorEntry* e,
   Shape out_shape = RowShape(r.shape);
   out_shape.insert(out_shape.begin(), rows);
   void* out = AllocateOutput(e, out_shape, &scratch_, rows * row);
-  if (out == nullptr) {
+  if (out == nullptr && rows * row > 0) {
     return Status::Internal("output allocation failed for tensor '" + r.name +
                             "'");
   }
@@ -258,7 +258,7 @@ Status Executor::Alltoall(const Response& r, TensorEntry* e, Backend* backend,
   Shape out_shape = RowShape(r.shape);
   out_shape.insert(out_shape.begin(), rows);
   void* out = AllocateOutput(e, out_shape, &scratch_, rows * row);
-  if (out == nullptr) {
+  if (out == nullptr && rows * row > 0) {
     return Status::Internal("output allocation failed for tensor '" + r.name +
                             "'");
   }
@@ -285,7 +285,7 @@ Status Executor::Reducescatter(const Response& r, TensorEntry* e,
     in = buffer;
   }
   void* out = AllocateOutput(e, out_shape, &scratch_, counts[rank_] * elem);
-  if (out == nullptr) {
+  if (out == nullptr && counts[rank_] > 0) {
     return Status::Internal("output allocation failed for tensor '" + r.name +
                             "'");
   }

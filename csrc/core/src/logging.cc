@@ -14,7 +14,9 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kWarning)};
 std::atomic<int> g_rank{-1};
 
-const char* LevelName(LogLevel level) {
+}  // namespace
+
+const char* LogLevelName(LogLevel level) {
   switch (level) {
     case LogLevel::kTrace: return "TRACE";
     case LogLevel::kDebug: return "DEBUG";
@@ -26,8 +28,6 @@ const char* LevelName(LogLevel level) {
   return "?";
 }
 
-}  // namespace
-
 bool ParseLogLevel(const std::string& text, LogLevel* level) {
   std::string t = text;
   std::transform(t.begin(), t.end(), t.begin(),
@@ -36,7 +36,7 @@ bool ParseLogLevel(const std::string& text, LogLevel* level) {
                           LogLevel::kInfo,  LogLevel::kWarning,
                           LogLevel::kError, LogLevel::kFatal};
   for (LogLevel l : all) {
-    if (t == LevelName(l)) {
+    if (t == LogLevelName(l)) {
       *level = l;
       return true;
     }
@@ -58,10 +58,10 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level; }
 void LogLine(LogLevel level, const std::string& message) {
   int rank = g_rank;
   if (rank >= 0) {
-    std::fprintf(stderr, "[hbcore %s rank %d] %s\n", LevelName(level), rank,
+    std::fprintf(stderr, "[hbcore %s rank %d] %s\n", LogLevelName(level), rank,
                  message.c_str());
   } else {
-    std::fprintf(stderr, "[hbcore %s rank ?] %s\n", LevelName(level),
+    std::fprintf(stderr, "[hbcore %s rank ?] %s\n", LogLevelName(level),
                  message.c_str());
   }
   std::fflush(stderr);

@@ -12,6 +12,7 @@ enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarning, kError, kFatal };
 
 // Returns false when `text` names no level.
 bool ParseLogLevel(const std::string& text, LogLevel* level);
+const char* LogLevelName(LogLevel level);
 
 void SetLogContext(LogLevel level, int rank);
 bool LogEnabled(LogLevel level);

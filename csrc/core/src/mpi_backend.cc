@@ -53,11 +53,10 @@ int OpIndex(ReduceOp op) {
   }
 }
 
-Status TooLarge(const char* what, int64_t bytes) {
-  return Status::Unsupported(std::string(what) + " of " +
-                             std::to_string(bytes) +
-                             " bytes per rank exceeds the 2 GiB MPI count "
-                             "limit of this backend");
+Status TooLarge(const char* what) {
+  return Status::Unsupported(std::string(what) +
+                             ": a count or offset exceeds MPI's int range "
+                             "(2^31 - 1); split the tensor");
 }
 
 std::vector<int> ToIntCounts(const std::vector<int64_t>& v, bool* ok) {
@@ -154,7 +153,7 @@ Status MpiBackend::Allgatherv(const void* in, void* out,
   bool ok = true;
   std::vector<int> counts = ToIntCounts(bytes_per_rank, &ok);
   std::vector<int> displs = Displacements(counts, &ok);
-  if (!ok) return TooLarge("allgather", bytes_per_rank[rank_]);
+  if (!ok) return TooLarge("allgather");
   int rc = MPI_Allgatherv(in, counts[rank_], MPI_BYTE, out, counts.data(),
                           displs.data(), MPI_BYTE, comm_);
   return MpiStatus(rc, "MPI_Allgatherv");
@@ -179,7 +178,7 @@ Status MpiBackend::Alltoallv(const void* in,
   std::vector<int> rcounts = ToIntCounts(recv_bytes, &ok);
   std::vector<int> sdispls = Displacements(scounts, &ok);
   std::vector<int> rdispls = Displacements(rcounts, &ok);
-  if (!ok) return TooLarge("alltoall", send_bytes[rank_]);
+  if (!ok) return TooLarge("alltoall");
   int rc = MPI_Alltoallv(in, scounts.data(), sdispls.data(), MPI_BYTE, out,
                          rcounts.data(), rdispls.data(), MPI_BYTE, comm_);
   return MpiStatus(rc, "MPI_Alltoallv");
@@ -195,7 +194,7 @@ Status MpiBackend::Reducescatter(const void* in, void* out,
   }
   bool ok = true;
   std::vector<int> icounts = ToIntCounts(counts, &ok);
-  if (!ok) return TooLarge("reducescatter", counts[rank_]);
+  if (!ok) return TooLarge("reducescatter");
   int rc = MPI_Reduce_scatter(in, out, icounts.data(), MpiType(dtype), mpi_op,
                               comm_);
   return MpiStatus(rc, "MPI_Reduce_scatter");

@@ -50,10 +50,13 @@ Status Runtime::Start() {
     HB_LOG(kWarning, "MPI does not provide MPI_THREAD_MULTIPLE; calling MPI "
                      "from other threads while hbcore runs is unsafe");
   }
+  Status timeline = Status::OK();
   if (!config_.timeline_path.empty() && topo.rank == 0) {
-    s = timeline_.Open(config_.timeline_path);
-    if (!s.ok()) return s;
+    timeline = timeline_.Open(config_.timeline_path);
   }
+  s = CheckSharedSettings(timeline.ok());
+  if (!timeline.ok()) return timeline;
+  if (!s.ok()) return s;
   controller_ = std::make_unique<Controller>(transport_->control(), config_);
   executor_ = std::make_unique<Executor>(
       topo.rank, topo.size, std::vector<Backend*>{transport_->cpu_backend()},
@@ -61,6 +64,37 @@ Status Runtime::Start() {
   last_stall_check_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
+}
+
+Status Runtime::CheckSharedSettings(bool timeline_ok) {
+  // A different cache capacity changes the length of every cycle's
+  // bit-vector, a different fusion threshold the fusion plan: either would
+  // corrupt the collectives, so init fails on every rank instead. Equality
+  // travels through the AND-allreduce as (v, ~v): all equal iff the results
+  // are still complements.
+  const uint64_t cache = static_cast<uint64_t>(config_.cache_capacity);
+  const uint64_t fusion = static_cast<uint64_t>(config_.fusion_threshold_bytes);
+  std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion,
+                                 timeline_ok ? ~uint64_t{0} : 0};
+  Status s = transport_->control()->AllreduceAnd(&words);
+  if (!s.ok()) return s;
+  auto differs = [](const char* name, uint64_t mine) {
+    return Status(HB_ERR_CONFIG, std::string(name) +
+                                     " must be the same on every rank (this "
+                                     "rank has " + std::to_string(mine) + ")");
+  };
+  if (words[0] != ~words[1]) return differs("HB_CACHE_CAPACITY", cache);
+  if (words[2] != ~words[3]) return differs("HB_FUSION_THRESHOLD", fusion);
+  if (words[4] == 0) {
+    return Status(HB_ERR_CONFIG, "rank 0 could not open the timeline file '" +
+                                     config_.timeline_path + "' (HB_TIMELINE)");
+  }
+  return Status::OK();
+}
+
+bool Runtime::stopped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopped_;
 }
 
 Runtime::~Runtime() { Shutdown(); }
@@ -229,7 +263,15 @@ void Runtime::Shutdown() {
     }
     cv_.notify_one();
   }
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      // exit() called on the background thread itself (an MPI fatal error
+      // handler does that): it cannot wait for itself.
+      thread_.detach();
+      return;
+    }
+    thread_.join();
+  }
   timeline_.Close();
 }
 

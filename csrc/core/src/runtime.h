@@ -46,6 +46,8 @@ class Runtime {
   const Config& config() const { return config_; }
 
   Status Enqueue(const hb_request* requests, int count);
+  // True once the background loop ended (a shutdown anywhere, or a failure).
+  bool stopped();
   // Negotiated shutdown: every pending request on every rank fails with a
   // message naming this rank. Blocks until the background thread ends.
   void Shutdown();
@@ -53,6 +55,7 @@ class Runtime {
  private:
   explicit Runtime(const Config& config);
   Status Start();
+  Status CheckSharedSettings(bool timeline_ok);
   Status Validate(const hb_request& r, TensorEntry* entry) const;
 
   // Background thread.

@@ -4,7 +4,8 @@
  *
  * Contract:
  *  - hb_init() creates the one runtime of this process (idempotent); every
- *    other call except the hb_build_* queries needs it.
+ *    other call except hb_version, hb_mpi_library_version and hb_nccl_built
+ *    needs it. hb_init is collective: every rank calls it.
  *  - hb_enqueue() validates what can be checked locally and returns at once;
  *    it never waits for other ranks. The request's `done` callback is called
  *    exactly once, from the core's background thread, for every request that
