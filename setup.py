@@ -104,9 +104,12 @@ class BuildNative(build_ext):
         # where the mpich wheel keeps libmpi.so.12.
         rpath = "-Wl,-rpath,$ORIGIN/../../..:" + mpi_lib
         lib = os.path.join(out_dir, "libhbcore.so")
+        # Outputs are written beside and renamed into place, so a process
+        # that has the old library loaded keeps a valid file.
         subprocess.check_call(cxx + flags + ["-shared", "-Wl,-soname,libhbcore.so"]
                               + objects + ["-L", mpi_lib, mpi_link_arg(mpi_lib),
-                                           rpath, "-o", lib])
+                                           rpath, "-o", lib + ".tmp"])
+        os.replace(lib + ".tmp", lib)
 
         # Sources the TF op library is compiled from at first import of
         # hbcore_tf, against whatever TensorFlow is installed then.
@@ -126,14 +129,17 @@ class BuildNative(build_ext):
                            "-I", pybind11.get_include(), "-I", py_inc,
                            os.path.join(ROOT, "csrc", "python", "module.cc"),
                            "-L", out_dir, "-lhbcore", "-Wl,-rpath,$ORIGIN",
-                           "-o", module])
+                           "-o", module + ".tmp"])
+        os.replace(module + ".tmp", module)
 
     def copy_extensions_to_source(self):
         # --inplace / editable installs: the core library travels with the
         # module it is linked to ($ORIGIN).
         super().copy_extensions_to_source()
         built = os.path.join(os.path.abspath(self.build_lib), "hbcore", "libhbcore.so")
-        shutil.copy2(built, os.path.join(ROOT, "hbcore", "libhbcore.so"))
+        target = os.path.join(ROOT, "hbcore", "libhbcore.so")
+        shutil.copy2(built, target + ".tmp")
+        os.replace(target + ".tmp", target)
 
 
 setup(

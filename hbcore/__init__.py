@@ -7,25 +7,51 @@
 Collectives take numpy arrays and follow horovod.torch's names and
 semantics; see hbcore.ops. Launch jobs with ``hbrun -np N python script.py``
 or ``hbcore.run(fn, np=N)``.
+
+Importing the package is cheap: the native core (and MPI) load on first use
+of a name that needs them, so ``hbrun`` and ``hbrun --check-build`` start
+fast and still work when the core cannot load.
 """
-from hbcore.basics import (build_info, cross_rank, cross_size, gloo_built,
-                           gloo_enabled, init, is_initialized, local_rank,
-                           local_size, mpi_built, mpi_enabled,
-                           mpi_threads_supported, nccl_built, rank, shutdown,
-                           size)
-from hbcore.exceptions import (HbcoreError, HorovodInternalError,
-                               InvalidArgumentError, MismatchError,
-                               NotInitializedError, ShutdownError)
-from hbcore.objects import allgather_object, broadcast_object
-from hbcore.ops import (Adasum, Average, Handle, Max, Min, Product, ReduceOp,
-                        Sum, allgather, allgather_async, allreduce,
-                        allreduce_, allreduce_async, allreduce_async_,
-                        alltoall, alltoall_async, barrier, broadcast,
-                        broadcast_, broadcast_async, broadcast_async_,
-                        grouped_allgather, grouped_allreduce,
-                        grouped_allreduce_, grouped_allreduce_async,
-                        grouped_allreduce_async_, grouped_reducescatter, join,
-                        poll, reducescatter, reducescatter_async, synchronize)
-from hbcore.run import run
+import importlib
+from typing import Any, Dict, List
 
 __version__ = "0.1.0"
+
+# Public name -> submodule that defines it.
+_EXPORTS: Dict[str, str] = {}
+for _module, _names in {
+    "hbcore.basics": (
+        "init shutdown is_initialized rank size local_rank local_size "
+        "cross_rank cross_size mpi_threads_supported mpi_built mpi_enabled "
+        "gloo_built gloo_enabled nccl_built build_info"),
+    "hbcore.ops": (
+        "ReduceOp Average Sum Adasum Min Max Product Handle synchronize poll "
+        "allreduce allreduce_async allreduce_ allreduce_async_ "
+        "grouped_allreduce grouped_allreduce_async grouped_allreduce_ "
+        "grouped_allreduce_async_ allgather allgather_async grouped_allgather "
+        "broadcast broadcast_async broadcast_ broadcast_async_ alltoall "
+        "alltoall_async reducescatter reducescatter_async "
+        "grouped_reducescatter barrier join"),
+    "hbcore.objects": "broadcast_object allgather_object",
+    "hbcore.exceptions": (
+        "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
+        "NotInitializedError ShutdownError"),
+    "hbcore.launcher.run_fn": "run",
+}.items():
+    for _name in _names.split():
+        _EXPORTS[_name] = _module
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError("module 'hbcore' has no attribute %r" % name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,5 +1,7 @@
 """Process-level API: init, shutdown, topology and build facts."""
 import atexit
+import os
+import sys
 from typing import Dict
 
 from hbcore._native import MPI_LIBRARY, core
@@ -21,6 +23,8 @@ def init() -> None:
     # library imported earlier that might finalise MPI (mpi4py).
     atexit.unregister(_shutdown_at_exit)
     atexit.register(_shutdown_at_exit)
+    if not isinstance(sys.excepthook, _ExitOnUncaught):
+        sys.excepthook = _ExitOnUncaught(sys.excepthook)
 
 
 def shutdown() -> None:
@@ -110,7 +114,14 @@ def build_info() -> Dict[str, object]:
     """Returns what was built and found, for ``hbrun --check-build``."""
     import hbcore
 
+    try:
+        from hbcore_tf._build import cached_library_path
+
+        tf_ops = cached_library_path() or "not built yet (built at first import of hbcore_tf)"
+    except Exception as e:  # TensorFlow missing or unusable
+        tf_ops = "unavailable: %s" % e
     return {
+        "tf_op_library": tf_ops,
         "version": core.version(),
         "core_library": core.__file__,
         "mpi_library": MPI_LIBRARY,
@@ -118,6 +129,32 @@ def build_info() -> Dict[str, object]:
         "nccl_built": core.nccl_built(),
         "package_dir": hbcore.__path__[0],
     }
+
+
+class _ExitOnUncaught:
+    """Ends the process after an uncaught exception, once its traceback is
+    printed and the peers are told (they fail fast naming this rank).
+
+    Without it, a failed rank can hang forever in interpreter teardown:
+    MPI_Finalize (mpi4py's atexit) waits for peers that are blocked in a
+    collective this rank will never join, so no launcher sees it exit. The
+    price: atexit handlers registered by others do not run on this path.
+    """
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, kind, value, traceback) -> None:
+        self.previous(kind, value, traceback)
+        try:
+            _shutdown_at_exit()
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # a closed stream must not block exit
+                    pass
+            os._exit(1)
 
 
 def _shutdown_at_exit() -> None:

@@ -1,0 +1,37 @@
+"""The process launcher behind ``hbrun``, ``hbcore.run`` and
+``python -m hbcore.run``.
+
+Ranks are started through MPI's own launcher (hydra ``mpiexec``), each under
+a small wrapper that prefixes its output with the rank and reports how it
+ended, so the first failing rank stops the whole job within seconds.
+
+Modules, one job each:
+    cli          hbrun's flags, flags -> HB_* variables, main()
+    mpiexec      finding hydra's mpiexec, building its command line
+    hosts        -H / --hostfile parsing
+    supervisor   running mpiexec, first-failure detection, teardown
+    output       hbrun-side relay of the ranks' output
+    rank_wrapper rank-side: runs the command, forwards signals, reports
+    rank_output  rank-side: rank-prefixed output lines
+    run_fn       hbcore.run(fn, ...) and its rank side run_task
+    devices      one worker per visible GPU for ``python -m hbcore.run``
+    check_build  hbrun --check-build
+
+Nothing here imports the native core: the launcher must work (and
+--check-build must report) before and without a built core.
+"""
+
+__all__ = ["LauncherError", "LaunchResult", "launch"]
+
+# Exported lazily: "import hbcore" imports hbcore.run, which imports this
+# package; the supervisor (psutil, subprocess, ...) loads only when used.
+_EXPORTS = {"LauncherError": "hbcore.launcher.errors",
+            "LaunchResult": "hbcore.launcher.supervisor",
+            "launch": "hbcore.launcher.supervisor"}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

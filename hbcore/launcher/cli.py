@@ -1,0 +1,318 @@
+"""``hbrun``: the command line launcher (console script ``hbrun``).
+
+    hbrun -np 4 python train.py --lr 0.1
+    hbrun -np 8 -H host1:4,host2:4 --timeline-filename tl.json python train.py
+    hbrun --check-build
+
+Flags follow horovodrun.  Tuning flags become HB_* variables on every rank;
+everything else of the environment is passed through as well.
+"""
+
+import argparse
+import os
+import shlex
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from hbcore.launcher.errors import LauncherError
+from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
+                                   total_slots)
+from hbcore.launcher.supervisor import launch
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+
+EPILOG = """\
+output:
+  Every line a rank prints is prefixed with its rank and stream:
+    [1]<stdout>:text printed by rank 1
+    [0]<stderr>:Traceback (most recent call last):
+  With --output-filename DIR, each rank's raw (unprefixed) output is also
+  written to DIR/rank.N/stdout and DIR/rank.N/stderr.
+
+failures:
+  When a rank exits with a nonzero code or is killed by a signal, the
+  launcher stops all other ranks (SIGTERM, then SIGKILL after a few
+  seconds) and prints one line on stderr naming the first rank that
+  failed, e.g.
+    {prog}: rank 1 failed first: exited with code 3 [host h1, pid 4242]; stopped the remaining ranks
+    {prog}: rank 2 failed first: killed by signal SIGKILL (9) [host h1, pid 4243]; stopped the remaining ranks
+  Exit status: 0 if every rank exited 0, else the first failing rank's exit
+  code, or 128 + signal number if it was killed by a signal (130 when the
+  launcher itself gets Ctrl-C).
+
+environment:
+  --fusion-threshold-mb -> HB_FUSION_THRESHOLD (bytes), --cycle-time-ms ->
+  HB_CYCLE_TIME, --cache-capacity -> HB_CACHE_CAPACITY, --timeline-filename
+  -> HB_TIMELINE, --stall-check-warning-time-seconds ->
+  HB_STALL_CHECK_TIME_SECONDS, --stall-check-shutdown-time-seconds ->
+  HB_STALL_SHUTDOWN_TIME_SECONDS, --log-level -> HB_LOG_LEVEL.
+  HB_MPIEXEC selects the hydra mpiexec to use (default: the one next to
+  this Python, then PATH).
+"""
+
+
+def _number(text: str, kind: type, minimum: float, inclusive: bool,
+            what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "expected %s, got %r" % (what, text)) from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
+    if value < minimum or (not inclusive and value == minimum):
+        raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
+    return value
+
+
+def _positive_int(text: str) -> int:
+    return _number(text, int, 0, False, "an integer >= 1")
+
+
+def _non_negative_int(text: str) -> int:
+    return _number(text, int, 0, True, "an integer >= 0")
+
+
+def _positive_float(text: str) -> float:
+    return _number(text, float, 0.0, False, "a number > 0")
+
+
+def _non_negative_float(text: str) -> float:
+    return _number(text, float, 0.0, True, "a number >= 0")
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            "expected one of %s, got %r" % ("/".join(LOG_LEVELS), text))
+    return text.upper()
+
+
+def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds the flags that map onto HB_* variables, and the output flags.
+
+    Args:
+        parser: The parser to extend (hbrun's or ``python -m hbcore.run``'s).
+    """
+    tuning = parser.add_argument_group("tuning (set HB_* on every rank)")
+    tuning.add_argument("--fusion-threshold-mb", type=_non_negative_float,
+                        metavar="MB",
+                        help="fusion buffer size in MiB (0 disables fusion)")
+    tuning.add_argument("--cycle-time-ms", type=_positive_float, metavar="MS",
+                        help="background cycle time in milliseconds")
+    tuning.add_argument("--cache-capacity", type=_non_negative_int,
+                        metavar="N",
+                        help="response cache entries (0 disables the cache)")
+    tuning.add_argument("--timeline-filename", metavar="FILE",
+                        help="write a Chrome trace timeline to FILE")
+    tuning.add_argument("--stall-check-warning-time-seconds",
+                        type=_non_negative_float, metavar="S",
+                        help="warn about tensors stalled this long")
+    tuning.add_argument("--stall-check-shutdown-time-seconds",
+                        type=_non_negative_float, metavar="S",
+                        help="fail when a tensor stalls this long (0: never)")
+    tuning.add_argument("--log-level", type=_log_level, metavar="LEVEL",
+                        help="one of " + ", ".join(LOG_LEVELS))
+    launcher = parser.add_argument_group("launcher")
+    launcher.add_argument("--output-filename", metavar="DIR",
+                          help="also write each rank's output to "
+                               "DIR/rank.N/{stdout,stderr}")
+    launcher.add_argument("--mpi-args", metavar="ARGS", default="",
+                          help="extra arguments for mpiexec, one string "
+                               "(write --mpi-args=\"-bind-to core\" when it "
+                               "starts with -)")
+    launcher.add_argument("--verbose", action="store_true",
+                          help="print the mpiexec command line")
+
+
+def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
+    """Builds hbrun's argument parser.
+
+    Args:
+        prog: Program name shown in usage and errors.
+
+    Returns:
+        The parser; ``args.command`` holds the command and its own flags.
+    """
+    parser = argparse.ArgumentParser(
+        prog=prog, allow_abbrev=False, epilog=EPILOG.format(prog=prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Launch a command on N ranks through MPI's launcher.")
+    parser.add_argument("-np", "--num-proc", dest="np", type=_positive_int,
+                        metavar="N", help="number of ranks (default: the "
+                        "total slots of -H/--hostfile)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", metavar="HOSTS",
+                       help="hosts and slots, e.g. host1:2,host2:2")
+    where.add_argument("--hostfile", metavar="FILE",
+                       help="file of 'host slots=N' or 'host:N' lines")
+    add_tuning_flags(parser)
+    parser.add_argument("--check-build", action="store_true",
+                        help="print what was built and found, and exit")
+    # REMAINDER: everything from the command on belongs to the command, so
+    # "hbrun -np 2 python train.py --verbose" passes --verbose to train.py.
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="the command each rank runs")
+    return parser
+
+
+def _format_number(value: float) -> str:
+    # "1" rather than "1.0" for whole numbers; full precision otherwise.
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def flags_to_env(args: argparse.Namespace) -> Dict[str, str]:
+    """Maps parsed tuning flags onto HB_* environment variables.
+
+    Args:
+        args: Parsed arguments (flags that were not given are None).
+
+    Returns:
+        The variables to set on every rank; unset flags are left out so
+        the ranks' own environment (or the core's default) applies.
+    """
+    env = {}
+    if args.fusion_threshold_mb is not None:
+        env["HB_FUSION_THRESHOLD"] = str(
+            int(round(args.fusion_threshold_mb * 1024 * 1024)))
+    if args.cycle_time_ms is not None:
+        env["HB_CYCLE_TIME"] = _format_number(args.cycle_time_ms)
+    if args.cache_capacity is not None:
+        env["HB_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.timeline_filename is not None:
+        # Absolute, so a rank that changes directory writes the same file.
+        env["HB_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    if args.stall_check_warning_time_seconds is not None:
+        env["HB_STALL_CHECK_TIME_SECONDS"] = _format_number(
+            args.stall_check_warning_time_seconds)
+    if args.stall_check_shutdown_time_seconds is not None:
+        env["HB_STALL_SHUTDOWN_TIME_SECONDS"] = _format_number(
+            args.stall_check_shutdown_time_seconds)
+    if args.log_level is not None:
+        env["HB_LOG_LEVEL"] = args.log_level
+    return env
+
+
+def validate_common(parser: argparse.ArgumentParser,
+                    args: argparse.Namespace) -> None:
+    """Checks what argparse cannot check per flag; exits 2 on an error.
+
+    Also normalises ``args.command`` (drops a leading ``--``) and splits
+    ``args.mpi_args`` into a list.
+
+    Args:
+        parser: The parser (for ``parser.error``).
+        args: Parsed arguments.
+    """
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command and not getattr(args, "check_build", False):
+        parser.error("no command given (e.g. %s python train.py)"
+                     % parser.prog)
+    warn = args.stall_check_warning_time_seconds
+    stop = args.stall_check_shutdown_time_seconds
+    if warn is not None and stop and stop < warn:
+        parser.error("argument --stall-check-shutdown-time-seconds: %s is "
+                     "less than --stall-check-warning-time-seconds %s"
+                     % (_format_number(stop), _format_number(warn)))
+    try:
+        args.mpi_args = shlex.split(args.mpi_args or "")
+    except ValueError as exc:
+        parser.error("argument --mpi-args: %s" % exc)
+
+
+def _resolve_hosts(parser: argparse.ArgumentParser,
+                   args: argparse.Namespace) -> Optional[List[Host]]:
+    try:
+        if args.hosts is not None:
+            hosts = parse_hosts(args.hosts)
+        elif args.hostfile is not None:
+            hosts = parse_hostfile(args.hostfile)
+        else:
+            hosts = None
+    except (ValueError, OSError) as exc:
+        flag = "-H/--hosts" if args.hosts is not None else "--hostfile"
+        parser.error("argument %s: %s" % (flag, exc))
+    if args.np is None:
+        if hosts is None:
+            parser.error("argument -np/--num-proc is required "
+                         "(or give -H/--hostfile)")
+        args.np = total_slots(hosts)
+    elif hosts is not None and args.np > total_slots(hosts):
+        parser.error("argument -np/--num-proc: %d ranks do not fit in the %d "
+                     "slots of the host list" % (args.np, total_slots(hosts)))
+    return hosts
+
+
+def parse_args(argv: Optional[Sequence[str]] = None
+               ) -> Tuple[argparse.Namespace, Optional[List[Host]]]:
+    """Parses and validates hbrun's command line.
+
+    Args:
+        argv: Arguments without the program name (default: sys.argv[1:]).
+
+    Returns:
+        (args, hosts); hosts is None for a local run.
+
+    Raises:
+        SystemExit: With code 2 and a message naming the flag, on bad
+            arguments; with code 0 for --help.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    validate_common(parser, args)
+    if args.check_build:
+        return args, None
+    return args, _resolve_hosts(parser, args)
+
+
+def run_job(args: argparse.Namespace, np: int, hosts: Optional[List[Host]],
+            per_rank_env: Optional[List[Dict[str, str]]] = None,
+            program: str = "hbrun") -> int:
+    """Launches a parsed command line and reports the outcome.
+
+    Args:
+        args: Validated arguments (``validate_common`` ran).
+        np: Number of ranks.
+        hosts: Hosts, or None for this host.
+        per_rank_env: Extra variables per rank, or None.
+        program: Name starting the report line.
+
+    Returns:
+        The exit code for the launcher process.
+    """
+    output_dir = (os.path.abspath(args.output_filename)
+                  if args.output_filename else None)
+    try:
+        result = launch(args.command, np, hosts=hosts,
+                        env=flags_to_env(args), mpi_args=args.mpi_args,
+                        output_dir=output_dir, per_rank_env=per_rank_env,
+                        verbose=args.verbose)
+    except LauncherError as exc:
+        sys.stderr.write("%s: error: %s\n" % (program, exc))
+        return 1
+    message = result.message(program)
+    if message:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
+    return result.exit_code
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``hbrun``.
+
+    Args:
+        argv: Arguments without the program name (default: sys.argv[1:]).
+
+    Returns:
+        The process exit code (see the --help epilog).
+    """
+    args, hosts = parse_args(argv)
+    if args.check_build:
+        from hbcore.launcher.check_build import print_report
+        return print_report()
+    return run_job(args, args.np, hosts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""Runs one rank's command as a child and reports how it ended.
+
+hbrun starts every rank as ``python .../rank_wrapper.py [--output-dir DIR]
+-- CMD...`` under mpiexec.  The wrapper
+
+- starts CMD as its child, with the child's stdout/stderr on pipes that are
+  copied line by line with a rank prefix (rank_output.py);
+- forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the child;
+- arranges (Linux ``PR_SET_PDEATHSIG``) that the child is killed if the
+  wrapper itself dies, so a rank never outlives its wrapper as an orphan;
+- when the child ends with a nonzero code or by a signal, writes one status
+  line (``STATUS_MARKER`` + JSON) on stderr.  hbrun reads mpiexec's stderr,
+  hides these lines, and stops the whole job on the first one.
+
+Why a status line on stderr and not a status file: stderr reaches hbrun
+through hydra from every host, so failure detection also works for ranks on
+other machines, without a shared file system.
+
+Why a wrapper at all: hydra does not end the job when a rank exits with a
+nonzero code before MPI is initialised (or while the others sleep or wait on
+each other); it waits forever.  And when a rank dies by a signal, hydra's
+report names the wrong process.  The wrapper tells hbrun exactly which rank
+ended and how.
+
+The wrapper is run by file path, not with ``-m hbcore.launcher...``: that
+would import the ``hbcore`` package (and with it the native core and MPI
+library) in every wrapper, and make the launch fail when the core is
+broken.  So this file and rank_output.py use the standard library only.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+if __package__:
+    from hbcore.launcher.rank_output import (LinePump, STDERR, STDOUT,
+                                             line_prefix, rank_dir_name,
+                                             write_all)
+else:  # run by path: sys.path[0] is this directory
+    from rank_output import (LinePump, STDERR, STDOUT, line_prefix,  # type: ignore
+                             rank_dir_name, write_all)
+
+# Starts a status line on the wrapper's stderr; chosen so that no program
+# prints it by accident.
+STATUS_MARKER = b"@@hbrun-rank-status@@ "
+
+# Signals the wrapper passes on to the rank's process.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                     signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+# How long to wait, after the child ended, for its output pipes to drain.
+# A grandchild that inherited the pipes can keep them open forever; the
+# status must be reported anyway.
+_DRAIN_TIMEOUT_S = 2.0
+
+_RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+
+class RankStatus(NamedTuple):
+    """How a rank's process ended, as reported by its wrapper.
+
+    Exactly one of ``exit_code`` and ``signal`` is set.
+    """
+    rank: int
+    exit_code: Optional[int]
+    signal: Optional[int]
+    host: str
+    pid: int
+    time: float
+
+    def describe(self) -> str:
+        """Returns e.g. ``"exited with code 3"`` or
+        ``"killed by signal SIGKILL (9)"``."""
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = "signal %d" % self.signal
+            return "killed by signal %s (%d)" % (name, self.signal)
+        return "exited with code %d" % self.exit_code
+
+    @property
+    def shell_code(self) -> int:
+        """The exit code a shell would report: the code, or 128 + signal."""
+        if self.signal is not None:
+            return 128 + self.signal
+        return int(self.exit_code)
+
+
+def format_status(status: RankStatus) -> bytes:
+    """Encodes a status as one line for the wrapper's stderr.
+
+    Args:
+        status: The rank's status.
+
+    Returns:
+        ``STATUS_MARKER`` followed by JSON and a newline.
+    """
+    return STATUS_MARKER + json.dumps(status._asdict()).encode() + b"\n"
+
+
+def parse_status(line: bytes) -> Optional[RankStatus]:
+    """Decodes a status line written by ``format_status``.
+
+    Args:
+        line: One line of mpiexec's stderr.
+
+    Returns:
+        The status, or None if the line is not a (well formed) status line.
+    """
+    if not line.startswith(STATUS_MARKER):
+        return None
+    try:
+        fields = json.loads(line[len(STATUS_MARKER):].decode())
+        return RankStatus(**fields)
+    except (ValueError, TypeError):
+        return None
+
+
+def env_rank_and_size() -> Tuple[int, int]:
+    """Returns this process's (rank, size) from the MPI launcher's env.
+
+    Returns:
+        (rank, size); (0, 1) when no launcher variables are set.
+    """
+    def first_int(names: Sequence[str], default: int) -> int:
+        for name in names:
+            value = os.environ.get(name)
+            if value is not None and value.strip().isdigit():
+                return int(value)
+        return default
+    return first_int(_RANK_VARS, 0), first_int(_SIZE_VARS, 1)
+
+
+def parent_death_preexec(signum: int = signal.SIGKILL
+                          ) -> Optional[Callable[[], None]]:
+    """Returns a ``preexec_fn`` that makes a child get ``signum`` when the
+    process (strictly: the thread) that started it dies.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere returns None.  Only
+    use it while the calling process runs a single thread: the function runs
+    between fork and exec, where another thread's locks are unusable.
+
+    Args:
+        signum: Signal the child gets when its parent dies.
+
+    Returns:
+        The preexec function, or None where it is not supported.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        # Resolved here, before fork: loading a library in the forked child
+        # is not safe.
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, int(signum))
+        # The parent may have died between fork() and prctl().
+        if os.getppid() != parent:
+            os.kill(os.getpid(), int(signum))
+    return preexec
+
+
+def _parse_args(argv: List[str]) -> Tuple[Optional[str], List[str]]:
+    output_dir = None
+    args = list(argv)
+    while args and args[0] != "--":
+        if args[0] == "--output-dir" and len(args) > 1:
+            output_dir = args[1]
+            args = args[2:]
+        else:
+            raise SystemExit("rank_wrapper: unexpected argument %r" % args[0])
+    command = args[1:]
+    if not command:
+        raise SystemExit("usage: rank_wrapper.py [--output-dir DIR] -- CMD...")
+    return output_dir, command
+
+
+def _open_tee(output_dir: Optional[str], rank: int, size: int,
+              stream: str):
+    if output_dir is None:
+        return None
+    directory = os.path.join(output_dir, rank_dir_name(rank, size))
+    os.makedirs(directory, exist_ok=True)
+    return open(os.path.join(directory, stream), "wb")
+
+
+def run_rank(command: List[str], output_dir: Optional[str] = None) -> int:
+    """Runs one rank's command, relays its output, and reports its end.
+
+    Args:
+        command: The rank's command line.
+        output_dir: If set, raw copies of the output go to
+            ``output_dir/rank.N/stdout`` and ``.../stderr``.
+
+    Returns:
+        The wrapper's exit code: the child's code, or 128 + signal.
+    """
+    rank, size = env_rank_and_size()
+    tees = {name: _open_tee(output_dir, rank, size, name)
+            for name in (STDOUT, STDERR)}
+    try:
+        # close_fds=False: the rank must inherit the descriptors the MPI
+        # launcher gave us, above all hydra's PMI socket (PMI_FD), or
+        # MPI_Init fails.  The wrapper's own files are opened
+        # non-inheritable (PEP 446), so only the launcher's fds pass.
+        # The wrapper keeps its copy of the PMI socket open on purpose:
+        # hydra then notices a rank's death only when the wrapper exits,
+        # after it wrote the status line.  Otherwise hydra may SIGKILL all
+        # wrappers first, and nobody reports which rank failed.
+        child = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, close_fds=False,
+                                 preexec_fn=parent_death_preexec())
+    except OSError as exc:
+        # Like a shell: 127 for "not found", 126 for "cannot execute".
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        write_all(2, line_prefix(rank, STDERR) + (
+            "hbrun: cannot run %r: %s\n" % (command[0], exc.strerror)).encode())
+        write_all(2, format_status(RankStatus(
+            rank, code, None, socket.gethostname(), os.getpid(), time.time())))
+        return code
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
+
+    pumps = [LinePump(child.stdout, 1, line_prefix(rank, STDOUT), tees[STDOUT]),
+             LinePump(child.stderr, 2, line_prefix(rank, STDERR), tees[STDERR])]
+    for pump in pumps:
+        pump.start()
+    returncode = child.wait()
+    ended = time.time()
+    deadline = time.monotonic() + _DRAIN_TIMEOUT_S
+    for pump in pumps:
+        pump.join(max(0.0, deadline - time.monotonic()))
+
+    if returncode == 0:
+        return 0
+    status = RankStatus(
+        rank=rank,
+        exit_code=returncode if returncode > 0 else None,
+        signal=-returncode if returncode < 0 else None,
+        host=socket.gethostname(), pid=child.pid, time=ended)
+    try:
+        write_all(2, format_status(status))
+    except OSError:
+        pass  # hbrun is gone; nobody is left to tell.
+    return status.shell_code
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point: ``rank_wrapper.py [--output-dir DIR] -- CMD...``.
+
+    Args:
+        argv: Arguments without the program name (default: sys.argv[1:]).
+
+    Returns:
+        The exit code for the wrapper process.
+    """
+    output_dir, command = _parse_args(sys.argv[1:] if argv is None else argv)
+    return run_rank(command, output_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

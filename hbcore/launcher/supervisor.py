@@ -1,0 +1,379 @@
+"""Runs mpiexec, stops the whole job on the first rank failure, cleans up.
+
+How failures are detected: every rank runs under the rank wrapper, which
+writes a status line on stderr when its rank exits with a nonzero code or
+is killed by a signal (rank_wrapper.py).  The output relays (output.py)
+hand those lines to the supervisor's event queue.  The first failure status
+ends the wait: the supervisor tears the job down and reports that rank.
+
+Why not rely on mpiexec: hydra waits forever when a rank exits with an
+error code while the others wait for it (before MPI_Init, in a barrier, in
+``time.sleep``), and when a rank dies by a signal it reports the wrong pid.
+
+Teardown, in order (after a quarter second in which the output of ranks
+failing at the same moment can still arrive):
+1. SIGTERM to mpiexec, so hydra stops its proxies and ranks, including
+   those on other hosts, which this process cannot reach.
+2. After at most a second, SIGTERM to every local process of the job still
+   alive: the process tree below mpiexec plus every descendant seen while
+   the job ran (an orphan re-parented to init is no longer "below" anyone).
+3. After the grace period, SIGKILL to whatever is left.
+
+The supervisor also catches SIGINT, SIGTERM and SIGHUP sent to its own
+process (Ctrl-C on hbrun) and tears the job down the same way, so no rank
+outlives hbrun.  mpiexec runs in its own session, so a terminal's Ctrl-C
+reaches hbrun only and the teardown happens once, in order.
+"""
+
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import (Dict, List, Mapping, NamedTuple, Optional, Sequence,
+                    TextIO, Tuple)
+
+import psutil
+
+from hbcore.launcher.errors import LauncherError
+from hbcore.launcher.hosts import Host
+from hbcore.launcher.mpiexec import build_command, find_mpiexec, wrapped_command
+from hbcore.launcher.output import OutputRelay, make_sink
+from hbcore.launcher.rank_wrapper import RankStatus, parent_death_preexec
+
+# Seconds a terminated process gets to exit before it is killed.
+TERMINATE_GRACE_S = 3.0
+# Seconds mpiexec gets to stop its own job before we signal each process.
+_MPIEXEC_STOP_S = 1.0
+# How often the set of the job's processes is refreshed while it runs.
+_TREE_REFRESH_S = 1.0
+# How long to wait for the output relays to finish after mpiexec ended.
+_RELAY_DRAIN_S = 2.0
+# Pause between the first failure and the teardown, so that ranks failing
+# at the same moment (often with a different error) still get their output
+# through mpiexec before it is stopped.
+_SETTLE_S = 0.25
+
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class LaunchResult(NamedTuple):
+    """The outcome of a launch.
+
+    Attributes:
+        exit_code: 0 if all ranks exited 0; else the first failing rank's
+            exit code, or 128 + signal if it was killed by a signal (or
+            128 + the signal that interrupted the launcher).
+        np: The number of ranks launched.
+        first_failure: The first rank that failed, if any rank did.
+        interrupted_by: Signal number that interrupted the launcher itself.
+        mpiexec_code: mpiexec's own return code (negative: killed by us).
+    """
+    exit_code: int
+    np: int
+    first_failure: Optional[RankStatus]
+    interrupted_by: Optional[int]
+    mpiexec_code: Optional[int]
+
+    def message(self, program: str = "hbrun") -> Optional[str]:
+        """Returns the one-line failure report, or None on success.
+
+        Args:
+            program: Name that starts the line.
+
+        Returns:
+            E.g. ``"hbrun: rank 1 failed first: exited with code 3 [host vm,
+            pid 42]; stopped the remaining ranks"``.
+        """
+        if self.interrupted_by is not None:
+            return "%s: received %s; stopped all ranks" % (
+                program, signal.Signals(self.interrupted_by).name)
+        failure = self.first_failure
+        if failure is not None:
+            tail = "; stopped the remaining ranks" if self.np > 1 else ""
+            return "%s: rank %d failed first: %s [host %s, pid %d]%s" % (
+                program, failure.rank, failure.describe(), failure.host,
+                failure.pid, tail)
+        if self.exit_code != 0:
+            return ("%s: mpiexec exited with code %s and no rank reported a "
+                    "failure (see mpiexec's messages above)"
+                    % (program, self.mpiexec_code))
+        return None
+
+
+class ProcessTree:
+    """The local processes of a job: a root and every descendant seen.
+
+    Args:
+        root_pid: The pid of mpiexec.
+    """
+
+    def __init__(self, root_pid: int) -> None:
+        self._root = psutil.Process(root_pid)
+        self._seen: Dict[int, psutil.Process] = {root_pid: self._root}
+
+    def refresh(self) -> None:
+        """Remembers the current descendants of the root."""
+        try:
+            children = self._root.children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            self._seen.setdefault(child.pid, child)
+
+    def alive(self) -> List[psutil.Process]:
+        """Returns the remembered processes that still run.
+
+        ``is_running`` compares creation times, so a recycled pid is not
+        mistaken for one of ours.
+        """
+        self.refresh()
+        return [p for p in self._seen.values() if p.is_running()
+                and _not_zombie(p)]
+
+    def terminate(self, grace_s: float) -> None:
+        """Stops the whole job; see the module docstring for the order.
+
+        Args:
+            grace_s: Seconds between SIGTERM and SIGKILL.
+        """
+        self.refresh()
+        _signal_all([self._root], signal.SIGTERM)
+        psutil.wait_procs([self._root], timeout=min(_MPIEXEC_STOP_S, grace_s))
+        procs = self.alive()
+        _signal_all(procs, signal.SIGTERM)
+        _, procs = psutil.wait_procs(procs, timeout=grace_s)
+        procs = [p for p in procs if _not_zombie(p)]
+        if procs:
+            _signal_all(procs, signal.SIGKILL)
+            psutil.wait_procs(procs, timeout=grace_s)
+
+
+def _not_zombie(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _signal_all(procs: Sequence[psutil.Process], signum: int) -> None:
+    for proc in procs:
+        try:
+            proc.send_signal(signum)
+        except psutil.Error:
+            pass
+
+
+class _SignalCatcher:
+    """Turns SIGINT/SIGTERM/SIGHUP into events while a job runs.
+
+    Handlers can only be installed from the main thread; elsewhere (run()
+    called from a worker thread) this does nothing and the caller's own
+    signal handling applies.
+    """
+
+    def __init__(self, events: "queue.Queue") -> None:
+        self._events = events
+        self._previous: Dict[int, object] = {}
+
+    def __enter__(self) -> "_SignalCatcher":
+        if threading.current_thread() is threading.main_thread():
+            for signum in _HANDLED_SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self._events.put(("signal", signum))
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def supervise(command: Sequence[str], np: int,
+              environ: Optional[Mapping[str, str]] = None,
+              stdout: Optional[TextIO] = None,
+              stderr: Optional[TextIO] = None,
+              stdin: Optional[int] = None,
+              grace_s: float = TERMINATE_GRACE_S) -> LaunchResult:
+    """Runs an mpiexec command line until it ends or a rank fails.
+
+    Args:
+        command: The full mpiexec command line (see ``launch``).
+        np: Number of ranks it starts (for the report).
+        environ: Environment of mpiexec (default: os.environ).
+        stdout: Stream for the ranks' stdout (default: sys.stdout).
+        stderr: Stream for the ranks' stderr (default: sys.stderr).
+        stdin: stdin for mpiexec (hydra forwards it to rank 0); default
+            inherits ours.
+        grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
+
+    Returns:
+        The outcome; no process of the job is left running.
+
+    Raises:
+        LauncherError: If mpiexec cannot be started.
+    """
+    events: "queue.Queue" = queue.Queue()
+    quiet = threading.Event()
+    with _SignalCatcher(events):
+        # If this process dies without a teardown (SIGKILL), mpiexec gets
+        # SIGTERM and stops the job itself.  Only safe single-threaded (see
+        # parent_death_preexec); hbrun is, a library caller may not be.
+        preexec = (parent_death_preexec(signal.SIGTERM)
+                   if threading.active_count() == 1 else None)
+        try:
+            proc = subprocess.Popen(list(command), stdin=stdin,
+                                    stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE,
+                                    env=None if environ is None else dict(environ),
+                                    start_new_session=True,
+                                    preexec_fn=preexec)
+        except OSError as exc:
+            raise LauncherError("cannot start %s: %s" % (command[0], exc))
+        tree = ProcessTree(proc.pid)
+
+        def on_status(status: RankStatus) -> None:
+            events.put(("status", status))
+
+        relays = [
+            OutputRelay(proc.stdout, make_sink(stdout or sys.stdout),
+                        on_status, quiet),
+            OutputRelay(proc.stderr, make_sink(stderr or sys.stderr),
+                        on_status, quiet)]
+        for relay in relays:
+            relay.start()
+        threading.Thread(target=lambda: events.put(("exit", proc.wait())),
+                         daemon=True).start()
+
+        try:
+            first_failure, interrupted_by = _wait_for_end(events, tree)
+            if first_failure is not None or interrupted_by is not None:
+                # Quiet first: hydra may notice the failure itself during
+                # the settle pause and print its misleading banner.
+                quiet.set()
+                if interrupted_by is None:
+                    time.sleep(_SETTLE_S)
+                tree.terminate(grace_s)
+            else:
+                # mpiexec ended by itself; a failure status may still be in
+                # the pipes, and a rank's stray child may still run.
+                for relay in relays:
+                    relay.join(_RELAY_DRAIN_S)
+                first_failure = _first_status(events)
+                if tree.alive():
+                    quiet.set()
+                    tree.terminate(grace_s)
+        except BaseException:
+            # Whatever went wrong here, leave no rank behind.
+            quiet.set()
+            tree.terminate(grace_s)
+            raise
+        try:
+            mpiexec_code = proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            mpiexec_code = None
+        deadline = time.monotonic() + _RELAY_DRAIN_S
+        for relay in relays:
+            relay.join(max(0.0, deadline - time.monotonic()))
+
+    if interrupted_by is not None:
+        exit_code = 128 + interrupted_by
+    elif first_failure is not None:
+        exit_code = first_failure.shell_code
+    elif mpiexec_code is None:
+        exit_code = 1
+    else:
+        exit_code = mpiexec_code if mpiexec_code >= 0 else 128 - mpiexec_code
+    return LaunchResult(exit_code, np, first_failure, interrupted_by,
+                        mpiexec_code)
+
+
+def _wait_for_end(events: "queue.Queue", tree: ProcessTree
+                  ) -> Tuple[Optional[RankStatus], Optional[int]]:
+    """Waits for the first rank failure, a signal to us, or mpiexec's exit.
+
+    Returns:
+        (first failure or None, signal number or None); both None when
+        mpiexec exited.
+    """
+    while True:
+        try:
+            kind, value = events.get(timeout=_TREE_REFRESH_S)
+        except queue.Empty:
+            tree.refresh()  # remember descendants that may become orphans
+            continue
+        if kind == "status":
+            return value, None
+        if kind == "signal":
+            return None, value
+        if kind == "exit":
+            return None, None
+
+
+def _first_status(events: "queue.Queue") -> Optional[RankStatus]:
+    while True:
+        try:
+            kind, value = events.get_nowait()
+        except queue.Empty:
+            return None
+        if kind == "status":
+            return value
+
+
+def launch(command: Sequence[str], np: int,
+           hosts: Optional[Sequence[Host]] = None,
+           env: Optional[Mapping[str, str]] = None,
+           mpi_args: Sequence[str] = (),
+           output_dir: Optional[str] = None,
+           per_rank_env: Optional[Sequence[Dict[str, str]]] = None,
+           verbose: bool = False,
+           environ: Optional[Mapping[str, str]] = None,
+           stdout: Optional[TextIO] = None,
+           stderr: Optional[TextIO] = None,
+           stdin: Optional[int] = None,
+           grace_s: float = TERMINATE_GRACE_S) -> LaunchResult:
+    """Launches ``command`` on ``np`` ranks through mpiexec and waits.
+
+    Every rank runs under the rank wrapper, its output lines prefixed with
+    ``[rank]<stdout>:`` / ``[rank]<stderr>:``.  The first rank that exits
+    with a nonzero code or is killed ends the whole job within seconds.
+
+    Args:
+        command: What each rank runs, e.g. ``["python", "train.py"]``.
+        np: Number of ranks.
+        hosts: Hosts and slots, or None to run on this host.
+        env: Variables set on every rank (HB_* settings), on top of the
+            environment passed through from ``environ``.
+        mpi_args: Extra arguments for mpiexec.
+        output_dir: Also write each rank's output to
+            ``output_dir/rank.N/{stdout,stderr}``.
+        per_rank_env: One dict of extra variables per rank, or None.
+        verbose: Print the mpiexec command line on ``stderr`` first.
+        environ: Environment for mpiexec and so for the ranks (default:
+            os.environ).  HB_MPIEXEC and PATH in it select the launcher.
+        stdout: Stream for the ranks' stdout (default: sys.stdout).
+        stderr: Stream for the ranks' stderr (default: sys.stderr).
+        stdin: stdin for mpiexec (forwarded to rank 0); default inherited.
+        grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
+
+    Returns:
+        A LaunchResult; ``result.message()`` is the line to print on
+        failure.
+
+    Raises:
+        LauncherError: If mpiexec is not found or cannot be started.
+        ValueError: If ``np`` < 1.
+    """
+    mpiexec = find_mpiexec(environ)
+    args = build_command(mpiexec, wrapped_command(command, output_dir), np,
+                         hosts=hosts, env=env, mpi_args=mpi_args,
+                         per_rank_env=per_rank_env)
+    if verbose:
+        err = stderr or sys.stderr
+        err.write("hbrun: %s\n" % shlex.join(args))
+        err.flush()
+    return supervise(args, np, environ=environ, stdout=stdout, stderr=stderr,
+                     stdin=stdin, grace_s=grace_s)

@@ -1,0 +1,17 @@
+"""Runs a launcher entry point for the tests: ``entry.py hbrun ARGS...`` is
+``hbrun ARGS...``, ``entry.py run ARGS...`` is ``python -m hbcore.run ARGS...``
+(both work even while the native core does not import; see hbcore_path.py).
+"""
+import importlib
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hbcore_path import import_hbcore_package  # noqa: E402
+
+import_hbcore_package()
+if sys.argv[1] == "hbrun":
+    from hbcore.launcher.cli import main
+else:
+    main = importlib.import_module("hbcore.run").main
+sys.exit(main(sys.argv[2:]))
