@@ -6,12 +6,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hbcore/c_api.h"
@@ -19,6 +21,14 @@
 namespace py = pybind11;
 
 namespace {
+
+bool IsFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
 
 // Everything a finished operation leaves behind, filled by the core thread.
 struct OpState {
@@ -98,11 +108,19 @@ class Handle {
 
   // Blocks (without the GIL) until done; raises the operation's error.
   void Wait() const {
+    // Not py::gil_scoped_release: if the interpreter finalizes while this
+    // thread waits (a daemon thread at exit), taking the GIL back ends the
+    // thread by unwinding, which must not pass through a noexcept
+    // destructor. Such a thread instead parks until the process is gone.
+    PyThreadState* saved = PyEval_SaveThread();
     {
-      py::gil_scoped_release release;
       std::unique_lock<std::mutex> lock(state_->mu);
       state_->cv.wait(lock, [this] { return state_->done; });
     }
+    if (IsFinalizing()) {
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    PyEval_RestoreThread(saved);
     if (state_->code != HB_OK) RaiseFor(state_->code, state_->message);
   }
 

@@ -18,6 +18,12 @@ constexpr double kCycleWaitMaxSleepUs = 200.0;
 // While this rank has tensors waiting for peers, it polls at least this
 // often for their wake-ups: that poll is on the critical path of a step.
 constexpr double kPendingPollMaxUs = 100.0;
+// A rank with nothing pending for this long polls only every
+// kDormantPollUs: each poll is a timer wake-up (several microseconds of CPU
+// on a VM), and a dormant rank delays nobody, because the work it submits
+// itself wakes it at once. Peers wait on it only for asymmetric traffic.
+constexpr auto kDormantAfter = std::chrono::seconds(1);
+constexpr double kDormantPollUs = 10000.0;
 
 const char* OpName(int op) {
   return IsValidOpType(op) ? OpTypeName(static_cast<OpType>(op)) : "unknown";
@@ -310,8 +316,12 @@ void Runtime::WaitForCycle() {
     if (woken_for_ >= static_cast<int64_t>(next_cycle_) || stall) return;
     if (!queue_.empty() || shutdown_requested_) return;
     cv_.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
-    const double cap =
-        pending_.empty() ? idle_cap_us : std::min(idle_cap_us, kPendingPollMaxUs);
+    double cap = std::min(idle_cap_us, kPendingPollMaxUs);
+    if (pending_.empty()) {
+      cap = Clock::now() - last_cycle_ > kDormantAfter
+                ? std::max(idle_cap_us, kDormantPollUs)
+                : idle_cap_us;
+    }
     interval_us = std::min(interval_us * 2, cap);
   }
 }
@@ -347,6 +357,7 @@ void Runtime::Loop() {
       transport_->control()->SendWake(next_cycle_);
     }
     CycleOutput output;
+    last_cycle_ = Clock::now();
     Status s = controller_->RunCycle(&pending_, input, &output);
     ++next_cycle_;
     if (!s.ok()) {

@@ -91,6 +91,7 @@ class Runtime {
   bool joined_ = false;
   bool force_cycle_ = false;
   Clock::time_point last_stall_check_;
+  Clock::time_point last_cycle_;
 };
 
 }  // namespace hbcore
