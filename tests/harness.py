@@ -1,0 +1,239 @@
+"""Launches rank scripts under ``hbrun -np N`` and collects what every rank
+reported.
+
+    run = run_ranks(script_path("collectives.py"), 3, timeout=60)
+    run.assert_ok()                       # exit 0, every rank reported
+    run.results[1]["topology"]            # rank 1's report() dict
+    run.cases[1]["allreduce/float32/..."] # rank 1's per-case outcome
+
+Every run gets a fresh temporary directory, passed to the ranks as
+HB_TEST_OUT; rank scripts write there through tests/rank_scripts/common.py:
+``report(obj)`` writes ``rank<N>.json`` (a dict), and ``Checker`` appends
+one JSON line per case to ``rank<N>.cases.jsonl`` as soon as the case ends,
+so a launch that hangs or crashes halfway still shows which cases ran.
+
+The launch has a hard timeout: on expiry the whole process tree (hbrun,
+mpiexec, wrappers, ranks) is killed with psutil and the RankRun says
+``timed_out``; nothing outlives the test.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import psutil
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS_DIR)
+RANK_SCRIPTS = os.path.join(TESTS_DIR, "rank_scripts")
+OUT_VAR = "HB_TEST_OUT"
+
+
+def script_path(name: str) -> str:
+    """Returns the absolute path of tests/rank_scripts/<name>."""
+    return os.path.join(RANK_SCRIPTS, name)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILLs a process and every descendant of it."""
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.Error:
+        return
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def base_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment for a launch: ours, hbcore importable from the
+    repository, HB_*/HOROVOD_* knobs of the caller's shell and MPI launcher
+    variables (if pytest itself runs under one) removed, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HB_", "HOROVOD_", "PMI_", "PMIX_", "HYDRA_",
+                                "MPIR_", "OMPI_"))}
+    paths = [ROOT, RANK_SCRIPTS]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    # numpy's BLAS threads would only compete with 4 ranks on 2 cores.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+class RankRun:
+    """The outcome of one launch.
+
+    Attributes:
+        np: ranks launched.
+        returncode: hbrun's exit code (None when it timed out).
+        timed_out: the hard timeout killed the job.
+        duration: wall seconds from launch to exit (or kill).
+        stdout, stderr: hbrun's output (rank lines prefixed ``[r]<stream>:``).
+        results: rank -> the dict the rank passed to report().
+        cases: rank -> {case name: outcome dict} from Checker.
+        out_dir: the HB_TEST_OUT directory (kept until the RankRun is
+            garbage; tests may put files there through env).
+    """
+
+    def __init__(self, np: int, returncode: Optional[int], timed_out: bool,
+                 duration: float, stdout: str, stderr: str, out_dir: str,
+                 command: Sequence[str]) -> None:
+        self.np = np
+        self.returncode = returncode
+        self.timed_out = timed_out
+        self.duration = duration
+        self.stdout = stdout
+        self.stderr = stderr
+        self.out_dir = out_dir
+        self.command = list(command)
+        self.results: Dict[int, dict] = {}
+        self.cases: Dict[int, Dict[str, dict]] = {}
+        for rank in range(np):
+            path = os.path.join(out_dir, "rank%d.json" % rank)
+            if os.path.exists(path):
+                with open(path) as f:
+                    self.results[rank] = json.load(f)
+            path = os.path.join(out_dir, "rank%d.cases.jsonl" % rank)
+            if os.path.exists(path):
+                cases: Dict[str, dict] = {}
+                with open(path) as f:
+                    for line in f:
+                        line = line.strip()
+                        if line:
+                            record = json.loads(line)
+                            cases[record["case"]] = record
+                self.cases[rank] = cases
+
+    # -- output -----------------------------------------------------------
+    def rank_lines(self, rank: int, stream: str = "stderr") -> List[str]:
+        """Lines rank ``rank`` printed on ``stream``, prefix removed."""
+        prefix = "[%d]<%s>:" % (rank, stream)
+        text = self.stdout if stream == "stdout" else self.stderr
+        return [line[len(prefix):] for line in text.splitlines()
+                if line.startswith(prefix)]
+
+    def describe(self, tail: int = 6000) -> str:
+        """A summary for assertion messages: code, timing, output tails."""
+        return ("command: %s\nreturncode=%s timed_out=%s duration=%.1fs "
+                "ranks reported=%s\n--- stdout (tail) ---\n%s\n"
+                "--- stderr (tail) ---\n%s" % (
+                    " ".join(self.command), self.returncode, self.timed_out,
+                    self.duration, sorted(self.results),
+                    self.stdout[-tail:], self.stderr[-tail:]))
+
+    # -- checks ------------------------------------------------------------
+    def assert_ok(self) -> None:
+        """Asserts a clean run: no timeout, exit 0, every rank reported."""
+        assert not self.timed_out, "job timed out\n" + self.describe()
+        assert self.returncode == 0, "job failed\n" + self.describe()
+        assert sorted(self.results) == list(range(self.np)), (
+            "not every rank reported\n" + self.describe())
+
+    def failed_cases(self, prefix: str = "") -> List[str]:
+        """'rank r: case: error' for every failed case starting with
+        ``prefix``, over all ranks."""
+        out = []
+        for rank in sorted(self.cases):
+            for name, record in self.cases[rank].items():
+                if name.startswith(prefix) and not record["ok"]:
+                    out.append("rank %d: %s: %s" % (rank, name,
+                                                     record["error"]))
+        return out
+
+    def assert_cases(self, names: Sequence[str]) -> None:
+        """Asserts that every rank ran every case in ``names`` and each
+        passed; the message lists every failure (and missing case)."""
+        problems = []
+        for rank in range(self.np):
+            cases = self.cases.get(rank, {})
+            for name in names:
+                record = cases.get(name)
+                if record is None:
+                    problems.append("rank %d: %s: never finished" % (rank, name))
+                elif not record["ok"]:
+                    problems.append("rank %d: %s: %s" % (rank, name,
+                                                         record["error"]))
+        if problems:
+            shown = problems[:40]
+            if len(problems) > len(shown):
+                shown.append("... and %d more" % (len(problems) - len(shown)))
+            raise AssertionError("%d case failure(s):\n%s\n\n%s" % (
+                len(problems), "\n".join(shown), self.describe(3000)))
+
+    def __del__(self) -> None:
+        shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+def run_ranks(script: str, np: int, timeout: float = 60,
+              env: Optional[Mapping[str, str]] = None,
+              args: Sequence[str] = (),
+              hbrun_args: Sequence[str] = ()) -> RankRun:
+    """Runs ``hbrun -np NP [hbrun_args] python SCRIPT ARGS`` and collects
+    every rank's report.
+
+    Args:
+        script: path of the rank script (see script_path()).
+        np: number of ranks.
+        timeout: hard limit in seconds; the process tree is killed after it.
+        env: extra environment variables for every rank.
+        args: arguments of the rank script.
+        hbrun_args: extra hbrun flags (before the command).
+
+    Returns:
+        The RankRun (never raises for a failed or hung job; check it).
+    """
+    command = ([sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np)]
+               + list(hbrun_args) + [sys.executable, script]
+               + [str(a) for a in args])
+    return _run(command, np, env, timeout)
+
+
+def _run(command: Sequence[str], np: int, env: Optional[Mapping[str, str]],
+         timeout: float) -> RankRun:
+    out_dir = tempfile.mkdtemp(prefix="hbtest_")
+    full_env = base_env(env)
+    full_env[OUT_VAR] = out_dir
+    start = time.monotonic()
+    proc = subprocess.Popen(list(command), cwd=ROOT, env=full_env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            errors="replace", start_new_session=True)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_tree(proc.pid)
+        stdout, stderr = proc.communicate()
+    duration = time.monotonic() - start
+    return RankRun(np, None if timed_out else proc.returncode, timed_out,
+                   duration, stdout, stderr, out_dir, command)
+
+
+def run_single(script: str, args: Sequence[str] = (),
+               env: Optional[Mapping[str, str]] = None,
+               timeout: float = 60) -> RankRun:
+    """Runs ``python SCRIPT ARGS`` as one process without a launcher (a
+    singleton MPI job), with HB_TEST_OUT set like run_ranks; returns a
+    RankRun with np=1."""
+    return _run([sys.executable, script] + [str(a) for a in args], 1, env,
+                timeout)
+
+
+def run_python(code: str, env: Optional[Mapping[str, str]] = None,
+               timeout: float = 60) -> RankRun:
+    """Runs ``python -c CODE`` as a singleton process (see run_single)."""
+    return _run([sys.executable, "-c", code], 1, env, timeout)

@@ -1,0 +1,79 @@
+"""Every collective x every dtype x a few shapes, at 2, 3 and 4 ranks.
+
+One hbrun launch per rank count runs all cases of
+tests/rank_scripts/collectives.py (each rank checks every result against
+numpy, recomputing the other ranks' rank-seeded inputs); the tests below
+each assert one group of cases ('allreduce/float16', 'misc/join', ...) on
+every rank, so a failure names exactly what broke.
+"""
+import pytest
+
+from harness import run_ranks, script_path
+from rank_scripts import collectives
+from rank_scripts.common import DTYPE_NAMES
+
+NPS = [2, 3, 4]
+# 4 ranks on 2 cores are slow: there, a subset of the dtypes (one of each
+# kind: small int, 16-bit float via float ops, 32-bit float, bool).
+DTYPES = {2: DTYPE_NAMES, 3: DTYPE_NAMES,
+          4: ["int8", "bfloat16", "float32", "bool"]}
+SCRIPT = script_path("collectives.py")
+TIMEOUT_S = 120
+
+_runs = {}
+
+
+def collectives_run(np_):
+    """The launch for np_ ranks, run once per test session."""
+    if np_ not in _runs:
+        _runs[np_] = run_ranks(SCRIPT, np_, timeout=TIMEOUT_S,
+                               args=[",".join(DTYPES[np_])])
+    return _runs[np_]
+
+
+def _case_names(np_, group):
+    return [name for name, _ in collectives.build_cases(np_, 0, DTYPES[np_])
+            if name == group or name.startswith(group + "/")]
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_job_exits_cleanly(np_):
+    """The launch ends by itself, exit 0, every rank reports a summary."""
+    run = collectives_run(np_)
+    assert not run.timed_out, run.describe()
+    assert sorted(run.results) == list(range(np_)), run.describe()
+    for rank, result in run.results.items():
+        assert result["size"] == np_
+        assert result["cases"] == len(
+            collectives.build_cases(np_, rank, DTYPES[np_])) + 2
+    # The exit code: a rank exits 0 even when cases failed (they are
+    # reported per group below), so nonzero means a crash.
+    assert run.returncode == 0, run.describe()
+
+
+@pytest.mark.parametrize("np_,group", [
+    (n, g) for n in NPS for g in collectives.group_names(DTYPES[n])])
+def test_group(np_, group):
+    run = collectives_run(np_)
+    names = _case_names(np_, group)
+    assert names, "no cases in group %s" % group
+    run.assert_cases(names)
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_is_initialized_around_init(np_):
+    """is_initialized() False before init, True after."""
+    collectives_run(np_).assert_cases(["lifecycle/initialized"])
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_after_shutdown(np_):
+    """After shutdown(): is_initialized() False, rank() and collectives
+    raise NotInitializedError, a second shutdown() is harmless."""
+    collectives_run(np_).assert_cases(["lifecycle/after-shutdown"])
+
+
+@pytest.mark.parametrize("np_", [2])
+def test_reinit_after_shutdown(np_):
+    """shutdown() says init() may be called again afterwards."""
+    collectives_run(np_).assert_cases(["lifecycle/reinit"])

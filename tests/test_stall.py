@@ -1,0 +1,95 @@
+"""Stall inspector: a tensor that only rank 0 submits ('lonely').
+
+With HB_STALL_CHECK_TIME_SECONDS=1, rank 0 must log a warning naming the
+tensor and the missing ranks. With HB_STALL_SHUTDOWN_TIME_SECONDS=2 as
+well, the stall ends the job: rank 0's synchronize raises ShutdownError
+naming the tensor and the missing ranks, the other ranks' next collective
+raises ShutdownError too, and nothing hangs.
+(The rank script sleeps on the other ranks; what is asserted is the text,
+not the timing.)
+"""
+import re
+
+import pytest
+
+from harness import run_ranks, script_path
+
+SCRIPT = script_path("stall.py")
+
+
+def _names_ranks(text, ranks):
+    return all(re.search(r"(?<![\d.])%d(?![\d.])" % r, text) for r in ranks)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_stall_warning_names_tensor_and_missing_ranks(np_):
+    run = run_ranks(SCRIPT, np_, timeout=60, args=["warn"],
+                    env={"HB_STALL_CHECK_TIME_SECONDS": "1"})
+    run.assert_ok()
+    missing = list(range(1, np_))
+    warnings = [line for rank in range(np_)
+                for line in run.rank_lines(rank, "stderr")
+                if "lonely" in line and "stall" in line.lower()]
+    assert warnings, "no stall warning naming 'lonely'\n" + run.describe()
+    # The part after the tensor name names the ranks that lack it.
+    assert any(_names_ranks(line.split("lonely", 1)[1], missing)
+               for line in warnings), (
+        "no warning names the missing ranks %s:\n%s"
+        % (missing, "\n".join(warnings)))
+    # Rank 0 waited until the others shut down: a ShutdownError, no result.
+    r0 = run.results[0]
+    assert r0["outcome"] == "raised", r0
+    assert r0["error"]["type"] == "ShutdownError", r0
+
+
+def test_no_stall_warning_without_a_stall():
+    """Every rank submits 'lonely' late but together: no warning."""
+    run = run_ranks(script_path("ordering.py"), 2, timeout=60,
+                    args=["order", 20],
+                    env={"HB_STALL_CHECK_TIME_SECONDS": "1"})
+    run.assert_ok()
+    assert "stall" not in run.stderr.lower(), run.describe()
+
+
+_shutdown_runs = {}
+
+
+def shutdown_run(np_):
+    if np_ not in _shutdown_runs:
+        _shutdown_runs[np_] = run_ranks(
+            SCRIPT, np_, timeout=60, args=["shutdown"],
+            env={"HB_STALL_CHECK_TIME_SECONDS": "1",
+                 "HB_STALL_SHUTDOWN_TIME_SECONDS": "2"})
+    return _shutdown_runs[np_]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_stall_shutdown_fails_every_rank(np_):
+    run = shutdown_run(np_)
+    assert not run.timed_out, "the stall shutdown hung\n" + run.describe()
+    assert sorted(run.results) == list(range(np_)), run.describe()
+    missing = list(range(1, np_))
+    for rank in range(np_):
+        result = run.results[rank]
+        assert result["outcome"] == "raised", (rank, result)
+        error = result["error"]
+        assert error["type"] == "ShutdownError", (rank, error)
+        # Every rank learns where the failure was: the stalled tensor.
+        assert "lonely" in error["message"], (rank, error)
+        if rank == 0:
+            tail = error["message"].split("lonely", 1)[1]
+            assert _names_ranks(tail, missing), (
+                "rank 0's error does not name the missing ranks %s: %r"
+                % (missing, error["message"]))
+            # Ended by the stall, not by the others' later shutdown.
+            assert "stall" in error["message"].lower(), error
+    assert run.returncode == 0, run.describe()
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_init_again_after_stall_shutdown(np_):
+    run = shutdown_run(np_)
+    assert sorted(run.results) == list(range(np_)), run.describe()
+    for rank in range(np_):
+        assert run.results[rank].get("reinit") == "ok", (rank,
+                                                          run.results[rank])

@@ -1,0 +1,71 @@
+"""Timeline: HB_TIMELINE (or hbrun --timeline-filename) writes a Chrome
+trace with negotiation, fusion copy and collective phases per tensor."""
+import json
+import os
+from collections import defaultdict
+
+import pytest
+
+from harness import run_ranks, script_path
+
+SCRIPT = script_path("timeline_ops.py")
+TENSORS = ["tl.single", "tl.group.0", "tl.group.1", "tl.group.2",
+           "tl.async.0", "tl.async.1", "tl.async.2", "tl.gather", "tl.bcast"]
+
+
+def _load(path, run):
+    assert os.path.exists(path), "no timeline written\n" + run.describe()
+    with open(path) as f:
+        text = f.read()
+    try:
+        trace = json.loads(text)
+    except ValueError as exc:
+        raise AssertionError("timeline is not valid JSON (%s):\n%s"
+                             % (exc, text[-2000:]))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    assert isinstance(events, list) and events, trace
+    return events
+
+
+@pytest.mark.parametrize("how", ["env", "flag"])
+def test_timeline_is_a_chrome_trace(tmp_path, how):
+    path = str(tmp_path / "tl.json")
+    if how == "env":
+        run = run_ranks(SCRIPT, 2, timeout=60, env={"HB_TIMELINE": path})
+    else:
+        run = run_ranks(SCRIPT, 2, timeout=60,
+                        hbrun_args=["--timeline-filename", path])
+    run.assert_ok()
+    run.assert_cases(["timeline/ops"])
+    events = _load(path, run)
+
+    track_of = {}  # pid -> tensor name
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "process_name":
+            track_of[e["pid"]] = e["args"]["name"]
+    missing = [t for t in TENSORS if t not in track_of.values()]
+    assert not missing, "no process_name metadata for %s (have %s)" % (
+        missing, sorted(track_of.values()))
+
+    phases = defaultdict(set)  # tensor -> phase names
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
+        assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+        assert e["pid"] in track_of, "event on a track without a name: %s" % e
+        phases[track_of[e["pid"]]].add(e["name"])
+    names = set().union(*phases.values())
+    for phase in ("NEGOTIATE", "ALLREDUCE", "ALLGATHER",
+                  "MEMCPY_IN_FUSION_BUFFER"):
+        assert phase in names, "no %s event; phases: %s" % (phase,
+                                                            dict(phases))
+    for t in TENSORS:
+        assert "NEGOTIATE" in phases[t], (t, phases[t])
+    assert "ALLGATHER" in phases["tl.gather"], phases["tl.gather"]
+    assert "ALLREDUCE" in phases["tl.single"], phases["tl.single"]
+    # The grouped tensors are negotiated together and so fused: they go
+    # through the fusion buffer.
+    for t in ("tl.group.0", "tl.group.1", "tl.group.2"):
+        assert {"ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER"} <= phases[t], (
+            t, phases[t])
