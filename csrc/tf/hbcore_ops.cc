@@ -289,9 +289,9 @@ class AlltoallOp : public AsyncOpKernel {
 // Join and barrier: no data; join outputs the last rank that joined.
 class ControlOp : public AsyncOpKernel {
  public:
-  explicit ControlOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("op", &op_));
-  }
+  explicit ControlOp(OpKernelConstruction* c)
+      : AsyncOpKernel(c),
+        op_(c->def().op() == "HbcoreJoin" ? HB_JOIN : HB_BARRIER) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const std::string name(ctx->input(0).scalar<tensorflow::tstring>()());
@@ -313,7 +313,7 @@ class ControlOp : public AsyncOpKernel {
   }
 
  private:
-  int op_ = HB_BARRIER;
+  const int op_;
 };
 
 // rank/size/local_rank/local_size/cross_rank/cross_size, read when the op
@@ -334,7 +334,7 @@ class TopologyOp : public tensorflow::OpKernel {
     else if (what_ == "cross_size") value = hb_cross_size();
     OP_REQUIRES(ctx, value >= 0,
                 absl::FailedPreconditionError(
-                    "hbcore has not been initialized; use hbcore_tf.init()."));
+                    "hbcore has not been initialized; use hvd.init()."));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int32_t>()() = value;
@@ -407,13 +407,11 @@ REGISTER_OP("HbcoreAlltoall")
 REGISTER_OP("HbcoreJoin")
     .Input("tensor_name: string")
     .Output("last_joined_rank: int32")
-    .Attr("op: int = 6")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape);
 
 REGISTER_OP("HbcoreBarrier")
     .Input("tensor_name: string")
-    .Attr("op: int = 5")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs);
 
