@@ -114,15 +114,21 @@ def _as_inplace(tensor: Any, fn: str) -> np.ndarray:
     return tensor
 
 
-def _resolve_op(average: Optional[bool], op: Optional[int]) -> int:
+def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
+    """Horovod's handling of the deprecated ``average`` argument (shared by
+    hbcore_tf).
+
+    Raises:
+        ValueError: both ``average`` and ``op`` were given.
+    """
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide "
                          "only one of them.")
     if average is not None:
         warnings.warn("Parameter `average` has been replaced with `op` and "
                       "will be removed", DeprecationWarning, stacklevel=3)
-        return int(Average if average else Sum)
-    return int(Average if op is None else op)
+        return Average if average else Sum
+    return Average if op is None else ReduceOp(int(op))
 
 
 def _request(name: str, op: int, array: Optional[np.ndarray],
@@ -168,7 +174,7 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None,
                     prescale_factor: float = 1.0,
                     postscale_factor: float = 1.0) -> Handle:
     """Starts an allreduce of ``tensor`` into a new array; see allreduce."""
-    reduce_op = _resolve_op(average, op)
+    reduce_op = resolve_op(average, op)
     array = _as_input(tensor)
     out = np.empty_like(array)
     req = _request(_auto_name("allreduce", name), _ALLREDUCE, array, out,
@@ -207,7 +213,7 @@ def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
                      prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0) -> Handle:
     """Starts an in-place allreduce of ``tensor``; see allreduce_."""
-    reduce_op = _resolve_op(average, op)
+    reduce_op = resolve_op(average, op)
     array = _as_inplace(tensor, "allreduce_")
     req = _request(_auto_name("allreduce", name), _ALLREDUCE, array, array,
                    reduce_op, prescale=prescale_factor,
@@ -231,7 +237,7 @@ def grouped_allreduce_async(tensors: Sequence[Any],
                             prescale_factor: float = 1.0,
                             postscale_factor: float = 1.0) -> Handle:
     """Starts an allreduce of several tensors negotiated together."""
-    reduce_op = _resolve_op(average, op)
+    reduce_op = resolve_op(average, op)
     base = _auto_name("grouped_allreduce", name)
     arrays = [_as_input(t) for t in tensors]
     outs = [np.empty_like(a) for a in arrays]
@@ -262,7 +268,7 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
                              prescale_factor: float = 1.0,
                              postscale_factor: float = 1.0) -> Handle:
     """In-place twin of grouped_allreduce_async."""
-    reduce_op = _resolve_op(average, op)
+    reduce_op = resolve_op(average, op)
     base = _auto_name("grouped_allreduce", name)
     arrays = [_as_inplace(t, "grouped_allreduce_") for t in tensors]
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, a, reduce_op,
