@@ -1,0 +1,39 @@
+"""hbcore_tf: the horovod.tensorflow API on current TensorFlow.
+
+    import hbcore_tf as hvd
+    hvd.init()
+    y = hvd.allreduce(x)                     # Average over all ranks
+    opt = hvd.DistributedOptimizer(opt)
+    hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+
+Names, signatures, defaults and semantics follow horovod.tensorflow 0.28.
+The ops run on the hbcore core (one per process, shared with the numpy API
+``hbcore``); the op library is compiled for the installed TensorFlow at
+the first import (see hbcore_tf._build).
+"""
+from hbcore_tf.compression import Compression, Compressor
+from hbcore_tf.functions import (allgather_object, broadcast_global_variables,
+                                 broadcast_object, broadcast_object_fn,
+                                 broadcast_variables)
+from hbcore_tf.hooks import BroadcastGlobalVariablesHook
+from hbcore_tf.mpi_ops import (Adasum, Average, Max, Min, Product, ReduceOp,
+                               Sum, allgather, allreduce, alltoall, barrier,
+                               broadcast, broadcast_, ccl_built, cross_rank,
+                               cross_size, cuda_built, ddl_built, gloo_built,
+                               gloo_enabled, grouped_allgather,
+                               grouped_allreduce, grouped_reducescatter, init,
+                               is_initialized, join, local_rank,
+                               local_rank_op, local_size, local_size_op,
+                               mpi_built, mpi_enabled, mpi_threads_supported,
+                               nccl_built, oob_allreduce,
+                               process_set_included_op, rank, rank_op,
+                               reducescatter, rocm_built, shutdown, size,
+                               size_op)
+from hbcore_tf.process_sets import (ProcessSet, add_process_set,
+                                    global_process_set, remove_process_set)
+# The training layer (written alongside this file) builds on the above.
+from hbcore_tf.gradient_tape import (DistributedGradientTape,
+                                    PartialDistributedGradientTape)
+from hbcore_tf.optimizers import DistributedOptimizer
+
+from hbcore import __version__

@@ -1,0 +1,207 @@
+"""Allreduce of one step's gradients, shared by DistributedOptimizer and
+DistributedGradientTape.
+
+All gradients of a step go to the core in ONE grouped_allreduce (one op, so
+one hb_enqueue, one negotiation and one fused collective), or one call per
+group when ``groups`` / ``num_groups`` asks for explicit groups. Called
+eagerly, the reduction runs inside a tf.function (traced once per gradient
+signature): the graph names its tensors the same way every step, so the
+core's response cache answers the negotiation, and compression casts run
+as graph ops. Inside a tf.function (Keras' train step) the ops are added to
+the caller's graph.
+"""
+from typing import Any, Callable, Dict, List, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from hbcore_tf import _compat, process_sets
+from hbcore_tf.compression import Compression
+from hbcore_tf.mpi_ops import Adasum, Average, Sum, grouped_allreduce, size
+
+
+def _normalize_groups(num_groups: int, groups: Any) -> Any:
+    """Returns None (one group of everything), an int k (k groups in
+    order), or a list of lists of variables."""
+    if num_groups:
+        if groups is not None:
+            raise ValueError("pass either num_groups (deprecated) or groups, "
+                             "not both")
+        groups = num_groups
+    if groups is None:
+        return None
+    if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool):
+        if groups < 0:
+            raise ValueError("groups must be a non-negative integer or a list "
+                             "of lists of tf.Variable, got %d" % groups)
+        return int(groups) or None
+    if isinstance(groups, (list, tuple)) and all(
+            isinstance(g, (list, tuple)) for g in groups):
+        return [list(g) for g in groups]
+    raise ValueError("groups must be a non-negative integer or a list of "
+                     "lists of tf.Variable, got %r" % (groups,))
+
+
+class GradientReducer:
+    """Averages (or sums) a step's gradients over all ranks.
+
+    Args:
+        name: prefix of the collective's op names. Inside a traced train
+            step TF makes op names unique within the graph; eager
+            reductions run one at a time, so reducers may share a name.
+        compression: Compression.none or Compression.fp16.
+        sparse_as_dense: convert tf.IndexedSlices gradients to dense first.
+        op: Average (default) or Sum; Adasum is not supported.
+        gradient_predivide_factor: with Average, divide by this before the
+            sum and by size/factor after it.
+        num_groups: deprecated; as ``groups=int``.
+        groups: None (one fused call for all), an int k (k calls over
+            consecutive gradients), or lists of variables, each list one
+            call (variables in no list get a call each).
+        device_dense, device_sparse: passed to grouped_allreduce.
+        process_set: only the global set is supported.
+        scale_local_gradients: multiply gradients of local variables (see
+            register_local) by 1/size when op is Average.
+
+    Raises:
+        ValueError: bad groups, or gradient_predivide_factor with op != Average.
+        NotImplementedError: Adasum, or a process set other than the global.
+    """
+
+    def __init__(self, name: str, compression: Any = Compression.none,
+                 sparse_as_dense: bool = False, op: Any = Average,
+                 gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                 groups: Any = None, device_dense: str = "",
+                 device_sparse: str = "",
+                 process_set: Any = process_sets.global_process_set,
+                 scale_local_gradients: bool = True) -> None:
+        op = Average if op is None else op
+        if op == Adasum:
+            raise NotImplementedError(
+                "Adasum is not supported by hbcore; use op=Average or Sum")
+        if op not in (Average, Sum):
+            raise ValueError("gradients can be reduced with Average or Sum, "
+                             "got op=%r" % (op,))
+        if gradient_predivide_factor != 1.0 and op != Average:
+            raise ValueError("gradient_predivide_factor is supported only "
+                             "with op=Average")
+        if gradient_predivide_factor <= 0:
+            raise ValueError("gradient_predivide_factor must be positive")
+        self.name = name
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op = op
+        self.prescale = 1.0 / gradient_predivide_factor
+        self.postscale = float(gradient_predivide_factor)
+        self.groups = _normalize_groups(num_groups, groups)
+        self.device_dense = device_dense
+        self.device_sparse = device_sparse
+        self.scale_local_gradients = scale_local_gradients
+        process_sets.check(process_set)
+        self._local: Dict[Any, Any] = {}
+        self._eager_fns: Dict[Any, Callable] = {}
+
+    # -- local (not reduced) variables ------------------------------------
+    def register_local(self, variable: Any) -> None:
+        """Marks a variable whose gradient stays local (not allreduced)."""
+        self._local[_compat.variable_key(variable)] = variable
+
+    def is_local(self, variable: Any) -> bool:
+        return _compat.variable_key(variable) in self._local
+
+    # -- planning ------------------------------------------------------------
+    def _plan(self, variables: Sequence[Any], indices: List[int]) -> List[List[int]]:
+        """Splits the gradient positions into the calls to issue."""
+        if self.groups is None or not indices:
+            return [indices] if indices else []
+        if isinstance(self.groups, int):
+            k = min(self.groups, len(indices))
+            return [[int(i) for i in part]
+                    for part in np.array_split(indices, k) if len(part)]
+        position = {_compat.variable_key(variables[i]): i for i in indices}
+        plan, used = [], set()
+        for group in self.groups:
+            members = [position[_compat.variable_key(v)] for v in group
+                       if _compat.variable_key(v) in position]
+            members = [m for m in members if m not in used]
+            if members:
+                used.update(members)
+                plan.append(sorted(members))
+        plan.extend([i] for i in indices if i not in used)
+        return plan
+
+    # -- reduction -----------------------------------------------------------
+    def _reduce_graph(self, grads: List[Any], plan: List[List[int]]) -> List[Any]:
+        out = list(grads)
+        for number, members in enumerate(plan):
+            name = "%s_Allreduce" % self.name if len(plan) == 1 else \
+                "%s_Allreduce_g%d" % (self.name, number)
+            reduced = grouped_allreduce(
+                [grads[i] for i in members], device_dense=self.device_dense,
+                device_sparse=self.device_sparse,
+                compression=self.compression, op=self.op,
+                prescale_factor=self.prescale,
+                postscale_factor=self.postscale, name=name)
+            for i, value in zip(members, reduced):
+                out[i] = value
+        return out
+
+    def reduce(self, grads: Sequence[Any], variables: Sequence[Any]) -> List[Any]:
+        """Returns the reduced gradients in input order; None stays None.
+
+        Args:
+            grads: one gradient (tensor, tf.IndexedSlices or None) per variable.
+            variables: the variables the gradients belong to.
+        """
+        grads = list(grads)
+        variables = list(variables)
+        if len(grads) != len(variables):
+            raise ValueError("got %d gradients for %d variables" % (
+                len(grads), len(variables)))
+        _compat.check_not_xla("hbcore gradient allreduce")
+        work, positions = [], []
+        out: List[Any] = list(grads)
+        for i, (grad, var) in enumerate(zip(grads, variables)):
+            if grad is None:
+                continue
+            if self.sparse_as_dense and isinstance(grad, tf.IndexedSlices):
+                grad = tf.convert_to_tensor(grad)
+                out[i] = grad
+            if self.is_local(var):
+                if self.scale_local_gradients and self.op == Average:
+                    out[i] = _scale(grad, 1.0 / size())
+                continue
+            work.append(grad)
+            positions.append(i)
+        if not work:
+            return out
+        plan = self._plan([variables[i] for i in positions],
+                          list(range(len(work))))
+        if tf.executing_eagerly():
+            reduced = self._eager_fn(plan)(work)
+        else:
+            reduced = self._reduce_graph(work, plan)
+        for i, value in zip(positions, reduced):
+            out[i] = value
+        return out
+
+    def _eager_fn(self, plan: List[List[int]]) -> Callable:
+        key = tuple(tuple(p) for p in plan)
+        fn = self._eager_fns.get(key)
+        if fn is None:
+            def run(grads):
+                return self._reduce_graph(list(grads), plan)
+
+            # The FuncGraph's name prefixes the core's tensor names.
+            run.__name__ = "%s_eager" % self.name
+
+            fn = tf.function(run, autograph=False, reduce_retracing=True)
+            self._eager_fns[key] = fn
+        return fn
+
+
+def _scale(grad: Any, factor: float) -> Any:
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype),
+                                grad.indices, grad.dense_shape)
+    return grad * tf.cast(factor, grad.dtype)

@@ -1,0 +1,123 @@
+"""Gradients of the collective ops, with horovod.tensorflow 0.28's scaling.
+
+For an op whose inputs x_s live on ranks s and whose output gradient on
+rank r is g_r (the upstream gradient computed locally on every rank):
+
+- allreduce:     grad x = allreduce(g) with the op's reduce op and scale
+                 factors (Average stays Average, Sum stays Sum; Min, Max
+                 and Product also reduce the gradient with that op, as
+                 Horovod does).
+- allgather:     grad x_s = rows of rank s in Average-allreduce(g).
+- broadcast:     grad x = Average-allreduce(g) on the root, zeros elsewhere.
+- alltoall:      grad x = alltoall(g) sent back with the received splits.
+- reducescatter: grad x = allgather(g * prescale * postscale), times
+                 size() for Sum.
+
+Averaging (allgather, broadcast) matches data-parallel training, where
+every rank computes the same loss and DistributedOptimizer averages the
+variable gradients. Every rank runs the same gradient collectives, so they
+are issued in the same order (eager tape) or graph (name scopes
+``gradients/.../HbcoreCollective_grad``) on every rank.
+"""
+from typing import Any, List, Optional, Sequence
+
+import tensorflow as tf
+
+from hbcore_tf import mpi_ops
+
+# Reduce op of the gradient allreduce for allgather and broadcast
+# (Horovod 0.28: Average; mpi_ops.py _allgather_grad / _broadcast_grad).
+_GATHER_GRAD_OP = mpi_ops.Average
+_BROADCAST_GRAD_OP = mpi_ops.Average
+
+
+def _differentiable(t: tf.Tensor) -> bool:
+    return t.dtype.is_floating or t.dtype.is_complex
+
+
+def _dense_grads(op: Any, grads: Sequence[Any]) -> List[tf.Tensor]:
+    """Output gradients as dense tensors; a missing one (an output the loss
+    does not use on this rank) becomes zeros, so every rank still submits
+    the same gradient collectives."""
+    out = []
+    for g, y in zip(grads, op.outputs):
+        if g is None:
+            g = tf.zeros_like(y)
+        out.append(tf.convert_to_tensor(g))
+    return out
+
+
+@tf.RegisterGradient("HbcoreCollective")
+def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
+    n = len(op.outputs)
+    inputs = list(op.inputs)[:n]
+    kind = op.get_attr("op")
+    reduce_op = op.get_attr("reduce_op")
+    prescale = op.get_attr("prescale_factor")
+    postscale = op.get_attr("postscale_factor")
+    idx = [i for i in range(n) if _differentiable(inputs[i])]
+    result: List[Optional[tf.Tensor]] = [None] * (n + 1)  # + names input
+    if not idx:
+        return result
+    grads = list(grads)
+    if kind == mpi_ops._ALLREDUCE:
+        # IndexedSlices stay sparse for Sum/Average (allgather path).
+        sparse_ok = reduce_op in (mpi_ops.Sum, mpi_ops.Average)
+        chosen = []
+        for i in idx:
+            g = grads[i]
+            if g is None:
+                g = tf.zeros_like(op.outputs[i])
+            elif isinstance(g, tf.IndexedSlices) and not sparse_ok:
+                g = tf.convert_to_tensor(g)
+            chosen.append(g)
+        values = mpi_ops.grouped_allreduce(
+            chosen, op=reduce_op, prescale_factor=prescale,
+            postscale_factor=postscale)
+    else:
+        dense = _dense_grads(op, grads)
+        chosen = [dense[i] for i in idx]
+        if kind == mpi_ops._ALLGATHER:
+            values = _allgather_grad([inputs[i] for i in idx], chosen)
+        elif kind == mpi_ops._BROADCAST:
+            values = mpi_ops.grouped_allreduce(chosen, op=_BROADCAST_GRAD_OP)
+            if mpi_ops.rank() != op.get_attr("root_rank"):
+                values = [tf.zeros_like(v) for v in values]
+        elif kind == mpi_ops._REDUCESCATTER:
+            factor = prescale * postscale
+            if reduce_op == mpi_ops.Sum:
+                factor *= mpi_ops.size()
+            if factor != 1.0:
+                chosen = [g * tf.cast(factor, g.dtype) for g in chosen]
+            values = mpi_ops.grouped_allgather(chosen)
+        else:
+            raise ValueError("HbcoreCollective with unknown op %d" % kind)
+    for i, v in zip(idx, values):
+        result[i] = v
+    return result
+
+
+def _allgather_grad(inputs: List[tf.Tensor],
+                    grads: List[tf.Tensor]) -> List[tf.Tensor]:
+    """This rank's rows of the averaged output gradients. The per-rank
+    first dimensions come from one allgather of the local ones."""
+    reduced = mpi_ops.grouped_allreduce(grads, op=_GATHER_GRAD_OP)
+    local_dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
+    dims = tf.reshape(mpi_ops.allgather(local_dims), [mpi_ops.size(),
+                                                     len(inputs)])
+    r = mpi_ops.rank()
+    offsets = tf.reduce_sum(dims[:r], axis=0)
+    return [g[offsets[j]:offsets[j] + dims[r, j]]
+            for j, g in enumerate(reduced)]
+
+
+@tf.RegisterGradient("HbcoreAlltoall")
+def _alltoall_grad(op: Any, grad: Any, _received_splits_grad: Any
+                   ) -> List[Optional[tf.Tensor]]:
+    if not _differentiable(op.inputs[0]):
+        return [None, None, None]
+    if grad is None:
+        grad = tf.zeros_like(op.outputs[0])
+    back, _ = mpi_ops.alltoall(tf.convert_to_tensor(grad),
+                               splits=op.outputs[1])
+    return [back, None, None]  # tensor, splits, name

@@ -1,0 +1,153 @@
+"""Local gradient aggregation (``backward_passes_per_step`` > 1).
+
+Each backward pass adds its gradients into local accumulators; every N-th
+pass the accumulated sums (divided by N when
+``average_aggregated_gradients``) are allreduced and applied, and the
+accumulators reset. Between updates nothing crosses the network.
+
+The decision is a ``tf.cond`` on a step counter, so one implementation
+serves eager code, tf.function train steps (Keras' model.fit) and v1
+graphs. Every rank takes the same branch at the same step because the
+counters advance identically. Accumulators are created once, outside any
+function being traced (``tf.init_scope``), as non-trainable local
+variables (in v1 graphs: the LOCAL_VARIABLES collection, so savers and
+BroadcastGlobalVariablesHook leave them alone and local_init_op zeroes
+them).
+"""
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import tensorflow as tf
+
+from hbcore_tf import _compat
+
+
+def _local_variable(initial_value: Any, name: str) -> tf.Variable:
+    return tf.compat.v1.Variable(
+        initial_value, trainable=False, name=name, use_resource=True,
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+
+
+class LocalGradientAggregator:
+    """Accumulates gradients locally and applies them every N passes.
+
+    Args:
+        backward_passes_per_step: N, the passes per update (>= 1).
+        average_aggregated_gradients: divide the accumulated sum by N.
+        name: prefix of the accumulator variables' names.
+
+    Raises:
+        ValueError: backward_passes_per_step < 1.
+    """
+
+    def __init__(self, backward_passes_per_step: int,
+                 average_aggregated_gradients: bool = False,
+                 name: str = "hbcore_local_aggregation") -> None:
+        if int(backward_passes_per_step) < 1:
+            raise ValueError("backward_passes_per_step must be >= 1, got %r"
+                             % (backward_passes_per_step,))
+        self.passes = int(backward_passes_per_step)
+        self.average = bool(average_aggregated_gradients)
+        self.name = name
+        self._accumulators: Dict[Any, tf.Variable] = {}
+        self._counters: Dict[Any, tf.Variable] = {}
+
+    def _graph_key(self) -> Any:
+        # v1 graphs each need their own variables; eager and tf.function
+        # share the eager ones.
+        with tf.init_scope():
+            if tf.executing_eagerly():
+                return None
+            return tf.compat.v1.get_default_graph()
+
+    def _counter(self) -> tf.Variable:
+        key = self._graph_key()
+        if key not in self._counters:
+            with tf.init_scope():
+                self._counters[key] = _local_variable(
+                    tf.constant(0, tf.int64), self.name + "/counter")
+        return self._counters[key]
+
+    def _accumulator(self, variable: Any) -> tf.Variable:
+        var = _compat.unwrap_variable(variable)
+        key = (self._graph_key(), _compat.variable_key(variable))
+        acc = self._accumulators.get(key)
+        if acc is None:
+            with tf.init_scope():
+                base = var.name.split(":")[0].replace("/", "_")
+                acc = _local_variable(
+                    tf.zeros(var.shape, var.dtype.base_dtype),
+                    "%s/%s" % (self.name, base))
+            self._accumulators[key] = acc
+        return acc
+
+    def __call__(self, grads: Sequence[Any], variables: Sequence[Any],
+                 apply_fn: Callable[[List[Any]], Any],
+                 skip_fn: Optional[Callable[[], Any]] = None) -> Any:
+        """Adds this pass's gradients; every N-th pass calls ``apply_fn``.
+
+        Args:
+            grads: one gradient (tensor, tf.IndexedSlices or None) per
+                variable; sparse gradients are accumulated densely.
+            variables: the variables, in the same order.
+            apply_fn: called with the aggregated gradients (None kept) on
+                update passes; reduces them across ranks and applies them.
+            skip_fn: called on the other passes (e.g. to advance the
+                optimizer's iteration counter).
+
+        Returns:
+            A boolean tensor: whether this pass applied an update.
+        """
+        grads = list(grads)
+        variables = list(variables)
+        accumulators = [None if g is None else self._accumulator(v)
+                        for g, v in zip(grads, variables)]
+        counter = self._counter()
+        updates = []
+        for grad, acc in zip(grads, accumulators):
+            if grad is not None:
+                dense = tf.convert_to_tensor(grad)
+                updates.append(acc.assign_add(tf.cast(dense, acc.dtype)))
+        with tf.control_dependencies(updates):
+            count = counter.assign_add(1)
+
+        def apply_branch():
+            scale = 1.0 / self.passes if self.average else 1.0
+            aggregated = []
+            for acc in accumulators:
+                if acc is None:
+                    aggregated.append(None)
+                    continue
+                value = acc.read_value()
+                if scale != 1.0:
+                    value = value * tf.cast(scale, value.dtype)
+                aggregated.append(value)
+            result = apply_fn(aggregated)
+            deps = _as_deps(result)
+            with tf.control_dependencies(deps):
+                resets = [acc.assign(tf.zeros_like(acc)) for acc in
+                          accumulators if acc is not None]
+                resets.append(counter.assign(tf.constant(0, tf.int64)))
+            with tf.control_dependencies(resets):
+                return tf.constant(True)
+
+        def skip_branch():
+            deps = _as_deps(skip_fn() if skip_fn is not None else None)
+            with tf.control_dependencies(deps):
+                return tf.constant(False)
+
+        return tf.cond(count >= self.passes, apply_branch, skip_branch)
+
+
+def _as_deps(result: Any) -> List[Any]:
+    """Control dependencies for a value an apply call returned (an op, a
+    tensor, a variable, or None), empty in eager mode."""
+    if result is None or tf.executing_eagerly():
+        return []
+    if isinstance(result, (tf.Operation, tf.Tensor)):
+        return [result]
+    if isinstance(result, tf.Variable):
+        return [tf.identity(result)]
+    value = getattr(result, "value", None)  # Keras 3 variable
+    if isinstance(value, tf.Variable):
+        return [tf.identity(value)]
+    return []

@@ -1,0 +1,100 @@
+"""Tensor names for the core, which matches tensors across ranks by name.
+
+Graph mode (tf.compat.v1 graphs, and tf.function / control-flow graphs
+while they are traced): every collective op is created inside a fresh,
+graph-unique name scope: the user's name, else the op kind
+(``outer/HbcoreAllreduce``, then ``outer/HbcoreAllreduce_1``, ...). The
+same program creates the same collectives in the same scopes on every
+rank, so the name is the same on every rank and on every run of the graph
+(which lets the core's response cache answer the negotiation).
+
+Unlike Horovod, the default name does not include the input tensor's
+name: that name depends on ops TensorFlow chooses per rank. For example
+the gradient of ``y * w`` ends in ``Mul`` on a rank where the shapes are
+statically equal and in ``Reshape`` on a rank where they are not (an
+alltoall or allgather output has a rank-dependent row count), which would
+give the gradient's collective a different name on each rank. The scope
+counter depends only on how many collectives were created before in that
+scope, which is the same on every rank.
+
+Names inside a tf.function's graph are unique only within that graph, so
+two functions could otherwise produce the same name. The name is therefore
+prefixed with the path of FuncGraph names from the outermost function in
+(``train_step:HbcoreAllreduce_x``; inside a tf.cond branch
+``train_step/cond_true:...``). TensorFlow names some FuncGraphs with a
+process-wide counter (cond/while branches ``cond_true_36``, backward
+functions ``__backward_f_123``); that counter differs across ranks that
+traced different things before, so a trailing ``_<digits>`` is stripped
+from every FuncGraph name. (Plain tf.function graphs are named after the
+Python function, e.g. ``train_step``, and carry no counter.)
+
+Eager mode has no graph to name ops by: unnamed calls get
+``<kind>.noname.<n>`` from a per-kind counter. Like Horovod, this requires
+every rank to issue its unnamed eager collectives in the same order.
+"""
+import contextlib
+import itertools
+import re
+import threading
+from typing import Any, Dict, Iterator, Optional
+
+import tensorflow as tf
+
+_NOT_SCOPE_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
+_COUNTER_SUFFIX = re.compile(r"_\d+$")
+
+_counters: Dict[str, "itertools.count[int]"] = {}
+_counters_lock = threading.Lock()
+
+
+def _scope_base(name: str) -> str:
+    # A user-given name becomes a name scope; TF rejects some characters
+    # there (and a leading '_' or '-'), and a '/' would open nested scopes.
+    base = _NOT_SCOPE_CHAR.sub("_", name)
+    if not base or not (base[0].isalnum() or base[0] == "."):
+        base = "n" + base
+    return base
+
+
+def eager_name(kind: str) -> str:
+    """Returns the next ``<kind>.noname.<n>`` of this process."""
+    with _counters_lock:
+        counter = _counters.setdefault(kind, itertools.count())
+        return "%s.noname.%d" % (kind, next(counter))
+
+
+def graph_path(graph: Any) -> str:
+    """'/'-joined FuncGraph names from the outermost function to ``graph``,
+    counters stripped; '' for a plain tf.Graph."""
+    parts = []
+    # FuncGraphs (tf.function, cond/while branches, backward functions)
+    # know the graph they were created in; a plain tf.Graph does not.
+    while graph is not None and hasattr(graph, "outer_graph"):
+        parts.append(_COUNTER_SUFFIX.sub("", str(graph.name)))
+        graph = graph.outer_graph
+    return "/".join(reversed(parts))
+
+
+@contextlib.contextmanager
+def op_scope(kind: str, name: Optional[str],
+             ignore_name_scope: bool = False) -> Iterator[str]:
+    """Yields the core name of one collective op; in graph mode the op is
+    to be created inside the context (a unique name scope).
+
+    Args:
+        kind: op kind, e.g. 'HbcoreAllreduce' (default name prefix).
+        name: user-given name or None.
+        ignore_name_scope: drop the enclosing name scopes from the name
+            (keeps the graph path and the op's own scope name).
+    """
+    if tf.executing_eagerly():
+        yield name if name is not None else eager_name(kind)
+        return
+    graph = tf.compat.v1.get_default_graph()
+    base = kind if name is None else _scope_base(name)
+    with graph.name_scope(base) as scope:
+        full = scope.rstrip("/")
+        if ignore_name_scope:
+            full = full.rsplit("/", 1)[-1]
+        path = graph_path(graph)
+        yield "%s:%s" % (path, full) if path else full

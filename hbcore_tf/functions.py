@@ -1,0 +1,113 @@
+"""Broadcasting variables and Python objects (horovod.tensorflow.functions).
+
+Objects travel through hbcore's numpy collectives (cloudpickle over uint8
+arrays), which need no graph or session: ``session`` arguments are
+accepted for Horovod compatibility and ignored.
+"""
+from typing import Any, Callable, List, Optional, Sequence
+
+import hbcore
+import tensorflow as tf
+
+from hbcore_tf import mpi_ops
+from hbcore_tf.process_sets import ProcessSet, global_process_set
+from hbcore_tf.process_sets import check as _check_process_set
+
+
+def broadcast_variables(variables: Sequence[Any], root_rank: int,
+                        process_set: ProcessSet = global_process_set,
+                        inplace: bool = False) -> Optional[tf.Operation]:
+    """Overwrites ``variables`` with ``root_rank``'s values, in one grouped
+    broadcast (one op: every variable negotiates and fuses together).
+
+    Args:
+        variables: tf.Variable / Keras variables, the same list (order,
+            shapes, dtypes) on every rank.
+        root_rank: rank whose values are kept.
+        process_set: only the global process set is supported.
+        inplace: accepted for Horovod compatibility; the broadcast is
+            always one grouped op followed by assigns.
+
+    Returns:
+        None eagerly (the variables are already updated); in a graph, the
+        op that performs the broadcast when run.
+
+    Raises:
+        ValueError: hbcore is not initialized.
+        tf.errors.InvalidArgumentError: ``root_rank`` is out of range.
+    """
+    del inplace  # one grouped broadcast either way
+    assigned = mpi_ops.broadcast_(list(variables), root_rank,
+                                  process_set=process_set)
+    if tf.executing_eagerly():
+        return None
+    return tf.group(*assigned)
+
+
+def broadcast_global_variables(root_rank: int) -> tf.Operation:
+    """Broadcasts all tf.compat.v1 global variables of the default graph
+    from ``root_rank``.
+
+    Returns:
+        The op to run (e.g. in a tf.compat.v1.Session).
+
+    Raises:
+        RuntimeError: called in eager mode (use broadcast_variables with the
+            model's and optimizer's variables instead).
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "hvd.broadcast_global_variables() does not support eager "
+            "execution. Please use `hvd.broadcast_variables(<model/optimizer "
+            "variables>)` instead.")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
+                     name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Any:
+    """Returns ``root_rank``'s ``obj`` on every rank.
+
+    Args:
+        obj: any cloudpickle-able object (only the root's is used).
+        root_rank: rank whose object is sent.
+        session: ignored (no graph is needed).
+        name: name matched across ranks (auto-generated when None).
+        process_set: only the global process set is supported.
+
+    Returns:
+        The root's object, unpickled on every rank.
+    """
+    del session
+    mpi_ops._check_initialized()
+    _check_process_set(process_set)
+    return hbcore.broadcast_object(obj, root_rank, name=name)
+
+
+def broadcast_object_fn(root_rank: int = 0, session: Any = None,
+                        name: Optional[str] = None,
+                        process_set: ProcessSet = global_process_set
+                        ) -> Callable[[Any], Any]:
+    """Returns a function ``f(obj)`` that broadcasts ``obj`` from
+    ``root_rank`` (Horovod's helper for repeated broadcasts)."""
+    def _broadcast(obj: Any) -> Any:
+        return broadcast_object(obj, root_rank, session, name, process_set)
+    return _broadcast
+
+
+def allgather_object(obj: Any, session: Any = None,
+                     name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set
+                     ) -> List[Any]:
+    """Returns the list of every rank's ``obj``, in rank order.
+
+    Args:
+        obj: any cloudpickle-able object.
+        session: ignored (no graph is needed).
+        name: name matched across ranks (auto-generated when None).
+        process_set: only the global process set is supported.
+    """
+    del session
+    mpi_ops._check_initialized()
+    _check_process_set(process_set)
+    return hbcore.allgather_object(obj, name=name)

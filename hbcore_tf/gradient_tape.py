@@ -1,0 +1,180 @@
+"""DistributedGradientTape and PartialDistributedGradientTape.
+
+``hvd.DistributedGradientTape(tape)`` returns a tape of a subclass of the
+wrapped tape's own class (same name) sharing the wrapped tape's state, whose
+``gradient()`` allreduces what the wrapped tape computes: all gradients of
+the call in one grouped_allreduce (see hbcore_tf._gradient_reduction), in
+eager code and inside tf.function alike.
+
+    with tf.GradientTape() as tape:
+        loss = loss_fn(model(x), y)
+    tape = hvd.DistributedGradientTape(tape)
+    grads = tape.gradient(loss, model.trainable_variables)
+"""
+from typing import Any, Dict, Iterable
+
+import tensorflow as tf
+
+from hbcore_tf import process_sets
+from hbcore_tf._gradient_reduction import GradientReducer
+from hbcore_tf.compression import Compression
+from hbcore_tf.mpi_ops import Average
+
+
+class _DistributedTapeMixin:
+    """gradient() = the wrapped class's gradient(), then an allreduce."""
+
+    _hb_reducer: GradientReducer
+
+    def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
+                 unconnected_gradients: Any = tf.UnconnectedGradients.NONE
+                 ) -> Any:
+        """Computes gradients like tf.GradientTape.gradient and averages
+        them over all ranks (gradients of local sources stay local).
+
+        Returns:
+            The reduced gradients, in the structure of ``sources``.
+        """
+        grads = super().gradient(target, sources, output_gradients,
+                                 unconnected_gradients)
+        flat_sources = tf.nest.flatten(sources)
+        flat_grads = tf.nest.flatten(grads)
+        reduced = self._hb_reducer.reduce(flat_grads, flat_sources)
+        return tf.nest.pack_sequence_as(grads, reduced)
+
+    def register_local_source(self, source: Any) -> None:
+        """Keeps the gradient of ``source`` (a variable) local: it is not
+        allreduced (e.g. a model-parallel layer)."""
+        self._hb_reducer.register_local(source)
+
+
+_TAPE_CLASSES: Dict[type, type] = {}
+
+
+def _tape_class(base: type) -> type:
+    if issubclass(base, _DistributedTapeMixin):
+        return base
+    cls = _TAPE_CLASSES.get(base)
+    if cls is None:
+        cls = type(base.__name__, (_DistributedTapeMixin, base),
+                   {"__module__": base.__module__,
+                    "__qualname__": base.__qualname__,
+                    "__doc__": base.__doc__})
+        _TAPE_CLASSES[base] = cls
+    return cls
+
+
+def _wrap(gradtape: Any, reducer: GradientReducer) -> Any:
+    if not isinstance(gradtape, tf.GradientTape):
+        raise ValueError("DistributedGradientTape wraps a tf.GradientTape, got "
+                         "%s" % type(gradtape).__name__)
+    cls = _tape_class(type(gradtape))
+    tape = cls.__new__(cls)
+    # Share the wrapped tape's state, so wrapping inside or after the `with`
+    # block behaves the same and the original object stays consistent.
+    object.__setattr__(tape, "__dict__", gradtape.__dict__)
+    tape._hb_reducer = reducer
+    return tape
+
+
+def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
+                            device_sparse: str = "",
+                            compression: Any = Compression.none,
+                            sparse_as_dense: bool = False, op: Any = Average,
+                            gradient_predivide_factor: float = 1.0,
+                            num_groups: int = 0, groups: Any = None,
+                            process_set: Any = process_sets.global_process_set,
+                            scale_local_gradients: bool = True
+                            ) -> tf.GradientTape:
+    """Wraps a tf.GradientTape so that ``gradient()`` returns gradients
+    averaged over all ranks.
+
+    Args:
+        gradtape: the tape (typically after its ``with`` block).
+        device_dense: device for dense gradient allreduces.
+        device_sparse: device for sparse (IndexedSlices) gradient allreduces.
+        compression: Compression.none or Compression.fp16.
+        sparse_as_dense: convert IndexedSlices gradients to dense first.
+        op: Average (default) or Sum.
+        gradient_predivide_factor: with Average, divide gradients by this
+            before the sum and by size/factor after it.
+        num_groups: deprecated alias of ``groups`` as an integer.
+        groups: None (one fused collective per gradient() call), an integer
+            k, or a list of lists of variables (one collective per list).
+        process_set: only the global set is supported.
+        scale_local_gradients: scale gradients of local sources by 1/size
+            when averaging.
+
+    Returns:
+        A tape of a subclass of ``type(gradtape)`` (same name) sharing its
+        state.
+
+    Raises:
+        ValueError: not a tf.GradientTape, or invalid reduction arguments.
+        NotImplementedError: op=Adasum or a non-global process set.
+    """
+    reducer = GradientReducer(
+        "DistributedGradientTape", compression=compression,
+        sparse_as_dense=sparse_as_dense, op=op,
+        gradient_predivide_factor=gradient_predivide_factor,
+        num_groups=num_groups, groups=groups, device_dense=device_dense,
+        device_sparse=device_sparse, process_set=process_set,
+        scale_local_gradients=scale_local_gradients)
+    return _wrap(gradtape, reducer)
+
+
+def _layer_variables(local_layers: Any) -> Iterable[Any]:
+    if local_layers is None:
+        return []
+    layers = local_layers if isinstance(local_layers, (list, tuple)) else [
+        local_layers]
+    variables = []
+    for layer in layers:
+        weights = getattr(layer, "trainable_weights", None)
+        if weights is None:
+            raise ValueError("local_layers must be Keras layers (or a list of "
+                             "them), got %s" % type(layer).__name__)
+        variables.extend(weights)
+    return variables
+
+
+def PartialDistributedGradientTape(gradtape: tf.GradientTape,
+                                   local_layers: Any = None,
+                                   device_dense: str = "",
+                                   device_sparse: str = "",
+                                   compression: Any = Compression.none,
+                                   sparse_as_dense: bool = False,
+                                   op: Any = Average,
+                                   gradient_predivide_factor: float = 1.0,
+                                   num_groups: int = 0, groups: Any = None,
+                                   process_set: Any =
+                                   process_sets.global_process_set,
+                                   scale_local_gradients: bool = True
+                                   ) -> tf.GradientTape:
+    """Like DistributedGradientTape, but the gradients of ``local_layers``'
+    trainable variables are not allreduced (model-parallel layers whose
+    weights differ per rank).
+
+    Args:
+        gradtape: the tape to wrap.
+        local_layers: a Keras layer or a list of layers kept local.
+        scale_local_gradients: scale the local gradients by 1/size when
+            averaging (their loss is one rank's share of the global loss).
+        (others as in DistributedGradientTape)
+
+    Returns:
+        The wrapped tape; more local variables can be added with
+        ``register_local_source``.
+
+    Raises:
+        ValueError: local_layers holds something that is not a layer.
+    """
+    tape = DistributedGradientTape(
+        gradtape, device_dense=device_dense, device_sparse=device_sparse,
+        compression=compression, sparse_as_dense=sparse_as_dense, op=op,
+        gradient_predivide_factor=gradient_predivide_factor,
+        num_groups=num_groups, groups=groups, process_set=process_set,
+        scale_local_gradients=scale_local_gradients)
+    for variable in _layer_variables(local_layers):
+        tape.register_local_source(variable)
+    return tape

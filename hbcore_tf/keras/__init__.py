@@ -1,0 +1,150 @@
+"""hbcore_tf.keras: the horovod.tensorflow.keras API for Keras 3 and tf_keras.
+
+    import hbcore_tf.keras as hvd
+    hvd.init()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
+    model.compile(optimizer=opt, loss=...)
+    model.fit(x, y, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                               hvd.callbacks.MetricAverageCallback()])
+
+Keras 3 is served by default; tf_keras when TF_USE_LEGACY_KERAS=1 (the same
+rule as tf.keras). Keras 3 compiles train steps with XLA on GPUs by
+default; hbcore's collectives have no XLA kernel, so compile with
+``jit_compile=False`` there.
+"""
+from typing import Any, Dict, Optional, Sequence
+
+import tensorflow as tf
+
+from hbcore_tf import (Adasum, Average, Compression, Max, Min, Product, Sum,
+                       allgather_object, broadcast_object, cross_rank,
+                       cross_size, init, is_initialized, local_rank,
+                       local_size, mpi_built, mpi_threads_supported,
+                       nccl_built, rank, shutdown, size)
+from hbcore_tf import _compat
+from hbcore_tf import functions as _functions
+from hbcore_tf import mpi_ops as _mpi_ops
+from hbcore_tf.keras import callbacks
+from hbcore_tf.optimizers import DistributedOptimizer as _DistributedOptimizer
+from hbcore_tf.optimizers import _Settings, distributed_keras_class
+from hbcore_tf.process_sets import global_process_set
+
+
+def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
+                         device_dense: str = "", device_sparse: str = "",
+                         compression: Any = Compression.none,
+                         sparse_as_dense: bool = False,
+                         gradient_predivide_factor: float = 1.0,
+                         op: Any = Average, backward_passes_per_step: int = 1,
+                         average_aggregated_gradients: bool = False,
+                         num_groups: int = 0, groups: Any = None,
+                         process_set: Any = global_process_set,
+                         scale_local_gradients: bool = True,
+                         bucket_cap_mb: Optional[float] = None) -> Any:
+    """Wraps a Keras optimizer so that it averages gradients over all ranks
+    (see hbcore_tf.DistributedOptimizer for every argument).
+
+    Returns:
+        An instance of a subclass of the optimizer's class with the same
+        name (saved models record the plain Keras class).
+
+    Raises:
+        ValueError: ``optimizer`` is not a Keras optimizer.
+    """
+    family = _compat.optimizer_family(optimizer)
+    if not _compat.is_keras_family(family):
+        raise ValueError("hbcore_tf.keras.DistributedOptimizer wraps Keras "
+                         "optimizers; use hbcore_tf.DistributedOptimizer for "
+                         "%s" % type(optimizer).__name__)
+    return _DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense,
+        device_sparse=device_sparse, compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        num_groups=num_groups, groups=groups, process_set=process_set,
+        scale_local_gradients=scale_local_gradients,
+        bucket_cap_mb=bucket_cap_mb)
+
+
+def broadcast_global_variables(root_rank: int) -> Any:
+    """Broadcasts all global variables of the Keras session's graph from
+    ``root_rank`` (tf_keras in graph mode only; in eager mode use
+    callbacks.BroadcastGlobalVariablesCallback or hvd.broadcast_variables).
+
+    Raises:
+        RuntimeError: in eager mode (as horovod.tensorflow.keras does).
+    """
+    op = _functions.broadcast_global_variables(root_rank)
+    return _compat.keras_module().backend.get_session().run(op)
+
+
+def _as_tensor(value: Any) -> Any:
+    return value if isinstance(value, (tf.Tensor, tf.Variable)) else \
+        tf.constant(value)
+
+
+def allreduce(value: Any, name: Optional[str] = None,
+              average: Optional[bool] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, op: Any = None,
+              compression: Any = Compression.none) -> Any:
+    """Allreduces a value (numpy array, number or tensor) over all ranks.
+
+    Returns:
+        A tensor with the reduced value (use ``.numpy()``).
+    """
+    return _mpi_ops.allreduce(_as_tensor(value), average=average,
+                              compression=compression, op=op,
+                              prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor, name=name)
+
+
+def allgather(value: Any, name: Optional[str] = None) -> Any:
+    """Concatenates a value from every rank along the first dimension."""
+    return _mpi_ops.allgather(_as_tensor(value), name=name)
+
+
+def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> Any:
+    """Returns ``root_rank``'s value on every rank."""
+    return _mpi_ops.broadcast(_as_tensor(value), root_rank, name=name)
+
+
+def load_model(filepath: str, custom_optimizers: Optional[Sequence[type]] = None,
+               custom_objects: Optional[Dict[str, Any]] = None,
+               compression: Any = Compression.none) -> Any:
+    """Loads a saved Keras model whose optimizer comes back wrapped in
+    DistributedOptimizer (gradients averaged over all ranks).
+
+    Args:
+        filepath: the saved model (.keras, or .h5 / SavedModel for tf_keras).
+        custom_optimizers: optimizer classes not built into Keras that the
+            model may use; they are wrapped too.
+        custom_objects: other custom objects for deserialization.
+        compression: compression of the wrapped optimizer's allreduces.
+
+    Returns:
+        The model, compiled with a distributed optimizer when it was saved
+        compiled.
+    """
+    settings = _Settings(None, compression, False, 1, Average, 1.0, False, 0,
+                         None, "", "", global_process_set, True)
+    objects: Dict[str, Any] = {}
+    for cls in list(_compat.keras_optimizer_classes()) + list(
+            custom_optimizers or []):
+        wrapped = distributed_keras_class(cls, settings)
+        objects[cls.__name__] = wrapped
+        objects.setdefault(cls.__name__.lower(), wrapped)
+    if custom_objects:
+        objects.update(custom_objects)
+    return _compat.load_model_fn()(filepath, custom_objects=objects)
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "size", "rank", "local_size",
+    "local_rank", "cross_size", "cross_rank", "mpi_threads_supported",
+    "mpi_built", "nccl_built", "Average", "Sum", "Adasum", "Min", "Max",
+    "Product", "Compression", "DistributedOptimizer",
+    "broadcast_global_variables", "allreduce", "allgather", "broadcast",
+    "load_model", "callbacks", "broadcast_object", "allgather_object",
+]

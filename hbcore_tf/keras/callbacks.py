@@ -1,0 +1,271 @@
+"""Keras callbacks of horovod.tensorflow.keras, for Keras 3 and tf_keras.
+
+The classes subclass the Callback of the Keras ``tf.keras`` resolves to
+(tf_keras when TF_USE_LEGACY_KERAS=1, Keras 3 otherwise; see
+hbcore_tf._compat).
+
+    callbacks = [
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd.callbacks.MetricAverageCallback(),
+        hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.1 * hvd.size(),
+                                                 warmup_epochs=3),
+    ]
+"""
+from typing import Any, Callable, Dict, Optional, Union
+
+import tensorflow as tf
+
+from hbcore_tf import _compat
+from hbcore_tf.functions import broadcast_variables
+from hbcore_tf.mpi_ops import Average, grouped_allreduce, size
+
+_Callback = _compat.callback_base()
+
+
+class BroadcastGlobalVariablesCallback(_Callback):
+    """Broadcasts the model's and the optimizer's variables from
+    ``root_rank`` to every other rank, so that all ranks start from the
+    same state (random initialisation or a checkpoint restored on the root
+    only).
+
+    It broadcasts when training begins (model weights and the optimizer
+    variables that exist then) and again at the end of the first batch
+    (Horovod's moment, when every optimizer slot exists). Put it first in
+    the callback list.
+
+    Args:
+        root_rank: the rank whose values everyone receives.
+        device: device for the broadcasts (default: the ops' placement).
+    """
+
+    def __init__(self, root_rank: int, device: str = "") -> None:
+        super().__init__()
+        self.root_rank = root_rank
+        self.device = device
+        self.broadcast_done = False
+
+    def _variables(self) -> list:
+        variables = list(_compat.model_variables(self.model))
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            variables += _compat.optimizer_variables(optimizer)
+        seen, out = set(), []
+        for var in variables:
+            var = _compat.unwrap_variable(var)
+            if id(var) not in seen:
+                seen.add(id(var))
+                out.append(var)
+        return out
+
+    def _broadcast(self) -> None:
+        variables = self._variables()
+        if not variables:
+            return
+        with tf.device(self.device):
+            if tf.executing_eagerly():
+                broadcast_variables(variables, root_rank=self.root_rank)
+            else:  # tf_keras in a v1 graph: run it in Keras' session
+                op = broadcast_variables(variables, root_rank=self.root_rank)
+                _compat.keras_module().backend.get_session().run(op)
+
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+        self._broadcast()
+
+    def on_batch_end(self, batch: int,
+                     logs: Optional[Dict[str, Any]] = None) -> None:
+        if self.broadcast_done:
+            return
+        self._broadcast()
+        self.broadcast_done = True
+
+
+class MetricAverageCallback(_Callback):
+    """Averages the epoch's metrics (``logs``: loss, accuracy, val_*) over
+    all ranks at the end of every epoch, in one fused allreduce, so that
+    callbacks after it (checkpointing, early stopping, logging) see global
+    values. Put it before those callbacks.
+
+    Args:
+        device: device for the allreduce (default: the op's placement).
+    """
+
+    def __init__(self, device: str = "") -> None:
+        super().__init__()
+        self.device = device
+
+    def _average_metrics_in_place(self, logs: Optional[Dict[str, Any]]) -> None:
+        if not logs:
+            return
+        keys = sorted(k for k, v in logs.items() if _is_number(v))
+        if not keys:
+            return
+        values = [tf.constant(float(_scalar(logs[k])), tf.float64)
+                  for k in keys]
+        with tf.device(self.device):
+            reduced = grouped_allreduce(values, op=Average,
+                                        name="MetricAverageCallback")
+        for key, value in zip(keys, reduced):
+            logs[key] = float(value.numpy() if hasattr(value, "numpy")
+                              else value)
+
+    def on_epoch_end(self, epoch: int,
+                     logs: Optional[Dict[str, Any]] = None) -> None:
+        self._average_metrics_in_place(logs)
+
+
+def _scalar(value: Any) -> Any:
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    value = _scalar(value)
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    shape = getattr(value, "shape", ())
+    return shape in ((), (1,))
+
+
+class LearningRateScheduleCallback(_Callback):
+    """Sets the learning rate to ``initial_lr * multiplier(epoch)`` between
+    ``start_epoch`` and ``end_epoch``.
+
+    With ``staircase=True`` the rate changes at the first batch of each
+    epoch (``multiplier(epoch)`` with an integer epoch); otherwise at every
+    batch, with the fractional epoch ``epoch + batch / steps_per_epoch``.
+
+    With ``momentum_correction`` (Goyal et al.), a change of the rate from
+    old to new scales the optimizer's momentum buffers by new/old, as if
+    the momentum had been multiplied by that ratio for one step (Horovod's
+    method); this also works when the momentum is compiled into Keras 3's
+    train step.
+
+    Args:
+        initial_lr: the base learning rate (often lr * hvd.size()).
+        multiplier: a number, or a function of the (fractional) epoch.
+        start_epoch: first epoch the schedule applies to.
+        end_epoch: the epoch it stops at (exclusive); None: never.
+        staircase: adjust once per epoch (True) or every batch.
+        momentum_correction: scale momentum buffers on changes.
+        steps_per_epoch: batches per epoch; autodetected from model.fit's
+            ``steps`` when None.
+
+    Raises:
+        ValueError: steps_per_epoch is needed but cannot be detected.
+    """
+
+    def __init__(self, initial_lr: float,
+                 multiplier: Union[float, Callable[[float], float]],
+                 start_epoch: int = 0, end_epoch: Optional[int] = None,
+                 staircase: bool = True, momentum_correction: bool = True,
+                 steps_per_epoch: Optional[int] = None) -> None:
+        super().__init__()
+        self.initial_lr = initial_lr
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.current_epoch: Optional[int] = None
+        if callable(multiplier):
+            self.multiplier = multiplier
+        else:
+            constant = float(multiplier)
+            self.multiplier = lambda epoch: constant
+
+    def _autodetect_steps_per_epoch(self) -> int:
+        params = getattr(self, "params", None) or {}
+        if params.get("steps"):
+            return int(params["steps"])
+        if params.get("samples") and params.get("batch_size"):
+            return -(-int(params["samples"]) // int(params["batch_size"]))
+        raise ValueError(
+            "could not autodetect the number of steps per epoch; pass "
+            "steps_per_epoch to %s" % type(self).__name__)
+
+    def _in_range(self, epoch: int) -> bool:
+        return epoch >= self.start_epoch and (
+            self.end_epoch is None or epoch < self.end_epoch)
+
+    def _adjust_learning_rate(self, epoch: float) -> float:
+        optimizer = self.model.optimizer
+        old_lr = _compat.get_learning_rate(optimizer)
+        new_lr = float(self.initial_lr * self.multiplier(epoch))
+        _compat.set_learning_rate(optimizer, new_lr)
+        if self.momentum_correction and old_lr > 0 and new_lr != old_lr:
+            ratio = new_lr / old_lr
+            for buffer in _compat.momentum_buffers(optimizer):
+                buffer = _compat.unwrap_variable(buffer)
+                buffer.assign(buffer * tf.cast(ratio, buffer.dtype))
+        return new_lr
+
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+        if self.steps_per_epoch is None and not self.staircase:
+            self.steps_per_epoch = self._autodetect_steps_per_epoch()
+
+    def on_epoch_begin(self, epoch: int,
+                       logs: Optional[Dict[str, Any]] = None) -> None:
+        self.current_epoch = epoch
+
+    def on_batch_begin(self, batch: int,
+                       logs: Optional[Dict[str, Any]] = None) -> None:
+        if self.current_epoch is None or not self._in_range(self.current_epoch):
+            return
+        if self.staircase:
+            if batch == 0:
+                self._adjust_learning_rate(self.current_epoch)
+        else:
+            self._adjust_learning_rate(
+                self.current_epoch + float(batch) / self.steps_per_epoch)
+
+    def on_epoch_end(self, epoch: int,
+                     logs: Optional[Dict[str, Any]] = None) -> None:
+        if logs is not None:
+            try:
+                logs["lr"] = _compat.get_learning_rate(self.model.optimizer)
+            except TypeError:  # a schedule: nothing to report
+                pass
+
+
+class LearningRateWarmupCallback(LearningRateScheduleCallback):
+    """Ramps the learning rate from ``initial_lr / size`` to ``initial_lr``
+    over ``warmup_epochs`` epochs, batch by batch (Goyal et al., "Accurate,
+    Large Minibatch SGD"), as Horovod does: at fractional epoch ``e`` the
+    rate is ``initial_lr / size * (e' * (size - 1) / warmup_epochs + 1)``
+    with ``e' = e + 1 / steps_per_epoch``, so it reaches ``initial_lr``
+    exactly at the end of the warmup.
+
+    Args:
+        initial_lr: the rate after warmup (typically lr * hvd.size()).
+        warmup_epochs: number of warmup epochs.
+        momentum_correction: scale momentum buffers on changes.
+        steps_per_epoch: batches per epoch; autodetected when None.
+        verbose: 1 prints a line when warmup ends.
+    """
+
+    def __init__(self, initial_lr: float, warmup_epochs: int = 5,
+                 momentum_correction: bool = True,
+                 steps_per_epoch: Optional[int] = None,
+                 verbose: int = 0) -> None:
+        def multiplier(epoch: float) -> float:
+            # Shifted so that the last batch of an epoch gets a round value.
+            epoch += 1.0 / self.steps_per_epoch
+            n = size()
+            return 1.0 / n * (epoch * (n - 1) / warmup_epochs + 1)
+
+        super().__init__(initial_lr, multiplier, start_epoch=0,
+                         end_epoch=warmup_epochs, staircase=False,
+                         momentum_correction=momentum_correction,
+                         steps_per_epoch=steps_per_epoch)
+        self.warmup_epochs = warmup_epochs
+        self.verbose = verbose
+
+    def on_epoch_end(self, epoch: int,
+                     logs: Optional[Dict[str, Any]] = None) -> None:
+        super().on_epoch_end(epoch, logs)
+        if epoch == self.warmup_epochs - 1 and self.verbose > 0:
+            print("\nEpoch %d: finished gradual learning rate warmup to %g." % (
+                epoch + 1, _compat.get_learning_rate(self.model.optimizer)))

@@ -1,0 +1,577 @@
+"""TensorFlow collectives over the hbcore runtime (horovod.tensorflow's
+ops: same names, signatures, defaults and semantics as Horovod 0.28).
+
+Every collective is one ``HbcoreCollective`` / ``HbcoreAlltoall`` /
+``HbcoreJoin`` / ``HbcoreBarrier`` op from the op library built by
+:mod:`hbcore_tf._build`. The ops enqueue into the same C++ core that the
+numpy API (:mod:`hbcore`) uses and return at once; the core's background
+thread completes them. A grouped call is one op, so its tensors reach the
+core in one ``hb_enqueue`` and negotiate and fuse together.
+
+Tensor names (how the core matches tensors across ranks) come from
+:mod:`hbcore_tf._naming`: in graph mode from the op's name scope, in eager
+mode from per-kind counters.
+
+Errors: the ops raise ``tf.errors.FailedPreconditionError`` when ranks
+disagree about a tensor, ``tf.errors.InvalidArgumentError`` for a bad
+local argument (root rank, splits, dtype) and ``tf.errors.AbortedError``
+once the runtime shut down on any rank. Calls before :func:`init` raise
+``ValueError`` (:class:`hbcore.NotInitializedError`) in Python.
+"""
+from typing import Any, List, Optional, Sequence, Union
+
+# hbcore first: it loads libmpi and libhbcore, which the op library links to.
+import hbcore
+import tensorflow as tf
+# Re-exported: horovod.tensorflow.mpi_ops offers these names too.
+from hbcore import (Adasum, Average, Max, Min, NotInitializedError, Product,
+                    ReduceOp, Sum, cross_rank, cross_size, gloo_built,
+                    gloo_enabled, is_initialized, local_rank, local_size,
+                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+                    rank, shutdown, size)
+
+from hbcore_tf import _build, _naming
+from hbcore_tf.compression import Compression
+from hbcore_tf.process_sets import (ProcessSet, add_process_set,
+                                    global_process_set, remove_process_set)
+from hbcore_tf.process_sets import check as _check_process_set
+
+_lib = tf.load_op_library(_build.op_library_path())
+
+# Core op codes (hb_op_type in csrc/core/include/hbcore/c_api.h).
+_ALLREDUCE, _ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER = 0, 1, 2, 3, 4
+
+# The name every rank's join uses (the same as hbcore.join, so numpy and TF
+# joins pair up).
+_JOIN_NAME = "hbcore.join"
+
+_NOT_INITIALIZED = "hbcore has not been initialized; use hvd.init()."
+
+TensorLike = Union[tf.Tensor, tf.Variable, tf.IndexedSlices, Any]
+
+
+def _run_collectives_unordered() -> None:
+    """Lets independent collectives inside one tf.function run concurrently.
+
+    The ops are stateful (so grappler never folds, merges or prunes them),
+    and tf.function's automatic control dependencies chain all stateful ops
+    in program order. Chained, 50 allreduces in one function would reach
+    the core one after another (50 negotiations, no fusion) and two
+    functions issuing collectives in different orders could deadlock.
+    TensorFlow's list of "must run, order insensitive" stateful ops gives
+    exactly the wanted semantics: always executed, not ordered (data
+    dependencies still order them). The list is private; without it the
+    ops stay correct, only serialized.
+    """
+    try:
+        from tensorflow.python.framework import auto_control_deps as acd
+    except ImportError:  # pragma: no cover - other TF layouts
+        return
+    current = getattr(acd, "MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS", None)
+    if current is not None:
+        acd.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(current) | {
+            "HbcoreCollective", "HbcoreAlltoall"}
+
+
+_run_collectives_unordered()
+
+
+# --- process -----------------------------------------------------------------
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Initializes hbcore (idempotent): MPI, the core's communicator and its
+    background thread.
+
+    Args:
+        comm: must be None (hbcore uses all ranks of MPI_COMM_WORLD).
+        process_sets: must be None or empty (only the global set exists).
+
+    Raises:
+        NotImplementedError: ``comm`` or ``process_sets`` was given.
+        hbcore.exceptions.ConfigError: an HB_* / HOROVOD_* variable is invalid.
+    """
+    if comm is not None:
+        raise NotImplementedError(
+            "hbcore_tf.init(comm=...) is not supported: hbcore runs over all "
+            "ranks of MPI_COMM_WORLD")
+    if process_sets:
+        raise NotImplementedError(
+            "hbcore_tf.init(process_sets=...) is not supported: hbcore has "
+            "only the global process set")
+    hbcore.init()
+
+
+def ddl_built() -> bool:
+    """Returns False: hbcore has no IBM DDL support."""
+    return False
+
+
+def ccl_built() -> bool:
+    """Returns False: hbcore has no oneCCL support."""
+    return False
+
+
+def cuda_built() -> bool:
+    """Returns whether GPU buffers can be served (through NCCL)."""
+    return nccl_built()
+
+
+def rocm_built() -> bool:
+    """Returns False: hbcore has no ROCm support."""
+    return False
+
+
+# --- helpers -----------------------------------------------------------------
+
+def _check_initialized() -> None:
+    if not hbcore.is_initialized():
+        raise NotInitializedError(_NOT_INITIALIZED)
+
+
+from hbcore.ops import resolve_op as _resolve_op  # noqa: E402
+
+
+def _refuse_adasum(op: int, what: str) -> None:
+    if op == Adasum:
+        raise NotImplementedError(
+            "hbcore does not implement the Adasum reduction (%s); use "
+            "op=hvd.Average or hvd.Sum" % what)
+
+
+def _collective(tensors: Sequence[Any], op_code: int, kind: str,
+                name: Optional[str], ignore_name_scope: bool = False,
+                reduce_op: int = Sum, root_rank: int = 0,
+                prescale_factor: float = 1.0,
+                postscale_factor: float = 1.0) -> List[tf.Tensor]:
+    """One HbcoreCollective op over ``tensors`` (all announced together).
+
+    A single tensor is named ``<name>``; a group ``<name>.0``, ``<name>.1``..
+    """
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    with _naming.op_scope(kind, name, ignore_name_scope) as base:
+        names = ([base] if len(tensors) == 1 else
+                 ["%s.%d" % (base, i) for i in range(len(tensors))])
+        outputs = _lib.hbcore_collective(
+            tensors, tf.constant(names, dtype=tf.string), op=op_code,
+            reduce_op=int(reduce_op), root_rank=int(root_rank),
+            prescale_factor=float(prescale_factor),
+            postscale_factor=float(postscale_factor))
+    return list(outputs)
+
+
+def _scale_values(values: tf.Tensor, op: int, factor: float) -> tf.Tensor:
+    """IndexedSlices values after a gather: divided by size for Average,
+    multiplied by the pre/postscale product."""
+    if values.dtype.is_floating:
+        if op == Average:
+            values = values / tf.cast(size(), values.dtype)
+        if factor != 1.0:
+            values = values * tf.cast(factor, values.dtype)
+        return values
+    if op == Average:  # integers: truncate like the core's integer Average
+        values = tf.math.truncatediv(values, tf.cast(size(), values.dtype))
+    if factor != 1.0:
+        values = tf.cast(tf.cast(values, tf.float64) * factor, values.dtype)
+    return values
+
+
+def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], op: int,
+                      prescale_factor: float, postscale_factor: float,
+                      name: Optional[str], ignore_name_scope: bool
+                      ) -> List[tf.IndexedSlices]:
+    """Allreduce of IndexedSlices as one grouped allgather of all values and
+    indices (duplicate indices then sum up when the slices are applied)."""
+    if op not in (Sum, Average):
+        raise NotImplementedError(
+            "Only Sum and Average ops are supported with tf.IndexedSlices "
+            "(got %s); pass sparse_as_dense=True or convert the gradient with "
+            "tf.convert_to_tensor" % ReduceOp(op).name)
+    n = len(slices)
+    gathered = _collective([s.values for s in slices] +
+                           [s.indices for s in slices], _ALLGATHER,
+                           "HbcoreSparseAllreduce", name, ignore_name_scope)
+    factor = float(prescale_factor) * float(postscale_factor)
+    return [tf.IndexedSlices(_scale_values(gathered[i], op, factor),
+                             gathered[n + i], dense_shape=s.dense_shape)
+            for i, s in enumerate(slices)]
+
+
+# --- allreduce -----------------------------------------------------------------
+
+def allreduce(tensor: TensorLike, average: Optional[bool] = None,
+              device_dense: str = "", device_sparse: str = "",
+              compression: type = Compression.none, op: Optional[int] = None,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set,
+              ignore_name_scope: bool = False) -> TensorLike:
+    """Reduces a tensor over all ranks.
+
+    A ``tf.IndexedSlices`` is reduced by allgathering its values and indices
+    (so the result has every rank's slices; Average divides the values by
+    size()).
+
+    Args:
+        tensor: tf.Tensor, tf.Variable or tf.IndexedSlices; same shape and
+            dtype on every rank.
+        average: deprecated; use ``op``.
+        device_dense: device for dense tensors ('' = default placement).
+        device_sparse: device for IndexedSlices.
+        compression: Compression.none or Compression.fp16 (dense only).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        name: name matched across ranks (derived from the graph when None).
+        process_set: only the global process set is supported.
+        ignore_name_scope: leave enclosing name scopes out of the name.
+
+    Returns:
+        A tensor (or tf.IndexedSlices) of the same shape and dtype.
+
+    Raises:
+        ValueError: hbcore is not initialized, or both average and op given.
+        NotImplementedError: op is Adasum, or Min/Max/Product on
+            IndexedSlices. (Pre/postscale factors do apply to IndexedSlices
+            values; Horovod refuses them there.)
+        tf.errors.FailedPreconditionError: ranks disagree on the tensor.
+        tf.errors.InvalidArgumentError: e.g. Average on bool.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    op = _resolve_op(average, op)
+    _refuse_adasum(op, "allreduce")
+    if isinstance(tensor, tf.IndexedSlices):
+        with tf.device(device_sparse):
+            return _sparse_allreduce([tensor], op, prescale_factor,
+                                     postscale_factor, name,
+                                     ignore_name_scope)[0]
+    with tf.device(device_dense):
+        compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+        reduced = _collective([compressed], _ALLREDUCE, "HbcoreAllreduce", name,
+                              ignore_name_scope, op, 0, prescale_factor,
+                              postscale_factor)[0]
+        return compression.decompress(reduced, ctx)
+
+
+# SageMaker data parallel's name for the same operation.
+oob_allreduce = allreduce
+
+
+def grouped_allreduce(tensors: Sequence[TensorLike],
+                      average: Optional[bool] = None, device_dense: str = "",
+                      device_sparse: str = "",
+                      compression: type = Compression.none,
+                      op: Optional[int] = None, prescale_factor: float = 1.0,
+                      postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set,
+                      ignore_name_scope: bool = False,
+                      name: Optional[str] = None) -> List[TensorLike]:
+    """Reduces a list of tensors as one group: all dense tensors go to the
+    core in one op, so they negotiate in one cycle and fuse; the
+    IndexedSlices among them go through one grouped allgather.
+
+    Args:
+        tensors: tf.Tensor / tf.Variable / tf.IndexedSlices (no None).
+        name: base name; dense tensors are named ``<name>.<i>``, the
+            IndexedSlices group ``<name>_sparse``.
+        Others: as in :func:`allreduce`.
+
+    Returns:
+        The reduced tensors, in input order.
+
+    Raises:
+        As :func:`allreduce`.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    op = _resolve_op(average, op)
+    _refuse_adasum(op, "grouped_allreduce")
+    tensors = list(tensors)
+    if not tensors:
+        return tensors
+    sparse_idx = [i for i, t in enumerate(tensors)
+                  if isinstance(t, tf.IndexedSlices)]
+    dense_idx = [i for i, t in enumerate(tensors)
+                 if not isinstance(t, tf.IndexedSlices)]
+    out: List[Any] = [None] * len(tensors)
+    if dense_idx:
+        with tf.device(device_dense):
+            pairs = [compression.compress(tf.convert_to_tensor(tensors[i]))
+                     for i in dense_idx]
+            reduced = _collective([p[0] for p in pairs], _ALLREDUCE,
+                                  "HbcoreGroupedAllreduce", name,
+                                  ignore_name_scope, op, 0, prescale_factor,
+                                  postscale_factor)
+            for i, (_, ctx), value in zip(dense_idx, pairs, reduced):
+                out[i] = compression.decompress(value, ctx)
+    if sparse_idx:
+        sparse_name = None if name is None else name + "_sparse"
+        with tf.device(device_sparse):
+            reduced = _sparse_allreduce([tensors[i] for i in sparse_idx], op,
+                                        prescale_factor, postscale_factor,
+                                        sparse_name, ignore_name_scope)
+        for i, value in zip(sparse_idx, reduced):
+            out[i] = value
+    return out
+
+
+# --- allgather / broadcast ------------------------------------------------------
+
+def allgather(tensor: TensorLike, name: Optional[str] = None,
+              ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Concatenates ``tensor`` from every rank along the first dimension.
+
+    Args:
+        tensor: at least 1-D; the first dimension may differ across ranks,
+            the others must match.
+        name: name matched across ranks (derived from the graph when None).
+        ignore_name_scope: leave enclosing name scopes out of the name.
+        process_set: only the global process set is supported.
+
+    Returns:
+        The rows of rank 0, then rank 1, and so on.
+
+    Raises:
+        tf.errors.FailedPreconditionError: dtype or trailing dimensions
+            differ across ranks.
+        tf.errors.InvalidArgumentError: ``tensor`` is a scalar.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    return _collective([tensor], _ALLGATHER, "HbcoreAllgather", name,
+                       ignore_name_scope)[0]
+
+
+def grouped_allgather(tensors: Sequence[TensorLike],
+                      name: Optional[str] = None,
+                      ignore_name_scope: bool = False,
+                      process_set: ProcessSet = global_process_set
+                      ) -> List[tf.Tensor]:
+    """Allgathers a list of tensors announced together (one op).
+
+    Returns:
+        One gathered tensor per input, in input order.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    return _collective(list(tensors), _ALLGATHER, "HbcoreGroupedAllgather",
+                       name, ignore_name_scope)
+
+
+def broadcast(tensor: TensorLike, root_rank: int, name: Optional[str] = None,
+              ignore_name_scope: bool = False,
+              process_set: ProcessSet = global_process_set) -> tf.Tensor:
+    """Returns ``root_rank``'s ``tensor`` on every rank.
+
+    Raises:
+        tf.errors.InvalidArgumentError: ``root_rank`` is not in [0, size()).
+        tf.errors.FailedPreconditionError: shape, dtype or root differ
+            across ranks.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    return _collective([tensor], _BROADCAST, "HbcoreBroadcast", name,
+                       ignore_name_scope, root_rank=root_rank)[0]
+
+
+def broadcast_(variables: Sequence[Any], root_rank: int,
+               name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> List[Any]:
+    """Overwrites ``variables`` with ``root_rank``'s values (one grouped
+    broadcast, then an assign per variable).
+
+    Args:
+        variables: tf.Variable / Keras variables.
+        root_rank: rank whose values are kept.
+        name: base name matched across ranks.
+        process_set: only the global process set is supported.
+
+    Returns:
+        Eagerly, the variables; in a graph, the assign results (tensors that
+        read the variables after the assignment).
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    variables = list(variables)
+    if not variables:
+        return []
+    values = _collective(variables, _BROADCAST, "HbcoreBroadcastInplace",
+                         name, root_rank=root_rank)
+    assigned = [v.assign(x) for v, x in zip(variables, values)]
+    return variables if tf.executing_eagerly() else assigned
+
+
+# --- alltoall / reducescatter ---------------------------------------------------
+
+def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
+             name: Optional[str] = None, ignore_name_scope: bool = False,
+             process_set: ProcessSet = global_process_set) -> Any:
+    """Sends ``splits[r]`` rows of ``tensor`` to rank r and returns the rows
+    every rank sent here, concatenated in rank order.
+
+    Args:
+        tensor: at least 1-D.
+        splits: rows for each rank (length size(), sums to the first
+            dimension); None splits the first dimension evenly.
+        name: name matched across ranks (derived from the graph when None).
+        ignore_name_scope: leave enclosing name scopes out of the name.
+        process_set: only the global process set is supported.
+
+    Returns:
+        The received tensor; when ``splits`` is given, a tuple of it and the
+        int64 vector of rows received from each rank (as Horovod).
+
+    Raises:
+        tf.errors.InvalidArgumentError: splits of the wrong length or sum,
+            or an uneven first dimension without splits.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    tensor = tf.convert_to_tensor(tensor)
+    splits_tensor = (tf.zeros([0], tf.int64) if splits is None else
+                     tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]),
+                             tf.int64))
+    with _naming.op_scope("HbcoreAlltoall", name,
+                          ignore_name_scope) as op_name:
+        output, received = _lib.hbcore_alltoall(
+            tensor, splits_tensor, tf.constant(op_name, dtype=tf.string))
+    return output if splits is None else (output, received)
+
+
+def reducescatter(tensor: TensorLike, device_dense: str = "",
+                  compression: type = Compression.none, op: int = Average,
+                  name: Optional[str] = None,
+                  process_set: ProcessSet = global_process_set,
+                  ignore_name_scope: bool = False,
+                  prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> tf.Tensor:
+    """Reduces ``tensor`` over all ranks and returns this rank's block of
+    rows: with n rows and s ranks, rank r gets n // s rows, plus one when
+    r < n % s.
+
+    Args:
+        tensor: at least 1-D, same shape and dtype on every rank.
+        device_dense: device for the op ('' = default placement).
+        compression: Compression.none or Compression.fp16.
+        op: Average (default), Sum, Min, Max or Product.
+        name: name matched across ranks (derived from the graph when None).
+        process_set: only the global process set is supported.
+        ignore_name_scope: leave enclosing name scopes out of the name.
+        prescale_factor, postscale_factor: as in :func:`allreduce`.
+
+    Raises:
+        NotImplementedError: op is Adasum.
+        tf.errors.FailedPreconditionError: ranks disagree on the tensor.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    op = Average if op is None else ReduceOp(int(op))
+    _refuse_adasum(op, "reducescatter")
+    with tf.device(device_dense):
+        compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+        reduced = _collective([compressed], _REDUCESCATTER,
+                              "HbcoreReducescatter", name, ignore_name_scope,
+                              op, 0, prescale_factor, postscale_factor)[0]
+        return compression.decompress(reduced, ctx)
+
+
+def grouped_reducescatter(tensors: Sequence[TensorLike],
+                          device_dense: str = "",
+                          compression: type = Compression.none,
+                          op: int = Average,
+                          process_set: ProcessSet = global_process_set,
+                          prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0,
+                          name: Optional[str] = None,
+                          ignore_name_scope: bool = False) -> List[tf.Tensor]:
+    """Reducescatters a list of tensors announced together (one op).
+
+    Returns:
+        This rank's block of each reduced tensor, in input order.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    op = Average if op is None else ReduceOp(int(op))
+    _refuse_adasum(op, "grouped_reducescatter")
+    tensors = list(tensors)
+    if not tensors:
+        return tensors
+    with tf.device(device_dense):
+        pairs = [compression.compress(tf.convert_to_tensor(t))
+                 for t in tensors]
+        reduced = _collective([p[0] for p in pairs], _REDUCESCATTER,
+                              "HbcoreGroupedReducescatter", name,
+                              ignore_name_scope, op, 0, prescale_factor,
+                              postscale_factor)
+        return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+
+
+# --- synchronization ------------------------------------------------------------
+
+def join() -> tf.Tensor:
+    """Declares that this rank has no more data. Until every rank joined,
+    this rank takes part in the other ranks' allreduces with zeros (and in
+    allgathers with no rows).
+
+    Returns:
+        An int32 scalar tensor: the rank that joined last.
+    """
+    _check_initialized()
+    return _lib.hbcore_join(tf.constant(_JOIN_NAME, dtype=tf.string))
+
+
+def barrier(process_set: ProcessSet = global_process_set,
+            name: Optional[str] = None) -> Optional[tf.Operation]:
+    """Waits until every rank reached the barrier.
+
+    Returns:
+        None eagerly; in a graph, the op to run.
+    """
+    _check_initialized()
+    _check_process_set(process_set)
+    with _naming.op_scope("HbcoreBarrier", name) as op_name:
+        return _lib.hbcore_barrier(tf.constant(op_name, dtype=tf.string))
+
+
+# --- topology ops ---------------------------------------------------------------
+# Read when the op runs, so a graph may be built before init() or elsewhere.
+
+def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
+    """An int32 scalar op: the number of ranks, read at execution time."""
+    if process_set_id != 0:
+        raise NotImplementedError("only the global process set (id 0) exists")
+    return _lib.hbcore_topology(what="size", name=name)
+
+
+def local_size_op(name: Optional[str] = None) -> tf.Tensor:
+    """An int32 scalar op: the number of ranks on this host."""
+    return _lib.hbcore_topology(what="local_size", name=name)
+
+
+def rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """An int32 scalar op: this process's rank, read at execution time."""
+    return _lib.hbcore_topology(what="rank", name=name)
+
+
+def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
+    """An int32 scalar op: this process's rank on its host."""
+    return _lib.hbcore_topology(what="local_rank", name=name)
+
+
+def process_set_included_op(process_set_id: int = 0,
+                            name: Optional[str] = None) -> tf.Tensor:
+    """An int32 scalar op: 1 for the global set (the only one)."""
+    if process_set_id != 0:
+        raise NotImplementedError("only the global process set (id 0) exists")
+    return tf.constant(1, tf.int32, name=name)
+
+
+for _op_type in ("HbcoreJoin", "HbcoreBarrier", "HbcoreTopology"):
+    tf.no_gradient(_op_type)
+
+# Registers the gradients of HbcoreCollective and HbcoreAlltoall (imports
+# this module's functions, so it comes last).
+from hbcore_tf import _gradients  # noqa: E402,F401

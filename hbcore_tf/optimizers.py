@@ -1,0 +1,394 @@
+"""DistributedOptimizer for Keras 3, tf_keras and tf.compat.v1 optimizers.
+
+How each family is wrapped (the differences live in hbcore_tf._compat):
+
+- Keras 3 (``keras.optimizers.*``): a subclass of the optimizer's own class,
+  with the same ``__name__``, ``__qualname__`` and ``__module__``, built with
+  ``from_config(optimizer.get_config())``. It overrides ``apply(grads,
+  trainable_variables)``, which ``apply_gradients`` and ``model.fit``'s
+  train step both go through, and allreduces the gradients there. A saved
+  model records the plain class (e.g. ``keras.optimizers.SGD``), so it loads
+  without hbcore.
+- tf_keras (``TF_USE_LEGACY_KERAS=1``; current and ``legacy`` optimizers):
+  the same kind of subclass, overriding ``apply_gradients``, which
+  ``minimize`` and tf_keras' train step call.
+- tf.compat.v1.train.Optimizer: a wrapper (as in Horovod) whose
+  ``compute_gradients`` returns allreduced gradients and whose
+  ``apply_gradients`` delegates to the wrapped optimizer (so slot variables
+  keep their names and checkpoints stay compatible).
+
+Every step's gradients reach the core in one grouped_allreduce (see
+hbcore_tf._gradient_reduction); with ``backward_passes_per_step`` > 1 they
+are accumulated locally and reduced every N passes
+(hbcore_tf._local_aggregation).
+"""
+import os
+import warnings
+from typing import Any, List, Optional, Sequence
+
+import tensorflow as tf
+
+from hbcore_tf import _compat, process_sets
+from hbcore_tf._gradient_reduction import GradientReducer
+from hbcore_tf._local_aggregation import LocalGradientAggregator
+from hbcore_tf.compression import Compression
+from hbcore_tf.mpi_ops import Average
+
+
+class _Settings:
+    """The DistributedOptimizer arguments a wrapped class is built with."""
+
+    def __init__(self, name: Optional[str], compression: Any,
+                 sparse_as_dense: bool, backward_passes_per_step: int,
+                 op: Any, gradient_predivide_factor: float,
+                 average_aggregated_gradients: bool, num_groups: int,
+                 groups: Any, device_dense: str, device_sparse: str,
+                 process_set: Any, scale_local_gradients: bool) -> None:
+        self.name = name
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.average_aggregated_gradients = average_aggregated_gradients
+        self.num_groups = num_groups
+        self.groups = groups
+        self.device_dense = device_dense
+        self.device_sparse = device_sparse
+        self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        if self.backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be >= 1, got %r"
+                             % (backward_passes_per_step,))
+
+    def reducer(self, default_name: str) -> GradientReducer:
+        return GradientReducer(
+            self.name or default_name,
+            compression=self.compression, sparse_as_dense=self.sparse_as_dense,
+            op=self.op, gradient_predivide_factor=self.gradient_predivide_factor,
+            num_groups=self.num_groups, groups=self.groups,
+            device_dense=self.device_dense, device_sparse=self.device_sparse,
+            process_set=self.process_set,
+            scale_local_gradients=self.scale_local_gradients)
+
+    def aggregator(self, prefix: str) -> Optional[LocalGradientAggregator]:
+        if self.backward_passes_per_step == 1:
+            return None
+        return LocalGradientAggregator(self.backward_passes_per_step,
+                                       self.average_aggregated_gradients,
+                                       name=prefix + "_local_aggregation")
+
+
+class _Runtime:
+    """Per-instance state of a wrapped optimizer. A plain object (not a
+    Trackable), so Keras and tf.train.Checkpoint do not save it."""
+
+    def __init__(self, settings: _Settings, default_name: str) -> None:
+        self.settings = settings
+        self.reducer = settings.reducer(default_name)
+        self.aggregator = settings.aggregator(self.reducer.name)
+
+
+# --- bucket_cap_mb (SageMaker data-parallel alias) --------------------------------
+
+def _current_fusion_threshold() -> Optional[int]:
+    try:
+        from hbcore._native import core
+        text = core.config_string()
+    except Exception:  # pylint: disable=broad-except
+        return None
+    for line in str(text).splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "HB_FUSION_THRESHOLD":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def apply_bucket_cap_mb(bucket_cap_mb: float) -> None:
+    """Maps SageMaker's ``bucket_cap_mb`` onto the fusion threshold.
+
+    The core reads HB_FUSION_THRESHOLD at ``init()``: before init this sets
+    it; after init it can only warn when the running value differs (then
+    pass ``hbrun --fusion-threshold-mb`` or create the optimizer before
+    ``hvd.init()``).
+
+    Raises:
+        ValueError: bucket_cap_mb is negative.
+    """
+    if bucket_cap_mb < 0:
+        raise ValueError("bucket_cap_mb must be >= 0, got %r" % bucket_cap_mb)
+    wanted = int(bucket_cap_mb * 1024 * 1024)
+    import hbcore
+
+    if not hbcore.is_initialized():
+        os.environ["HB_FUSION_THRESHOLD"] = str(wanted)
+        return
+    current = _current_fusion_threshold()
+    if current is not None and current != wanted:
+        warnings.warn(
+            "bucket_cap_mb=%s has no effect: hbcore is already initialized "
+            "with a fusion threshold of %d bytes, and the threshold is read "
+            "at init(). Create the DistributedOptimizer before hvd.init(), "
+            "set HB_FUSION_THRESHOLD=%d, or launch with hbrun "
+            "--fusion-threshold-mb." % (bucket_cap_mb, current, wanted),
+            stacklevel=3)
+
+
+# --- Keras 3 and tf_keras -------------------------------------------------------------
+
+def _keras3_methods(base: type) -> dict:
+    def apply(self, grads, trainable_variables=None):
+        hb = self._hb_runtime
+        grads = list(grads)
+        if not grads:
+            return base.apply(self, grads, trainable_variables)
+        if trainable_variables is None:
+            if not self.built:
+                return base.apply(self, grads, trainable_variables)  # raises
+            variables = list(self._trainable_variables)
+        else:
+            variables = list(trainable_variables)
+        if hb.aggregator is None:
+            reduced = hb.reducer.reduce(grads, variables)
+            return base.apply(self, reduced, trainable_variables)
+        _compat.build_optimizer(self, _compat.KERAS3, variables)
+
+        def apply_fn(aggregated):
+            base.apply(self, hb.reducer.reduce(aggregated, variables),
+                       variables)
+            return None
+
+        def skip_fn():
+            return self.iterations.assign_add(1)
+
+        hb.aggregator(grads, variables, apply_fn, skip_fn)
+        return None
+
+    return {"apply": apply}
+
+
+def _tf_keras_methods(base: type, family: str) -> dict:
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        hb = self._hb_runtime
+        pairs = list(grads_and_vars)
+        if not pairs:
+            return base.apply_gradients(self, pairs, *args, **kwargs)
+        grads = [g for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        if hb.aggregator is None:
+            reduced = hb.reducer.reduce(grads, variables)
+            return base.apply_gradients(self, list(zip(reduced, variables)),
+                                        *args, **kwargs)
+        _compat.build_optimizer(self, family, variables)
+
+        def apply_fn(aggregated):
+            reduced = hb.reducer.reduce(aggregated, variables)
+            pairs_out = [(g, v) for g, v in zip(reduced, variables)
+                         if g is not None]
+            return base.apply_gradients(self, pairs_out, *args, **kwargs)
+
+        def skip_fn():
+            return self.iterations.assign_add(1)
+
+        hb.aggregator(grads, variables, apply_fn, skip_fn)
+        return self.iterations
+
+    return {"apply_gradients": apply_gradients}
+
+
+def _register_local_var(self, var: Any) -> None:
+    """Keeps ``var``'s gradient local: it is not allreduced (e.g. a
+    model-parallel layer)."""
+    self._hb_runtime.reducer.register_local(var)
+
+
+def distributed_keras_class(base: type, settings: _Settings,
+                            family: Optional[str] = None) -> type:
+    """Returns a subclass of the Keras optimizer class ``base`` that
+    allreduces gradients, named and placed like ``base``.
+
+    Args:
+        base: a Keras 3 or tf_keras optimizer class.
+        settings: the DistributedOptimizer arguments.
+        family: the optimizer family (detected from the class when None).
+    """
+    if getattr(base, "_hb_distributed", False):
+        base = base.__mro__[1]
+    if family is None:
+        family = _compat.optimizer_class_family(base)
+    methods = (_keras3_methods(base) if family == _compat.KERAS3
+               else _tf_keras_methods(base, family))
+
+    def __init__(self, *args, **kwargs):
+        base.__init__(self, *args, **kwargs)
+        self._hb_runtime = _Runtime(settings, "Distributed" + base.__name__)
+
+    namespace = dict(methods)
+    namespace.update({
+        "__init__": __init__,
+        "__module__": base.__module__,
+        "__qualname__": base.__qualname__,
+        "__doc__": base.__doc__,
+        "_hb_distributed": True,
+        "_hb_settings": settings,
+        "register_local_var": _register_local_var,
+    })
+    return type(base.__name__, (base,), namespace)
+
+
+def _wrap_keras(optimizer: Any, family: str, settings: _Settings) -> Any:
+    cls = distributed_keras_class(type(optimizer), settings, family)
+    return cls.from_config(optimizer.get_config())
+
+
+# --- tf.compat.v1 --------------------------------------------------------------------
+
+class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
+    """Wraps a tf.compat.v1.train.Optimizer: compute_gradients allreduces,
+    apply_gradients delegates (slot names unchanged)."""
+
+    def __init__(self, optimizer: Any, settings: _Settings,
+                 use_locking: bool) -> None:
+        name = settings.name or "Distributed" + type(optimizer).__name__
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._hb_runtime = _Runtime(settings, name)
+
+    def compute_gradients(self, *args: Any, **kwargs: Any) -> List[tuple]:
+        """Computes gradients with the wrapped optimizer and allreduces them
+        (with backward_passes_per_step > 1: local gradients; apply_gradients
+        aggregates and reduces)."""
+        pairs = self._optimizer.compute_gradients(*args, **kwargs)
+        if self._hb_runtime.aggregator is not None:
+            return pairs
+        grads = [g for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        reduced = self._hb_runtime.reducer.reduce(grads, variables)
+        return list(zip(reduced, variables))
+
+    def apply_gradients(self, grads_and_vars: Sequence[tuple],
+                        global_step: Any = None, name: Optional[str] = None
+                        ) -> Any:
+        """Applies gradients with the wrapped optimizer (every
+        backward_passes_per_step-th call when aggregating)."""
+        hb = self._hb_runtime
+        if hb.aggregator is None:
+            return self._optimizer.apply_gradients(grads_and_vars,
+                                                   global_step=global_step,
+                                                   name=name)
+        pairs = [(g, v) for g, v in grads_and_vars]
+        variables = [v for _, v in pairs]
+        # Slots must exist before the tf.cond that applies the gradients.
+        _compat.build_optimizer(self._optimizer, _compat.V1,
+                                [v for g, v in pairs if g is not None])
+
+        def apply_fn(aggregated):
+            reduced = hb.reducer.reduce(aggregated, variables)
+            return self._optimizer.apply_gradients(
+                [(g, v) for g, v in zip(reduced, variables) if g is not None],
+                global_step=global_step, name=name)
+
+        def skip_fn():
+            if global_step is None:
+                return None
+            return tf.compat.v1.assign_add(global_step, 1)
+
+        applied = hb.aggregator([g for g, _ in pairs], variables, apply_fn,
+                                skip_fn)
+        if tf.executing_eagerly():
+            return None
+        return applied.op
+
+    def register_local_var(self, var: Any) -> None:
+        """Keeps ``var``'s gradient local (not allreduced)."""
+        self._hb_runtime.reducer.register_local(var)
+
+    def get_slot(self, *args: Any, **kwargs: Any) -> Any:
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args: Any, **kwargs: Any) -> List[str]:
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args: Any, **kwargs: Any) -> List[Any]:
+        return self._optimizer.variables(*args, **kwargs)
+
+
+# --- the public factory ------------------------------------------------------------------
+
+def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
+                         use_locking: bool = False, device_dense: str = "",
+                         device_sparse: str = "",
+                         compression: Any = Compression.none,
+                         sparse_as_dense: bool = False,
+                         backward_passes_per_step: int = 1,
+                         op: Any = Average,
+                         gradient_predivide_factor: float = 1.0,
+                         average_aggregated_gradients: bool = False,
+                         num_groups: int = 0, groups: Any = None,
+                         process_set: Any = process_sets.global_process_set,
+                         scale_local_gradients: bool = True,
+                         bucket_cap_mb: Optional[float] = None) -> Any:
+    """Wraps an optimizer so that it averages gradients over all ranks
+    before applying them.
+
+    Works with Keras 3 optimizers, tf_keras optimizers (current and legacy,
+    ``TF_USE_LEGACY_KERAS=1``) and ``tf.compat.v1.train.Optimizer``. Keras
+    optimizers come back as an instance of a subclass with the same class
+    name, so saved models load without hbcore.
+
+    Args:
+        optimizer: the optimizer to wrap.
+        name: prefix of the allreduce ops' names (default
+            "Distributed" + class name); for v1 also the wrapper's name.
+        use_locking: v1 only: passed to tf.compat.v1.train.Optimizer.
+        device_dense: device for dense gradient allreduces (default: the
+            op's placement).
+        device_sparse: device for sparse (IndexedSlices) gradient
+            allreduces.
+        compression: Compression.none or Compression.fp16 (halves the
+            bytes on the wire for float32 gradients).
+        sparse_as_dense: convert IndexedSlices gradients to dense tensors
+            before reducing (better for embeddings updated on most rows).
+        backward_passes_per_step: gradients of this many passes are summed
+            locally and reduced once; the optimizer updates every N-th call.
+        op: Average (default) or Sum.
+        gradient_predivide_factor: with Average, divide gradients by this
+            before the sum and by size/factor after it.
+        average_aggregated_gradients: with backward_passes_per_step > 1,
+            divide the locally summed gradients by N.
+        num_groups: deprecated alias of ``groups`` as an integer.
+        groups: None (one fused collective per step, the default), an
+            integer k (k collectives over consecutive gradients), or a list
+            of lists of variables (one collective per list; other variables
+            one each).
+        process_set: only the global set is supported.
+        scale_local_gradients: scale gradients of variables registered with
+            ``register_local_var`` by 1/size when averaging.
+        bucket_cap_mb: SageMaker alias: the fusion threshold in MiB. Read at
+            ``init()``: effective only when set before hvd.init() (see
+            apply_bucket_cap_mb).
+
+    Returns:
+        The distributed optimizer.
+
+    Raises:
+        ValueError: an unsupported optimizer type or invalid argument.
+        NotImplementedError: op=Adasum or a non-global process set.
+    """
+    if bucket_cap_mb is not None:
+        apply_bucket_cap_mb(bucket_cap_mb)
+    family = _compat.optimizer_family(optimizer)
+    settings = _Settings(name, compression, sparse_as_dense,
+                         backward_passes_per_step, op,
+                         gradient_predivide_factor,
+                         average_aggregated_gradients, num_groups, groups,
+                         device_dense, device_sparse, process_set,
+                         scale_local_gradients)
+    # Validate the reduction arguments now, not at the first step.
+    settings.reducer("validation")
+    if family == _compat.V1:
+        return _DistributedV1Optimizer(optimizer, settings, use_locking)
+    return _wrap_keras(optimizer, family, settings)

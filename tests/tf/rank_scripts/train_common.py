@@ -1,0 +1,87 @@
+"""Helpers for the training-layer rank scripts (tests/tf/rank_scripts/train_*).
+
+Imported by rank scripts run under hbrun; tests/rank_scripts (with
+common.py) is on PYTHONPATH there. Sets TensorFlow to one intra-op and one
+inter-op thread per rank before anything else touches TF: 2-4 ranks share
+2 cores in CI.
+"""
+import os
+from typing import Any, Callable, List, Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+
+from common import CaseFailure, Checker, env_rank, env_size, report  # noqa: E402,F401
+
+
+def rank_values(seed: int, rank: int, shape: Sequence[int]) -> np.ndarray:
+    """float32 data of ``rank`` for ``seed``; any rank can compute any
+    rank's values."""
+    rng = np.random.default_rng([seed, rank])
+    return rng.uniform(-1.0, 1.0, size=tuple(shape)).astype(np.float32)
+
+
+def all_ranks(fn: Callable[[int], np.ndarray], size: int) -> List[np.ndarray]:
+    return [np.asarray(fn(r), np.float64) for r in range(size)]
+
+
+def mean_over_ranks(fn: Callable[[int], np.ndarray], size: int) -> np.ndarray:
+    return np.mean(all_ranks(fn, size), axis=0)
+
+
+def close(actual: Any, expected: Any, what: str, rtol: float = 1e-5,
+          atol: float = 1e-6) -> None:
+    """Asserts allclose with a message naming ``what``."""
+    if hasattr(actual, "numpy"):
+        actual = actual.numpy()
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    if actual.shape != expected.shape:
+        raise CaseFailure("%s: shape %s, expected %s" % (
+            what, actual.shape, expected.shape))
+    if not np.allclose(actual, expected, rtol=rtol, atol=atol):
+        diff = np.max(np.abs(actual - expected))
+        raise CaseFailure("%s: max abs diff %g (rtol %g, atol %g); got %s, "
+                          "expected %s" % (what, diff, rtol, atol,
+                                           actual.ravel()[:4],
+                                           expected.ravel()[:4]))
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise CaseFailure(message)
+
+
+def expect_raises(fn: Callable[[], Any], exc_type: type, fragment: str = ""
+                  ) -> BaseException:
+    try:
+        fn()
+    except exc_type as exc:
+        if fragment.lower() not in str(exc).lower():
+            raise CaseFailure("%s raised without %r in %r" % (
+                exc_type.__name__, fragment, str(exc)))
+        return exc
+    except Exception as exc:  # noqa: BLE001
+        raise CaseFailure("expected %s, got %s: %s" % (
+            exc_type.__name__, type(exc).__name__, exc))
+    raise CaseFailure("expected %s, nothing raised" % exc_type.__name__)
+
+
+def identical_on_all_ranks(arrays: Sequence[np.ndarray], what: str) -> None:
+    """Asserts every rank holds bit-identical arrays (gathered with
+    hbcore's object allgather)."""
+    import hbcore
+
+    gathered = hbcore.allgather_object([np.asarray(a) for a in arrays])
+    for rank, theirs in enumerate(gathered):
+        for i, (mine, other) in enumerate(zip(gathered[0], theirs)):
+            if not np.array_equal(mine, other):
+                raise CaseFailure("%s: array %d differs between rank 0 and "
+                                  "rank %d (max diff %g)" % (
+                                      what, i, rank,
+                                      np.max(np.abs(mine - other))))

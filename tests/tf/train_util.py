@@ -1,0 +1,197 @@
+"""pytest-side helpers of the training-layer tests (tests/tf/test_*.py).
+
+- launch(): hbrun a rank script of tests/tf/rank_scripts with hbcore,
+  tests/rank_scripts (common.py) and tests/tf/rank_scripts importable;
+  launches are cached per (script, np, env) for the test session, so
+  several test functions can assert on one launch.
+- tf_keras_path() / TF_KERAS_SKIP: where tf_keras comes from (installed,
+  or a directory named by HB_TEST_TF_KERAS_PATH), and the skip reason when
+  it is nowhere.
+- collectives(): ALLREDUCE collectives of a Chrome-trace timeline, grouped
+  by the phase markers the rank scripts emit.
+
+Nothing here imports TensorFlow: the pytest process stays light.
+"""
+import collections
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+TF_TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(TF_TESTS)
+ROOT = os.path.dirname(TESTS)
+SCRIPTS = os.path.join(TF_TESTS, "rank_scripts")
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+from harness import RankRun, run_ranks  # noqa: E402
+
+_cache: Dict[tuple, RankRun] = {}
+
+
+def tensorflow_missing() -> Optional[str]:
+    """The skip reason when TensorFlow or Keras 3 is not installed."""
+    for module in ("tensorflow", "keras"):
+        if importlib.util.find_spec(module) is None:
+            return "%s is not installed (pip install '.[tensorflow]')" % module
+    return None
+
+
+def tf_keras_path() -> Optional[str]:
+    """'' when tf_keras is installed, a directory holding it when
+    HB_TEST_TF_KERAS_PATH names one, else None."""
+    if importlib.util.find_spec("tf_keras") is not None:
+        return ""
+    path = os.environ.get("HB_TEST_TF_KERAS_PATH", "")
+    if path and os.path.isdir(os.path.join(path, "tf_keras")):
+        return path
+    return None
+
+
+TF_KERAS_SKIP = (
+    "tf_keras is not importable: install it without pulling the full "
+    "tensorflow wheel (pip install --no-deps tf-keras==<your TF version>), "
+    "or set HB_TEST_TF_KERAS_PATH to a directory containing the tf_keras "
+    "package")
+
+
+def tf_keras_env() -> Dict[str, str]:
+    """Environment for a launch that uses tf_keras (TF_USE_LEGACY_KERAS=1)."""
+    path = tf_keras_path()
+    if path is None:
+        raise RuntimeError(TF_KERAS_SKIP)
+    env = {"TF_USE_LEGACY_KERAS": "1"}
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(_pythonpath() + [path])
+    return env
+
+
+def _pythonpath() -> List[str]:
+    paths = [ROOT, os.path.join(TESTS, "rank_scripts"), SCRIPTS]
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    return paths
+
+
+def launch(script: str, np: int, timeout: float = 180,
+           env: Optional[Mapping[str, str]] = None,
+           args: Sequence[str] = (), cache: bool = True) -> RankRun:
+    """Runs tests/tf/rank_scripts/<script> under hbrun -np NP (hard
+    timeout) and returns the RankRun; cached per arguments."""
+    full_env = {"PYTHONPATH": os.pathsep.join(_pythonpath()),
+                "TF_CPP_MIN_LOG_LEVEL": "2"}
+    full_env.update(env or {})
+    key = (script, np, tuple(sorted(full_env.items())), tuple(args))
+    if cache and key in _cache:
+        return _cache[key]
+    run = run_ranks(os.path.join(SCRIPTS, script), np, timeout=timeout,
+                    env=full_env, args=args)
+    if cache:
+        _cache[key] = run
+    return run
+
+
+# --- timeline -------------------------------------------------------------------
+
+def load_trace(path: str) -> List[dict]:
+    with open(path) as f:
+        data = json.load(f)
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+def collectives(path: str, op: str = "ALLREDUCE"
+                ) -> Dict[str, List[Tuple[float, List[str]]]]:
+    """Groups the ``op`` events of a trace into collectives (events with
+    the same start time are one fused collective; each event names one
+    tensor) and the collectives into phases: a collective carrying a tensor
+    named ``phase.<name>`` starts phase <name>.
+
+    Returns:
+        phase name -> [(start time, [tensor names])] in time order.
+    """
+    events = load_trace(path)
+    names = {e["pid"]: e.get("args", {}).get("name", "")
+             for e in events if e.get("ph") == "M"}
+    by_start: Dict[float, List[str]] = collections.defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") == op:
+            by_start[e["ts"]].append(names.get(e["pid"], "?"))
+    phases: Dict[str, List[Tuple[float, List[str]]]] = collections.OrderedDict()
+    current = "(before markers)"
+    for start in sorted(by_start):
+        tensors = by_start[start]
+        marks = [t for t in tensors if t.startswith("phase.")]
+        if marks:
+            current = marks[0][len("phase."):]
+            phases.setdefault(current, [])
+            continue
+        phases.setdefault(current, []).append((start, tensors))
+    return phases
+
+
+def fusion_copies(path: str) -> int:
+    """Number of MEMCPY_IN_FUSION_BUFFER events (one per fused tensor)."""
+    return sum(1 for e in load_trace(path)
+               if e.get("name") == "MEMCPY_IN_FUSION_BUFFER")
+
+
+def case_names(script: str, variable: str = "CASES") -> List[str]:
+    """A list of case names (``CASES``) of a rank script, read from its
+    source (the script imports TensorFlow; the pytest process does not)."""
+    import ast
+
+    with open(os.path.join(SCRIPTS, script)) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) == variable):
+            return list(ast.literal_eval(node.value))
+    raise ValueError("%s has no %s list" % (script, variable))
+
+
+# --- the shared timeline launch ----------------------------------------------------
+
+_timeline_state: Dict[str, Tuple[RankRun, str]] = {}
+
+
+def timeline_run(legacy_keras: bool = False) -> Tuple[RankRun, str]:
+    """Runs tests/tf/rank_scripts/train_timeline.py at 2 ranks under
+    HB_TIMELINE once per session and Keras flavour (shared by
+    test_keras.py and test_tape.py); returns (the launch, the trace path).
+    """
+    key = "tf_keras" if legacy_keras else "keras3"
+    if key not in _timeline_state:
+        directory = tempfile.mkdtemp(prefix="hbtl_")
+        path = os.path.join(directory, "timeline.json")
+        env = tf_keras_env() if legacy_keras else {}
+        env["HB_TIMELINE"] = path
+        run = launch("train_timeline.py", 2, env=env)
+        run.assert_ok()
+        assert os.path.exists(path), "rank 0 wrote no timeline\n" + \
+            run.describe()
+        _timeline_state[key] = (run, path)
+    return _timeline_state[key]
+
+
+def assert_one_collective_per_step(state: Tuple[RankRun, str],
+                                   phase: str) -> None:
+    """Asserts that in ``phase`` of the timeline launch every training
+    step issued exactly one ALLREDUCE collective carrying one tensor per
+    trainable variable (the gradients of a step fused)."""
+    run, path = state
+    expected = run.results[0]["phases"][phase]
+    phases = collectives(path)
+    assert phase in phases, "no marker for %s in the trace: %s" % (
+        phase, list(phases))
+    found = phases[phase]
+    sizes = [len(tensors) for _, tensors in found]
+    assert len(found) == expected["steps"], (
+        "%s: %d ALLREDUCE collectives for %d steps (tensors per "
+        "collective: %s)" % (phase, len(found), expected["steps"], sizes))
+    assert sizes == [expected["tensors"]] * expected["steps"], (
+        "%s: tensors per collective %s, expected %d (one per trainable "
+        "variable)" % (phase, sizes, expected["tensors"]))
+    assert fusion_copies(path) > 0, "no MEMCPY_IN_FUSION_BUFFER events"
