@@ -27,6 +27,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import psutil
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from under_test import ROOT, import_paths  # noqa: E402
+
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS_DIR)
 RANK_SCRIPTS = os.path.join(TESTS_DIR, "rank_scripts")
@@ -60,7 +63,7 @@ def base_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HB_", "HOROVOD_", "PMI_", "PMIX_", "HYDRA_",
                                 "MPIR_", "OMPI_"))}
-    paths = [ROOT, RANK_SCRIPTS]
+    paths = import_paths() + [RANK_SCRIPTS]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)

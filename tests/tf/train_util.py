@@ -28,6 +28,7 @@ if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
 from harness import RankRun, run_ranks  # noqa: E402
+from under_test import import_paths  # noqa: E402
 
 _cache: Dict[tuple, RankRun] = {}
 
@@ -70,7 +71,7 @@ def tf_keras_env() -> Dict[str, str]:
 
 
 def _pythonpath() -> List[str]:
-    paths = [ROOT, os.path.join(TESTS, "rank_scripts"), SCRIPTS]
+    paths = import_paths() + [os.path.join(TESTS, "rank_scripts"), SCRIPTS]
     if os.environ.get("PYTHONPATH"):
         paths.append(os.environ["PYTHONPATH"])
     return paths

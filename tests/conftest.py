@@ -1,0 +1,13 @@
+"""Makes in-process imports of hbcore resolve like the ranks' (see
+under_test.py): ``python -m pytest`` puts the checkout first on sys.path,
+which would shadow the installed package with an unbuilt copy."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from under_test import ROOT, checkout_is_built  # noqa: E402
+
+if not checkout_is_built():
+    sys.path[:] = [p for p in sys.path
+                   if os.path.abspath(p or os.curdir) != ROOT]
