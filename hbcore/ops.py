@@ -128,7 +128,9 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
         warnings.warn("Parameter `average` has been replaced with `op` and "
                       "will be removed", DeprecationWarning, stacklevel=3)
         return Average if average else Sum
-    return Average if op is None else ReduceOp(int(op))
+    if op is None:
+        return Average
+    return op if isinstance(op, ReduceOp) else ReduceOp(int(op))
 
 
 def _request(name: str, op: int, array: Optional[np.ndarray],
@@ -144,8 +146,14 @@ def _request(name: str, op: int, array: Optional[np.ndarray],
             float(prescale), float(postscale), splits, allocate)
 
 
-def _submit(requests: List[Any], finish: Callable[[List[Any]], Any]) -> Handle:
+def _submit(requests: List[tuple], finish: Callable[[List[Any]], Any]) -> Handle:
+    if len(requests) == 1:
+        return Handle([core.enqueue_one(requests[0])], finish)
     return Handle(core.enqueue(requests), finish)
+
+
+def _first_output(parts: List[Any]) -> Any:
+    return parts[0].output()
 
 
 def _outputs(arrays: List[np.ndarray]) -> Callable[[List[Any]], Any]:
@@ -294,7 +302,7 @@ def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
     array = _as_input(tensor)
     req = _request(_auto_name("allgather", name), _ALLGATHER, array,
                    allocate=True)
-    return _submit([req], lambda parts: parts[0].output())
+    return _submit([req], _first_output)
 
 
 def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
@@ -357,7 +365,7 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
     req = _request(_auto_name("alltoall", name), _ALLTOALL, array,
                    splits=splits, allocate=True)
     if splits is None:
-        return _submit([req], lambda parts: parts[0].output())
+        return _submit([req], _first_output)
     return _submit([req], lambda parts: (
         parts[0].output(), np.asarray(parts[0].received_splits(), np.int64)))
 
@@ -391,7 +399,7 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None,
     req = _request(_auto_name("reducescatter", name), _REDUCESCATTER, array,
                    reduce_op=op, prescale=prescale_factor,
                    postscale=postscale_factor, allocate=True)
-    return _submit([req], lambda parts: parts[0].output())
+    return _submit([req], _first_output)
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,

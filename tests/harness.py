@@ -210,7 +210,7 @@ def _run(command: Sequence[str], np: int, env: Optional[Mapping[str, str]],
     full_env = base_env(env)
     full_env[OUT_VAR] = out_dir
     start = time.monotonic()
-    proc = subprocess.Popen(list(command), cwd=ROOT, env=full_env,
+    proc = subprocess.Popen(list(command), cwd=out_dir, env=full_env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)

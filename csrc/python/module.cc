@@ -97,9 +97,10 @@ void Done(void* user, int status, const char* message, const hb_result* r) {
 // arrays the core reads or writes, kept alive until the handle goes away.
 class Handle {
  public:
-  Handle(std::shared_ptr<OpState> state, py::object keep, py::dtype dtype)
-      : state_(std::move(state)), keep_(std::move(keep)),
-        dtype_(std::move(dtype)) {}
+  Handle(std::shared_ptr<OpState> state, py::object input, py::object output,
+         py::object dtype)
+      : state_(std::move(state)), input_(std::move(input)),
+        output_(std::move(output)), dtype_(std::move(dtype)) {}
 
   bool Poll() const {
     std::lock_guard<std::mutex> lock(state_->mu);
@@ -108,19 +109,21 @@ class Handle {
 
   // Blocks (without the GIL) until done; raises the operation's error.
   void Wait() const {
-    // Not py::gil_scoped_release: if the interpreter finalizes while this
-    // thread waits (a daemon thread at exit), taking the GIL back ends the
-    // thread by unwinding, which must not pass through a noexcept
-    // destructor. Such a thread instead parks until the process is gone.
-    PyThreadState* saved = PyEval_SaveThread();
-    {
-      std::unique_lock<std::mutex> lock(state_->mu);
-      state_->cv.wait(lock, [this] { return state_->done; });
+    if (!Poll()) {
+      // Not py::gil_scoped_release: if the interpreter finalizes while this
+      // thread waits (a daemon thread at exit), taking the GIL back ends the
+      // thread by unwinding, which must not pass through a noexcept
+      // destructor. Such a thread instead parks until the process is gone.
+      PyThreadState* saved = PyEval_SaveThread();
+      {
+        std::unique_lock<std::mutex> lock(state_->mu);
+        state_->cv.wait(lock, [this] { return state_->done; });
+      }
+      if (IsFinalizing()) {
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+      }
+      PyEval_RestoreThread(saved);
     }
-    if (IsFinalizing()) {
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-    }
-    PyEval_RestoreThread(saved);
     if (state_->code != HB_OK) RaiseFor(state_->code, state_->message);
   }
 
@@ -129,7 +132,8 @@ class Handle {
     if (!state_->output) return py::none();
     void* data = state_->output.release();
     py::capsule owner(data, [](void* p) { std::free(p); });
-    return py::array(dtype_, state_->output_shape, data, owner);
+    return py::array(py::reinterpret_borrow<py::dtype>(dtype_),
+                     state_->output_shape, data, owner);
   }
 
   std::vector<int64_t> ReceivedSplits() const {
@@ -139,8 +143,9 @@ class Handle {
 
  private:
   std::shared_ptr<OpState> state_;
-  py::object keep_;
-  py::dtype dtype_;
+  py::object input_;
+  py::object output_;
+  py::object dtype_;
 };
 
 // One request as Python describes it: a tuple (name, op, reduce_op, dtype,
@@ -148,90 +153,91 @@ class Handle {
 // input/output are C-contiguous numpy arrays (the Python layer guarantees
 // it) or None and splits is a list of ints or None. A tuple, not a class:
 // building it costs Python far less than setting attributes one by one.
-struct PyRequest {
+// The fields the core needs beyond the hb_request (which points into it)
+// live here until hb_enqueue returns.
+struct Prepared {
   std::string name;
-  int op = HB_ALLREDUCE;
-  int reduce_op = HB_REDUCE_SUM;
-  int dtype = HB_FLOAT32;
-  py::object input = py::none();
-  py::object output = py::none();
-  int root_rank = 0;
-  double prescale = 1.0;
-  double postscale = 1.0;
+  std::vector<int64_t> shape;
   std::vector<int64_t> splits;
-  bool allocate = false;
+  py::object input;
+  py::object output;
+  py::object dtype = py::none();
+  std::shared_ptr<OpState> state = std::make_shared<OpState>();
+  std::unique_ptr<std::shared_ptr<OpState>> ref;
 };
 
-PyRequest ParseRequest(const py::handle& item) {
+void Prepare(const py::handle& item, hb_request* r, Prepared* p) {
+  if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 11) {
+    throw py::value_error("hbcore request must be a tuple of 11 fields");
+  }
   py::tuple t = py::reinterpret_borrow<py::tuple>(item);
-  if (t.size() != 11) throw py::value_error("hbcore request tuple needs 11 fields");
-  PyRequest p;
-  p.name = t[0].cast<std::string>();
-  p.op = t[1].cast<int>();
-  p.reduce_op = t[2].cast<int>();
-  p.dtype = t[3].cast<int>();
-  p.input = t[4];
-  p.output = t[5];
-  p.root_rank = t[6].cast<int>();
-  p.prescale = t[7].cast<double>();
-  p.postscale = t[8].cast<double>();
-  if (!t[9].is_none()) p.splits = t[9].cast<std::vector<int64_t>>();
-  p.allocate = t[10].cast<bool>();
-  return p;
+  std::memset(r, 0, sizeof(*r));
+  p->name = t[0].cast<std::string>();
+  r->name = p->name.c_str();
+  r->op = t[1].cast<int>();
+  r->reduce_op = t[2].cast<int>();
+  r->dtype = t[3].cast<int>();
+  p->input = t[4];
+  p->output = t[5];
+  r->root_rank = t[6].cast<int>();
+  r->prescale_factor = t[7].cast<double>();
+  r->postscale_factor = t[8].cast<double>();
+  if (!t[9].is_none()) p->splits = t[9].cast<std::vector<int64_t>>();
+  const bool allocate = t[10].cast<bool>();
+  r->device = HB_DEVICE_CPU;
+  if (!p->input.is_none()) {
+    auto in = py::reinterpret_borrow<py::array>(p->input);
+    p->shape.assign(in.shape(), in.shape() + in.ndim());
+    r->input = in.data();
+    p->state->item_size = static_cast<size_t>(in.itemsize());
+    if (allocate) p->dtype = in.dtype();
+  }
+  if (!p->output.is_none()) {
+    r->output = py::reinterpret_borrow<py::array>(p->output).mutable_data();
+  }
+  r->ndim = static_cast<int>(p->shape.size());
+  r->shape = p->shape.data();
+  r->splits = p->splits.empty() ? nullptr : p->splits.data();
+  r->num_splits = static_cast<int>(p->splits.size());
+  r->alloc = allocate ? &AllocOutput : nullptr;
+  r->done = &Done;
+  p->ref = std::make_unique<std::shared_ptr<OpState>>(p->state);
+  r->user = p->ref.get();
+}
+
+// Submits prepared requests atomically; each accepted request's reference
+// to its state then belongs to the core until Done runs.
+void Submit(std::vector<hb_request>* requests,
+            std::vector<Prepared>* prepared) {
+  char err[1024] = {0};
+  int code = hb_enqueue(requests->data(), static_cast<int>(requests->size()),
+                        err, sizeof(err));
+  if (code != HB_OK) RaiseFor(code, err);
+  for (Prepared& p : *prepared) p.ref.release();
+}
+
+Handle MakeHandle(Prepared* p) {
+  return Handle(p->state, std::move(p->input), std::move(p->output),
+                std::move(p->dtype));
+}
+
+Handle EnqueueOne(const py::handle& item) {
+  std::vector<hb_request> requests(1);
+  std::vector<Prepared> prepared(1);
+  Prepare(item, &requests[0], &prepared[0]);
+  Submit(&requests, &prepared);
+  return MakeHandle(&prepared[0]);
 }
 
 std::vector<Handle> EnqueueGroup(const py::list& items) {
-  std::vector<PyRequest> group;
-  group.reserve(items.size());
-  for (const py::handle& item : items) group.push_back(ParseRequest(item));
-  const size_t n = group.size();
+  const size_t n = items.size();
   std::vector<hb_request> requests(n);
-  std::vector<std::vector<int64_t>> shapes(n);
-  std::vector<std::shared_ptr<OpState>> states(n);
-  std::vector<std::unique_ptr<std::shared_ptr<OpState>>> refs(n);
-  std::vector<py::dtype> dtypes(n, py::dtype("uint8"));
-  for (size_t i = 0; i < n; ++i) {
-    const PyRequest& p = group[i];
-    hb_request& r = requests[i];
-    std::memset(&r, 0, sizeof(r));
-    r.name = p.name.c_str();
-    r.op = p.op;
-    r.reduce_op = p.reduce_op;
-    r.dtype = p.dtype;
-    r.root_rank = p.root_rank;
-    r.prescale_factor = p.prescale;
-    r.postscale_factor = p.postscale;
-    r.device = HB_DEVICE_CPU;
-    states[i] = std::make_shared<OpState>();
-    if (!p.input.is_none()) {
-      py::array in = p.input.cast<py::array>();
-      shapes[i].assign(in.shape(), in.shape() + in.ndim());
-      r.input = in.data();
-      dtypes[i] = in.dtype();
-      states[i]->item_size = static_cast<size_t>(in.itemsize());
-    }
-    if (!p.output.is_none()) {
-      r.output = p.output.cast<py::array>().mutable_data();
-    }
-    r.ndim = static_cast<int>(shapes[i].size());
-    r.shape = shapes[i].data();
-    r.splits = p.splits.empty() ? nullptr : p.splits.data();
-    r.num_splits = static_cast<int>(p.splits.size());
-    r.alloc = p.allocate ? &AllocOutput : nullptr;
-    r.done = &Done;
-    refs[i] = std::make_unique<std::shared_ptr<OpState>>(states[i]);
-    r.user = refs[i].get();
-  }
-  char err[1024] = {0};
-  int code = hb_enqueue(requests.data(), static_cast<int>(n), err, sizeof(err));
-  if (code != HB_OK) RaiseFor(code, err);
-  // Accepted: each reference now belongs to the core until Done runs.
+  std::vector<Prepared> prepared(n);
+  for (size_t i = 0; i < n; ++i) Prepare(items[i], &requests[i], &prepared[i]);
+  Submit(&requests, &prepared);
   std::vector<Handle> handles;
-  for (size_t i = 0; i < n; ++i) {
-    refs[i].release();
-    py::tuple keep = py::make_tuple(group[i].input, group[i].output);
-    handles.emplace_back(states[i], keep, dtypes[i]);
-  }
+  handles.reserve(n);
+  for (Prepared& p : prepared) handles.push_back(MakeHandle(&p));
   return handles;
 }
 
@@ -282,4 +288,5 @@ PYBIND11_MODULE(_core, m) {
       .def("last_joined_rank", &Handle::LastJoinedRank);
 
   m.def("enqueue", &EnqueueGroup, py::arg("requests"));
+  m.def("enqueue_one", &EnqueueOne, py::arg("request"));
 }

@@ -26,7 +26,7 @@ std::vector<FusionBatch> PlanFusion(const std::vector<Response>& responses,
     const Response& r = responses[i];
     int64_t bytes = ResponseBytes(r);
     bool placed = false;
-    if (Fusable(r) && bytes <= threshold_bytes) {
+    if (Fusable(r) && bytes <= threshold_bytes && bytes < kDirectTensorBytes) {
       for (size_t b = 0; b < batches.size(); ++b) {
         const Response& head = responses[batches[b].front()];
         if (Fusable(head) && SameKind(head, r) &&

@@ -5,6 +5,12 @@
 // Allreduces with the same data type, reduce op and device are packed
 // greedily into batches of at most `threshold_bytes`; every other response
 // runs alone. A batch keeps its members in response order.
+//
+// Tensors of kDirectTensorBytes or more also run alone: packing copies each
+// byte in and out of the fusion buffer, which for a large tensor costs about
+// as much as the collective itself (with shared-memory MPI both are memory
+// copies), while the per-collective latency that fusion saves is negligible
+// next to its transfer time.
 #ifndef HBCORE_FUSION_H_
 #define HBCORE_FUSION_H_
 
@@ -16,6 +22,8 @@
 namespace hbcore {
 
 using FusionBatch = std::vector<size_t>;  // indices into the response list
+
+constexpr int64_t kDirectTensorBytes = int64_t{1} << 20;
 
 std::vector<FusionBatch> PlanFusion(const std::vector<Response>& responses,
                                     int64_t threshold_bytes);

@@ -238,10 +238,11 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
     return Status::Shutdown("hbcore has shut down: " +
                             (stopped_ ? stop_reason_ : shutdown_reason_));
   }
-  std::unordered_set<std::string> batch;
+  std::unordered_set<std::string> batch;  // duplicates within a group
   for (const TensorEntry& e : entries) {
     const std::string& name = e.request.name;
-    if (in_flight_.count(name) || !batch.insert(name).second) {
+    if (in_flight_.count(name) ||
+        (count > 1 && !batch.insert(name).second)) {
       return Status(HB_ERR_DUPLICATE_NAME,
                     "a tensor named '" + name + "' is already in flight on "
                     "rank " + std::to_string(topology().rank) +
@@ -254,7 +255,9 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
     in_flight_.insert(e.request.name);
     queue_.push_back(std::move(e));
   }
-  cv_.notify_one();
+  // Only a sleeping background thread needs the (system-call) wake-up; a
+  // busy one finds the queue when its cycle ends.
+  if (loop_waiting_) cv_.notify_one();
   return Status::OK();
 }
 
@@ -315,7 +318,9 @@ void Runtime::WaitForCycle() {
     lock.lock();
     if (woken_for_ >= static_cast<int64_t>(next_cycle_) || stall) return;
     if (!queue_.empty() || shutdown_requested_) return;
+    loop_waiting_ = true;
     cv_.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
+    loop_waiting_ = false;
     double cap = std::min(idle_cap_us, kPendingPollMaxUs);
     if (pending_.empty()) {
       cap = Clock::now() - last_cycle_ > kDormantAfter

@@ -79,6 +79,7 @@ class Runtime {
   std::condition_variable cv_;
   std::vector<TensorEntry> queue_;
   std::unordered_set<std::string> in_flight_;
+  bool loop_waiting_ = false;  // the background thread sleeps on cv_
   bool shutdown_requested_ = false;
   std::string shutdown_reason_;
   bool stopped_ = false;       // the loop ended; enqueue fails with:

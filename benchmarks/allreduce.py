@@ -1,0 +1,520 @@
+"""hbcore allreduce benchmark: hbcore against raw mpi4py, same bytes, same run.
+
+Run (2 ranks is what the targets are written for)::
+
+    PYTHONPATH=. mpiexec -n 2 python benchmarks/allreduce.py
+    PYTHONPATH=. python -m hbcore.launcher.cli -np 2 python benchmarks/allreduce.py
+    ... benchmarks/allreduce.py --quick             # smoke run, ~10-15 s
+    ... benchmarks/allreduce.py --json out.json     # also write the numbers
+
+Rank 0 prints one table. Every row times hbcore and mpi4py (MPI.COMM_WORLD,
+the same libmpi in the same process; hbcore uses its own duplicated
+communicator) on the same float32 buffers with reduce op Sum. Each
+measurement is a median over repetitions; a repetition starts after a
+barrier, the hbcore and mpi4py repetitions are interleaved (in alternating
+order), and its time is the slowest rank's.
+
+    ratio = mpi4py time / hbcore time. Above 1 means hbcore is faster; for
+    the sweep rows it is also the bus-bandwidth ratio hbcore / mpi4py.
+    bus bandwidth = bytes * 2 * (n - 1) / n / time (n = ranks).
+
+Rows:
+  allreduce out-of-place  hb.allreduce(x, op=Sum) (allocates its output)
+                          vs comm.Allreduce(src, dst) into a reused dst.
+  allreduce in-place      hb.allreduce_(x) vs comm.Allreduce(IN_PLACE, x).
+                          Sweep sizes 4 B .. 64 MiB in powers of 4; small
+                          sizes time many back-to-back calls per repetition.
+  small step              200 float32 tensors of 16 KiB, each submitted with
+                          hb.allreduce_async under a fixed name (so the
+                          response cache is warm), then all synchronized;
+                          vs 200 per-tensor comm.Allreduce(src, dst) calls,
+                          and vs one comm.Allreduce of a pre-concatenated
+                          3.2 MB buffer: the floor for these bytes, the
+                          faster of out of place and in place (concatenation
+                          untimed).
+  gradient step           the same 200 tensors plus 4 of 4 MiB (one after
+                          every 50 small ones), against the same two
+                          references.
+  single 4 B allreduce    one 4-byte allreduce per repetition, submitted by
+                          all ranks right after a barrier (unlike the 4 B
+                          sweep rows, which time back-to-back calls).
+  idle CPU                CPU time (user + system, all threads) of an
+                          initialized, idle process while its main thread
+                          sleeps, in % of one core; max over ranks.
+
+Targets (from the issue, at 2 ranks) are printed next to the rows they apply
+to, with PASS/FAIL: bus bandwidth of large tensors (>= 16 MiB) >= 0.95x MPI
+in place and >= 0.85x out of place; small step >= 2x faster than per-tensor
+MPI; gradient step within 1.3x of the one-buffer floor; single 4 B allreduce
+under 1 ms; idle CPU < 2% of a core per rank. Timings on a small shared
+machine are noisy: rerun before trusting a FAIL that is close to the line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+import psutil
+
+import hbcore as hb
+
+import mpi4py  # noqa: E402  (after hbcore: it loads the shared libmpi first)
+
+mpi4py.rc.initialize = False  # hb.init() initialises MPI (THREAD_MULTIPLE)
+from mpi4py import MPI  # noqa: E402
+
+KIB = 1024
+MIB = 1024 * KIB
+
+LARGE_BYTES = 16 * MIB           # sweep rows at or above this get a target
+TARGET_INPLACE_BW = 0.95         # hbcore / MPI bus bandwidth, in place
+TARGET_OUTOFPLACE_BW = 0.85      # hbcore / MPI bus bandwidth, out of place
+TARGET_SMALL_SPEEDUP = 2.0       # per-tensor MPI time / hbcore step time
+TARGET_GRADIENT_OVER_FLOOR = 1.3  # hbcore step time / one-buffer MPI time
+TARGET_SINGLE_LATENCY_S = 1e-3   # single 4 B allreduce, "well under 1 ms"
+TARGET_IDLE_CPU_PERCENT = 2.0    # % of one core per rank
+
+SMALL_COUNT = 200
+SMALL_BYTES = 16 * KIB
+LARGE_COUNT = 4
+LARGE_TENSOR_BYTES = 4 * MIB
+
+FLOAT32 = np.dtype(np.float32)
+
+
+@dataclass
+class Settings:
+    """How much to measure; --quick picks the small variant."""
+    sizes: List[int]
+    reps_small: int    # repetitions for sizes <= 1 MiB and the steps
+    reps_large: int    # repetitions for larger sizes
+    single_reps: int
+    idle_seconds: float
+    warmup: int = 3
+
+
+FULL = Settings(sizes=[4 ** k for k in range(1, 14)], reps_small=40,
+                reps_large=15, single_reps=200, idle_seconds=10.0)
+QUICK = Settings(sizes=[4, 4 * KIB, 256 * KIB, 16 * MIB, 64 * MIB],
+                 reps_small=10, reps_large=5, single_reps=40,
+                 idle_seconds=2.0, warmup=2)
+
+
+@dataclass
+class Row:
+    """One line of the table. Times are seconds; ratio = mpi_s / hb_s."""
+    section: str
+    case: str
+    nbytes: int = 0
+    hb_s: Optional[float] = None
+    mpi_s: Optional[float] = None
+    hb_busbw: Optional[float] = None   # bytes/s
+    mpi_busbw: Optional[float] = None
+    ratio: Optional[float] = None
+    value: Optional[str] = None        # for rows that are not timings
+    target: str = ""
+    passed: Optional[bool] = None
+    extra: dict = field(default_factory=dict)
+
+
+# --- measuring -------------------------------------------------------------
+
+def measure(comm: MPI.Intracomm, fns: Sequence[Callable[[], object]],
+            reps: int, inner: int = 1, warmup: int = 3) -> List[float]:
+    """Times each of ``fns``; returns per-call seconds for each.
+
+    Every repetition: a barrier, then ``inner`` calls.
+    The functions' repetitions are interleaved, rotating which goes first.
+    Returns the median over repetitions of the slowest rank's time per call.
+    """
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    local = np.zeros((len(fns), reps))
+    for rep in range(reps):
+        for k in range(len(fns)):
+            i = (rep + k) % len(fns)
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(inner):
+                fns[i]()
+            local[i, rep] = (time.perf_counter() - start) / inner
+    slowest = np.max(np.stack(comm.allgather(local)), axis=0)
+    return [float(np.median(slowest[i])) for i in range(len(fns))]
+
+
+def inner_calls(nbytes: int) -> int:
+    """Back-to-back calls per repetition: many for tiny buffers, 1 for big."""
+    return int(min(100, max(1, MIB // max(nbytes, 1))))
+
+
+def bus_bandwidth(nbytes: int, seconds: float, size: int) -> float:
+    return nbytes * 2.0 * (size - 1) / size / seconds if size > 1 else 0.0
+
+
+def expected_sum(size: int) -> float:
+    """Sum over ranks of (rank + 1), the value every check expects."""
+    return size * (size + 1) / 2.0
+
+
+def check(name: str, arrays: Sequence[np.ndarray], expected: float) -> None:
+    """Fails loudly if a result is wrong: a fast wrong answer is no result."""
+    for a in arrays:
+        if a.size and not np.all(a == expected):
+            raise AssertionError("%s: wrong allreduce result (expected %g, "
+                                 "got e.g. %r)" % (name, expected, a.flat[0]))
+
+
+# --- the sweep -------------------------------------------------------------
+
+def sweep(comm: MPI.Intracomm, nbytes: int, s: Settings,
+          in_place: bool) -> Row:
+    """One size of the sweep: hb.allreduce_ / hb.allreduce vs Allreduce."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    src = np.full(max(1, nbytes // FLOAT32.itemsize), rank + 1, FLOAT32)
+    dst = src if in_place else np.empty_like(src)
+    mode = "in-place" if in_place else "out-of-place"
+    name = "bench.%s.%d" % (mode, nbytes)
+
+    def run_hb() -> np.ndarray:
+        if in_place:
+            return hb.allreduce_(src, op=hb.Sum, name=name)
+        return hb.allreduce(src, op=hb.Sum, name=name)  # allocates its output
+
+    def run_mpi() -> None:
+        comm.Allreduce(MPI.IN_PLACE if in_place else src, dst)
+
+    check(name, [run_hb()], expected_sum(size))
+    src[:] = rank + 1
+    run_mpi()
+    check("mpi4py " + name, [dst], expected_sum(size))
+    if in_place:
+        src[:] = 0  # repeated in-place sums of zeros stay zeros (no overflow)
+
+    reps = s.reps_small if nbytes <= MIB else s.reps_large
+    hb_s, mpi_s = measure(comm, [run_hb, run_mpi], reps, inner_calls(nbytes),
+                          s.warmup)
+    row = sweep_row("allreduce " + mode, nbytes, hb_s, mpi_s, size)
+    if nbytes >= LARGE_BYTES:
+        target = TARGET_INPLACE_BW if in_place else TARGET_OUTOFPLACE_BW
+        judge(row, row.ratio >= target, "ratio >= %.2f" % target)
+    return row
+
+
+def sweep_row(section: str, nbytes: int, hb_s: float, mpi_s: float,
+              size: int) -> Row:
+    return Row(section=section, case=format_bytes(nbytes), nbytes=nbytes,
+               hb_s=hb_s, mpi_s=mpi_s,
+               hb_busbw=bus_bandwidth(nbytes, hb_s, size),
+               mpi_busbw=bus_bandwidth(nbytes, mpi_s, size),
+               ratio=mpi_s / hb_s)
+
+
+def judge(row: Row, ok: bool, target: str) -> None:
+    row.target = target
+    row.passed = bool(ok)
+
+
+# --- steps of many tensors -------------------------------------------------
+
+def step_tensors(rank: int, with_large: bool) -> List[np.ndarray]:
+    """200 small tensors, plus (gradient step) a 4 MiB one after every 50."""
+    small_n = SMALL_BYTES // FLOAT32.itemsize
+    large_n = LARGE_TENSOR_BYTES // FLOAT32.itemsize
+    every = SMALL_COUNT // LARGE_COUNT
+    tensors = []
+    for i in range(SMALL_COUNT):
+        tensors.append(np.full(small_n, rank + 1, FLOAT32))
+        if with_large and (i + 1) % every == 0:
+            tensors.append(np.full(large_n, rank + 1, FLOAT32))
+    return tensors
+
+
+def hb_step(tensors: Sequence[np.ndarray],
+            names: Sequence[str]) -> List[np.ndarray]:
+    handles = [hb.allreduce_async(t, op=hb.Sum, name=n)
+               for t, n in zip(tensors, names)]
+    return [hb.synchronize(h) for h in handles]
+
+
+def step_rows(comm: MPI.Intracomm, section: str, with_large: bool,
+              s: Settings) -> List[Row]:
+    """Times one step with hbcore, per-tensor MPI and one-buffer MPI."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    tensors = step_tensors(rank, with_large)
+    names = ["bench.%s.%d" % (section.split()[0], i)
+             for i in range(len(tensors))]
+    outs = [np.empty_like(t) for t in tensors]
+    flat = np.concatenate(tensors)
+    flat_out = np.empty_like(flat)
+    flat_zeros = np.zeros_like(flat)  # in place: zeros stay zeros
+
+    check(section, hb_step(tensors, names), expected_sum(size))
+
+    def run_hb() -> None:
+        hb_step(tensors, names)
+
+    def run_per_tensor() -> None:
+        for t, o in zip(tensors, outs):
+            comm.Allreduce(t, o)
+
+    def run_one_buffer() -> None:
+        comm.Allreduce(flat, flat_out)
+
+    def run_one_buffer_in_place() -> None:
+        comm.Allreduce(MPI.IN_PLACE, flat_zeros)
+
+    times = measure(comm, [run_hb, run_per_tensor, run_one_buffer,
+                           run_one_buffer_in_place], s.reps_small,
+                    warmup=s.warmup)
+    check("mpi4py " + section, outs + [flat_out], expected_sum(size))
+    label = "%d x %s" % (SMALL_COUNT, format_bytes(SMALL_BYTES))
+    if with_large:
+        label += " + %d x %s" % (LARGE_COUNT, format_bytes(LARGE_TENSOR_BYTES))
+    return judge_step("%s: %s" % (section, label), flat.nbytes, size,
+                      with_large, *times)
+
+
+def judge_step(section: str, nbytes: int, size: int, with_large: bool,
+               hb_s: float, per_s: float, one_oop_s: float,
+               one_inp_s: float) -> List[Row]:
+    """The rows of a step: vs per-tensor MPI, and vs the one-buffer floor."""
+    one_s = min(one_oop_s, one_inp_s)  # in place is usually the faster
+    common = dict(section=section, nbytes=nbytes, hb_s=hb_s,
+                  hb_busbw=bus_bandwidth(nbytes, hb_s, size))
+    vs_per = Row(case="vs per-tensor Allreduce", mpi_s=per_s,
+                 mpi_busbw=bus_bandwidth(nbytes, per_s, size),
+                 ratio=per_s / hb_s, **common)
+    vs_one = Row(case="vs one-buffer Allreduce (floor)", mpi_s=one_s,
+                 mpi_busbw=bus_bandwidth(nbytes, one_s, size),
+                 ratio=one_s / hb_s,
+                 extra={"one_buffer_out_of_place_s": one_oop_s,
+                        "one_buffer_in_place_s": one_inp_s}, **common)
+    if with_large:
+        judge(vs_one, hb_s <= TARGET_GRADIENT_OVER_FLOOR * one_s,
+              "ratio >= %.2f (%gx floor)" % (1 / TARGET_GRADIENT_OVER_FLOOR,
+                                              TARGET_GRADIENT_OVER_FLOOR))
+    else:
+        judge(vs_per, vs_per.ratio >= TARGET_SMALL_SPEEDUP,
+              "ratio >= %.1f" % TARGET_SMALL_SPEEDUP)
+    return [vs_per, vs_one]
+
+
+# --- single op latency and idle CPU ----------------------------------------
+
+def single_op_row(comm: MPI.Intracomm, s: Settings) -> Row:
+    buf = np.ones(1, FLOAT32)
+    out = np.empty_like(buf)
+    name = "bench.single4"
+
+    def run_hb() -> None:
+        hb.allreduce(buf, op=hb.Sum, name=name)
+
+    def run_mpi() -> None:
+        comm.Allreduce(buf, out)
+
+    hb_s, mpi_s = measure(comm, [run_hb, run_mpi], s.single_reps,
+                          warmup=s.warmup)
+    row = Row(section="single allreduce after barrier", case="4 B",
+              nbytes=4, hb_s=hb_s, mpi_s=mpi_s, ratio=mpi_s / hb_s)
+    judge(row, hb_s < TARGET_SINGLE_LATENCY_S,
+          "hb < %g ms" % (TARGET_SINGLE_LATENCY_S * 1e3))
+    return row
+
+
+def idle_cpu_row(comm: MPI.Intracomm, seconds: float) -> Row:
+    """CPU used by this process (all threads) while the main thread sleeps."""
+    process = psutil.Process()
+    comm.Barrier()
+    before = process.cpu_times()
+    fine_before = time.process_time()  # ns resolution; psutil's is 10 ms
+    start = time.perf_counter()
+    time.sleep(seconds)
+    after = process.cpu_times()
+    fine = time.process_time() - fine_before
+    wall = time.perf_counter() - start
+    used = (after.user + after.system) - (before.user + before.system)
+    percents = comm.allgather(100.0 * used / wall)
+    fine_percents = comm.allgather(100.0 * fine / wall)
+    worst = max(percents)
+    row = Row(section="idle runtime CPU",
+              case="%g s window, max over ranks" % seconds,
+              value="%.2f %%" % worst,
+              extra={"percent_of_core_per_rank": percents,
+                     "process_time_percent_per_rank": fine_percents})
+    judge(row, worst < TARGET_IDLE_CPU_PERCENT,
+          "< %g %% of a core" % TARGET_IDLE_CPU_PERCENT)
+    return row
+
+
+class LoadMonitor:
+    """How busy other processes kept this host's CPUs during the run.
+
+    System-wide busy CPU time (steal included) minus what the ranks used, in
+    % of all CPUs. Meaningful when every rank runs on this host.
+    """
+
+    def __init__(self, comm: MPI.Intracomm) -> None:
+        self.comm = comm
+        self.process = psutil.Process()
+        self.system = psutil.cpu_times()
+        self.own = self._own_seconds()
+        self.start = time.perf_counter()
+
+    def _own_seconds(self) -> float:
+        t = self.process.cpu_times()
+        return t.user + t.system
+
+    @staticmethod
+    def _busy_seconds(t: object) -> float:
+        idle = getattr(t, "idle", 0.0) + getattr(t, "iowait", 0.0)
+        total = sum(getattr(t, f) for f in t._fields
+                    if f not in ("guest", "guest_nice"))
+        return total - idle
+
+    def foreign_percent(self) -> Optional[float]:
+        """Collective: every rank must call it. None on multi-host jobs."""
+        own = self.comm.allreduce(self._own_seconds() - self.own)
+        if hb.local_size() != hb.size():
+            return None
+        busy = (self._busy_seconds(psutil.cpu_times())
+                - self._busy_seconds(self.system))
+        wall = time.perf_counter() - self.start
+        return 100.0 * max(0.0, busy - own) / wall / psutil.cpu_count()
+
+
+# --- output ----------------------------------------------------------------
+
+def format_bytes(n: int) -> str:
+    for unit, scale in (("MiB", MIB), ("KiB", KIB)):
+        if n >= scale:
+            return "%g %s" % (n / scale, unit)
+    return "%d B" % n
+
+
+def format_time(t: Optional[float]) -> str:
+    if t is None:
+        return "-"
+    if t < 1e-3:
+        return "%.1f us" % (t * 1e6)
+    return "%.3f ms" % (t * 1e3)
+
+
+def format_bw(bw: Optional[float]) -> str:
+    return "-" if bw is None else "%.2f" % (bw / 1e9)
+
+
+COLUMNS = (("case", 33, "<"), ("hbcore", 11, ">"), ("mpi4py", 11, ">"),
+           ("ratio", 6, ">"), ("hb GB/s", 8, ">"), ("mpi GB/s", 8, ">"),
+           ("target", 24, "<"), ("", 4, "<"))
+
+
+def format_line(cells: Sequence[str]) -> str:
+    return "  ".join("{:{}{}}".format(c, align, width)
+                     for c, (_, width, align) in zip(cells, COLUMNS)).rstrip()
+
+
+def format_table(rows: Sequence[Row], header: Sequence[str]) -> str:
+    lines = list(header)
+    lines.append(format_line([c[0] for c in COLUMNS]))
+    rule = "-" * len(lines[-1])
+    lines.append(rule)
+    section = None
+    for r in rows:
+        if r.section != section:
+            section = r.section
+            lines.append("[%s]" % section)
+        verdict = "" if r.passed is None else ("PASS" if r.passed else "FAIL")
+        hb_cell = r.value if r.value is not None else format_time(r.hb_s)
+        ratio = "-" if r.ratio is None else "%.2f" % r.ratio
+        lines.append(format_line([
+            "  " + r.case, hb_cell, format_time(r.mpi_s), ratio,
+            format_bw(r.hb_busbw), format_bw(r.mpi_busbw), r.target,
+            verdict]))
+    lines.append(rule)
+    judged = [r for r in rows if r.passed is not None]
+    failed = [r for r in judged if not r.passed]
+    lines.append("targets: %d PASS, %d FAIL" % (len(judged) - len(failed),
+                                                len(failed)))
+    return "\n".join(lines)
+
+
+def header_lines(comm: MPI.Intracomm, args: argparse.Namespace,
+                 foreign: Optional[float]) -> List[str]:
+    size = comm.Get_size()
+    mpi = MPI.Get_library_version().strip().splitlines()[0]
+    knobs = " ".join("%s=%s" % kv for kv in sorted(os.environ.items())
+                     if kv[0].startswith(("HB_", "HOROVOD_")))
+    lines = [
+        "hbcore %s allreduce benchmark (%s): %d ranks, %s, %d CPUs" % (
+            hb.__version__, "quick" if args.quick else "full", size,
+            " ".join(mpi.split()), psutil.cpu_count()),
+        "float32 Sum; times are medians of the slowest rank; "
+        "ratio = mpi4py time / hbcore time (>1: hbcore faster; "
+        "= busbw ratio)",
+    ]
+    if knobs:
+        lines.append("settings: " + knobs)
+    if foreign is not None:
+        lines.append("other processes kept the CPUs %.0f%% busy during the "
+                     "run%s" % (foreign, " (numbers unreliable)"
+                                if foreign > 10 else ""))
+    if size != 2:
+        lines.append("note: the targets are written for 2 ranks")
+    return lines
+
+
+# --- main ------------------------------------------------------------------
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description="hbcore vs mpi4py allreduce benchmark (see the module "
+                    "docstring for what each row means)")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sizes and repetitions, 2 s idle window")
+    parser.add_argument("--json", metavar="PATH",
+                        help="also write the rows as JSON (rank 0)")
+    return parser.parse_args(argv)
+
+
+def run(comm: MPI.Intracomm, s: Settings) -> List[Row]:
+    rows: List[Row] = []
+    for in_place in (False, True):
+        rows += [sweep(comm, nbytes, s, in_place) for nbytes in s.sizes]
+    rows += step_rows(comm, "small step", with_large=False, s=s)
+    rows += step_rows(comm, "gradient step", with_large=True, s=s)
+    rows.append(single_op_row(comm, s))
+    rows.append(idle_cpu_row(comm, s.idle_seconds))
+    return rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    hb.init()
+    comm = MPI.COMM_WORLD
+    settings = QUICK if args.quick else FULL
+    load = LoadMonitor(comm)
+    rows = run(comm, settings)
+    foreign = load.foreign_percent()
+    if comm.Get_rank() == 0:
+        header = header_lines(comm, args, foreign)
+        print(format_table(rows, header), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"header": header, "ranks": comm.Get_size(),
+                           "quick": args.quick,
+                           "foreign_cpu_percent": foreign,
+                           "rows": [asdict(r) for r in rows]}, f, indent=1)
+    comm.Barrier()
+    hb.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
