@@ -67,8 +67,10 @@ def _nccl_runtime() -> str:
     spec = importlib.util.find_spec("nvidia.nccl") if importlib.util.find_spec(
         "nvidia") else None
     if spec is None:
-        return "nvidia-nccl wheel not installed (GPU collectives use MPI)"
-    return "nvidia-nccl wheel at %s" % list(spec.submodule_search_locations)[0]
+        return ("nvidia-nccl wheel not installed (this build has no NCCL "
+                "backend yet: GPU buffers are rejected)")
+    return ("nvidia-nccl wheel at %s (this build has no NCCL backend yet)"
+            % list(spec.submodule_search_locations)[0])
 
 
 def _info_value(info: dict, key: str) -> str:
