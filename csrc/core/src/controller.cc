@@ -78,8 +78,12 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   // D (first half): ready cache slots, before any slot changes.
   if (flags & kFlagActive) {
     for (int slot = 0; slot < cache_.capacity(); ++slot) {
-      if (!(hits[slot / 64] >> (slot % 64) & 1)) continue;
-      if (invalid[slot / 64] >> (slot % 64) & 1) continue;
+      const uint64_t ready = hits[slot / 64] & ~invalid[slot / 64];
+      if (ready == 0) {  // skip the rest of an empty word
+        slot |= 63;
+        continue;
+      }
+      if (!(ready >> (slot % 64) & 1)) continue;
       // All-ones words from joined ranks can name unused slots.
       const Response& cached = cache_.Get(slot);
       if (cached.name.empty()) continue;
@@ -90,6 +94,10 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   }
   // D (second half): invalid slots go on every rank.
   for (int slot = 0; slot < cache_.capacity(); ++slot) {
+    if (invalid[slot / 64] == 0) {
+      slot |= 63;
+      continue;
+    }
     if (!(invalid[slot / 64] >> (slot % 64) & 1)) continue;
     cache_.Erase(slot);
     for (auto& kv : *pending) {
