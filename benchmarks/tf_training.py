@@ -136,13 +136,18 @@ def run_hbcore_worker(args: argparse.Namespace) -> None:
     seconds = _timed_loop(args, step, mark)
     slowest = max(hbcore.allgather_object(seconds))
     if rank == 0:
-        result = {"ranks": size, "seconds": slowest, "steps": args.steps,
-                  "samples": args.steps * args.batch_size * size,
-                  "variables": len(model.trainable_variables),
-                  "parameters": int(model.count_params())}
-        with open(args.out, "w") as f:
-            json.dump(result, f)
+        _write_result(args, size, slowest, model)
     hvd.shutdown()
+
+
+def _write_result(args: argparse.Namespace, ranks: int, seconds: float,
+                  model) -> None:
+    result = {"ranks": ranks, "seconds": seconds, "steps": args.steps,
+              "samples": args.steps * args.batch_size * ranks,
+              "variables": len(model.trainable_variables),
+              "parameters": int(model.count_params())}
+    with open(args.out, "w") as f:
+        json.dump(result, f)
 
 
 def run_mwms_worker(args: argparse.Namespace) -> None:
@@ -181,12 +186,7 @@ def run_mwms_worker(args: argparse.Namespace) -> None:
 
     seconds = _timed_loop(args, step)
     if task == 0:
-        result = {"ranks": workers, "seconds": seconds, "steps": args.steps,
-                  "samples": args.steps * args.batch_size * workers,
-                  "variables": len(model.trainable_variables),
-                  "parameters": int(model.count_params())}
-        with open(args.out, "w") as f:
-            json.dump(result, f)
+        _write_result(args, workers, seconds, model)
 
 
 # --- driver ----------------------------------------------------------------------

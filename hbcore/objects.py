@@ -6,6 +6,7 @@ import cloudpickle
 import numpy as np
 
 from hbcore import ops
+from hbcore.basics import rank
 
 
 def _to_bytes(obj: Any) -> np.ndarray:
@@ -26,12 +27,12 @@ def broadcast_object(obj: Any, root_rank: int = 0,
     Returns:
         The root's object, unpickled on every rank.
     """
-    name = ops._auto_name("broadcast_object", name)
-    payload = (_to_bytes(obj) if ops_rank() == root_rank
+    name = ops.auto_name("broadcast_object", name)
+    payload = (_to_bytes(obj) if rank() == root_rank
                else np.zeros(0, np.uint8))
     length = ops.broadcast(np.array([payload.size], np.int64), root_rank,
                            name=name + ".size")
-    if ops_rank() != root_rank:
+    if rank() != root_rank:
         payload = np.zeros(int(length[0]), np.uint8)
     data = ops.broadcast(payload, root_rank, name=name + ".data")
     return cloudpickle.loads(data.tobytes())
@@ -39,7 +40,7 @@ def broadcast_object(obj: Any, root_rank: int = 0,
 
 def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
     """Returns the list of every rank's ``obj``, in rank order."""
-    name = ops._auto_name("allgather_object", name)
+    name = ops.auto_name("allgather_object", name)
     payload = _to_bytes(obj)
     sizes = ops.allgather(np.array([payload.size], np.int64),
                           name=name + ".size")
@@ -50,8 +51,3 @@ def allgather_object(obj: Any, name: Optional[str] = None) -> List[Any]:
         offset += n
     return out
 
-
-def ops_rank() -> int:
-    from hbcore.basics import rank
-
-    return rank()

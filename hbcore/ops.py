@@ -80,7 +80,10 @@ class Handle:
         return self._result
 
 
-def _auto_name(prefix: str, name: Optional[str]) -> str:
+def auto_name(prefix: str, name: Optional[str] = None) -> str:
+    """``name``, or ``<prefix>.noname.<n>`` from a per-prefix counter (shared
+    by hbcore_tf's eager calls); rank-consistent only when every rank makes
+    its unnamed calls in the same order, as in Horovod."""
     if name is not None:
         return name
     with _counters_lock:
@@ -156,8 +159,8 @@ def _first_output(parts: List[Any]) -> Any:
     return parts[0].output()
 
 
-def _outputs(arrays: List[np.ndarray]) -> Callable[[List[Any]], Any]:
-    return lambda parts: arrays[0] if len(arrays) == 1 else list(arrays)
+def _returns(array: np.ndarray) -> Callable[[List[Any]], Any]:
+    return lambda parts: array
 
 
 def synchronize(handle: Handle) -> Any:
@@ -185,10 +188,10 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None,
     reduce_op = resolve_op(average, op)
     array = _as_input(tensor)
     out = np.empty_like(array)
-    req = _request(_auto_name("allreduce", name), _ALLREDUCE, array, out,
+    req = _request(auto_name("allreduce", name), _ALLREDUCE, array, out,
                    reduce_op, prescale=prescale_factor,
                    postscale=postscale_factor)
-    return _submit([req], _outputs([out]))
+    return _submit([req], _returns(out))
 
 
 def allreduce(tensor: Any, average: Optional[bool] = None,
@@ -223,10 +226,10 @@ def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
     """Starts an in-place allreduce of ``tensor``; see allreduce_."""
     reduce_op = resolve_op(average, op)
     array = _as_inplace(tensor, "allreduce_")
-    req = _request(_auto_name("allreduce", name), _ALLREDUCE, array, array,
+    req = _request(auto_name("allreduce", name), _ALLREDUCE, array, array,
                    reduce_op, prescale=prescale_factor,
                    postscale=postscale_factor)
-    return _submit([req], _outputs([array]))
+    return _submit([req], _returns(array))
 
 
 def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
@@ -246,7 +249,7 @@ def grouped_allreduce_async(tensors: Sequence[Any],
                             postscale_factor: float = 1.0) -> Handle:
     """Starts an allreduce of several tensors negotiated together."""
     reduce_op = resolve_op(average, op)
-    base = _auto_name("grouped_allreduce", name)
+    base = auto_name("grouped_allreduce", name)
     arrays = [_as_input(t) for t in tensors]
     outs = [np.empty_like(a) for a in arrays]
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, o, reduce_op,
@@ -277,7 +280,7 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
                              postscale_factor: float = 1.0) -> Handle:
     """In-place twin of grouped_allreduce_async."""
     reduce_op = resolve_op(average, op)
-    base = _auto_name("grouped_allreduce", name)
+    base = auto_name("grouped_allreduce", name)
     arrays = [_as_inplace(t, "grouped_allreduce_") for t in tensors]
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, a, reduce_op,
                      prescale=prescale_factor, postscale=postscale_factor)
@@ -300,7 +303,7 @@ def grouped_allreduce_(tensors: Sequence[np.ndarray],
 def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
     """Starts an allgather; see allgather."""
     array = _as_input(tensor)
-    req = _request(_auto_name("allgather", name), _ALLGATHER, array,
+    req = _request(auto_name("allgather", name), _ALLGATHER, array,
                    allocate=True)
     return _submit([req], _first_output)
 
@@ -325,9 +328,9 @@ def broadcast_async(tensor: Any, root_rank: int,
     """Starts a broadcast into a new array; see broadcast."""
     array = _as_input(tensor)
     out = np.empty_like(array)
-    req = _request(_auto_name("broadcast", name), _BROADCAST, array, out,
+    req = _request(auto_name("broadcast", name), _BROADCAST, array, out,
                    root_rank=root_rank)
-    return _submit([req], _outputs([out]))
+    return _submit([req], _returns(out))
 
 
 def broadcast(tensor: Any, root_rank: int,
@@ -345,9 +348,9 @@ def broadcast_async_(tensor: np.ndarray, root_rank: int,
                      name: Optional[str] = None) -> Handle:
     """Starts an in-place broadcast; see broadcast_."""
     array = _as_inplace(tensor, "broadcast_")
-    req = _request(_auto_name("broadcast", name), _BROADCAST, array, array,
+    req = _request(auto_name("broadcast", name), _BROADCAST, array, array,
                    root_rank=root_rank)
-    return _submit([req], _outputs([array]))
+    return _submit([req], _returns(array))
 
 
 def broadcast_(tensor: np.ndarray, root_rank: int,
@@ -362,7 +365,7 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
                    name: Optional[str] = None) -> Handle:
     """Starts an alltoall; see alltoall."""
     array = _as_input(tensor)
-    req = _request(_auto_name("alltoall", name), _ALLTOALL, array,
+    req = _request(auto_name("alltoall", name), _ALLTOALL, array,
                    splits=splits, allocate=True)
     if splits is None:
         return _submit([req], _first_output)
@@ -396,7 +399,7 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None,
                         postscale_factor: float = 1.0) -> Handle:
     """Starts a reducescatter; see reducescatter."""
     array = _as_input(tensor)
-    req = _request(_auto_name("reducescatter", name), _REDUCESCATTER, array,
+    req = _request(auto_name("reducescatter", name), _REDUCESCATTER, array,
                    reduce_op=op, prescale=prescale_factor,
                    postscale=postscale_factor, allocate=True)
     return _submit([req], _first_output)
@@ -420,7 +423,7 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
                           op: int = Average, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> List[np.ndarray]:
     """Reducescatters a list of tensors announced together."""
-    base = _auto_name("grouped_reducescatter", name)
+    base = auto_name("grouped_reducescatter", name)
     reqs = [_request("%s.%d" % (base, i), _REDUCESCATTER, _as_input(t),
                      reduce_op=op, prescale=prescale_factor,
                      postscale=postscale_factor, allocate=True)
@@ -431,7 +434,7 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
 def grouped_allgather(tensors: Sequence[Any],
                       name: Optional[str] = None) -> List[np.ndarray]:
     """Allgathers a list of tensors announced together."""
-    base = _auto_name("grouped_allgather", name)
+    base = auto_name("grouped_allgather", name)
     reqs = [_request("%s.%d" % (base, i), _ALLGATHER, _as_input(t),
                      allocate=True) for i, t in enumerate(tensors)]
     return synchronize(_submit(reqs, lambda parts: [p.output() for p in parts]))
@@ -441,7 +444,7 @@ def grouped_allgather(tensors: Sequence[Any],
 
 def barrier() -> None:
     """Blocks until every rank reached the barrier."""
-    synchronize(_submit([_request(_auto_name("barrier", None), _BARRIER, None)],
+    synchronize(_submit([_request(auto_name("barrier", None), _BARRIER, None)],
                         lambda parts: None))
 
 

@@ -33,18 +33,16 @@ Eager mode has no graph to name ops by: unnamed calls get
 every rank to issue its unnamed eager collectives in the same order.
 """
 import contextlib
-import itertools
 import re
-import threading
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import tensorflow as tf
+
+from hbcore.ops import auto_name
 
 _NOT_SCOPE_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
 _COUNTER_SUFFIX = re.compile(r"_\d+$")
 
-_counters: Dict[str, "itertools.count[int]"] = {}
-_counters_lock = threading.Lock()
 
 
 def _scope_base(name: str) -> str:
@@ -58,9 +56,7 @@ def _scope_base(name: str) -> str:
 
 def eager_name(kind: str) -> str:
     """Returns the next ``<kind>.noname.<n>`` of this process."""
-    with _counters_lock:
-        counter = _counters.setdefault(kind, itertools.count())
-        return "%s.noname.%d" % (kind, next(counter))
+    return auto_name(kind)
 
 
 def graph_path(graph: Any) -> str:

@@ -270,13 +270,12 @@ Status Executor::Reducescatter(const Response& r, TensorEntry* e,
   const int64_t elem = DataTypeSize(r.dtype);
   const int64_t row_elems = NumElements(RowShape(r.shape));
   const int64_t n = r.shape[0];
+  // Rank i gets n / size rows, plus one when i < n % size.
+  auto rows_of = [&](int i) { return n / size_ + (i < n % size_ ? 1 : 0); };
   std::vector<int64_t> counts(size_);
-  for (int i = 0; i < size_; ++i) {
-    counts[i] = (n / size_ + (i < n % size_ ? 1 : 0)) * row_elems;
-  }
+  for (int i = 0; i < size_; ++i) counts[i] = rows_of(i) * row_elems;
   Shape out_shape = RowShape(r.shape);
-  out_shape.insert(out_shape.begin(), counts[rank_] / std::max<int64_t>(row_elems, 1));
-  if (row_elems == 0) out_shape[0] = n / size_ + (rank_ < n % size_ ? 1 : 0);
+  out_shape.insert(out_shape.begin(), rows_of(rank_));
   const int64_t total = n * row_elems;
   const void* in = e ? e->input : nullptr;
   if (e != nullptr && r.prescale != 1.0) {
