@@ -24,17 +24,21 @@ Rows:
   allreduce in-place      hb.allreduce_(x) vs comm.Allreduce(IN_PLACE, x).
                           Sweep sizes 4 B .. 64 MiB in powers of 4; small
                           sizes time many back-to-back calls per repetition.
-  small step              200 float32 tensors of 16 KiB, each submitted with
-                          hb.allreduce_async under a fixed name (so the
-                          response cache is warm), then all synchronized;
-                          vs 200 per-tensor comm.Allreduce(src, dst) calls,
-                          and vs one comm.Allreduce of a pre-concatenated
-                          3.2 MB buffer: the floor for these bytes, the
-                          faster of out of place and in place (concatenation
-                          untimed).
+  small step              200 float32 tensors of 16 KiB, each submitted
+                          under a fixed name (so the response cache is warm),
+                          then all synchronized. In place, as a distributed
+                          optimizer reduces gradients (horovod.torch's
+                          DistributedOptimizer calls allreduce_async_):
+                          hb.allreduce_async_ vs 200 per-tensor
+                          comm.Allreduce(IN_PLACE, t) calls, and vs one
+                          comm.Allreduce of a pre-concatenated 3.2 MB buffer:
+                          the floor for these bytes, the faster of out of
+                          place and in place (concatenation untimed). Out of
+                          place, for reference: hb.allreduce_async (a new
+                          output array per tensor) vs 200
+                          comm.Allreduce(src, dst) into reused outputs.
   gradient step           the same 200 tensors plus 4 of 4 MiB (one after
-                          every 50 small ones), against the same two
-                          references.
+                          every 50 small ones), against the same references.
   single 4 B allreduce    one 4-byte allreduce per repetition, submitted by
                           all ranks right after a barrier (unlike the 4 B
                           sweep rows, which time back-to-back calls).
@@ -45,7 +49,8 @@ Rows:
 Targets (from the issue, at 2 ranks) are printed next to the rows they apply
 to, with PASS/FAIL: bus bandwidth of large tensors (>= 16 MiB) >= 0.95x MPI
 in place and >= 0.85x out of place; small step >= 2x faster than per-tensor
-MPI; gradient step within 1.3x of the one-buffer floor; single 4 B allreduce
+MPI; gradient step within 1.3x of the one-buffer floor (both in place);
+single 4 B allreduce
 under 1 ms; idle CPU < 2% of a core per rank. Timings on a small shared
 machine are noisy: rerun before trusting a FAIL that is close to the line.
 """
@@ -236,29 +241,42 @@ def step_tensors(rank: int, with_large: bool) -> List[np.ndarray]:
     return tensors
 
 
-def hb_step(tensors: Sequence[np.ndarray],
-            names: Sequence[str]) -> List[np.ndarray]:
-    handles = [hb.allreduce_async(t, op=hb.Sum, name=n)
-               for t, n in zip(tensors, names)]
+def hb_step(tensors: Sequence[np.ndarray], names: Sequence[str],
+            in_place: bool) -> List[np.ndarray]:
+    submit = hb.allreduce_async_ if in_place else hb.allreduce_async
+    handles = [submit(t, op=hb.Sum, name=n) for t, n in zip(tensors, names)]
     return [hb.synchronize(h) for h in handles]
 
 
 def step_rows(comm: MPI.Intracomm, section: str, with_large: bool,
               s: Settings) -> List[Row]:
-    """Times one step with hbcore, per-tensor MPI and one-buffer MPI."""
+    """Times one step with hbcore (in place and out of place), per-tensor
+    MPI (the same two ways) and one-buffer MPI."""
     rank, size = comm.Get_rank(), comm.Get_size()
     tensors = step_tensors(rank, with_large)
+    zeros = [np.zeros_like(t) for t in tensors]  # in place: zeros stay zeros
     names = ["bench.%s.%d" % (section.split()[0], i)
              for i in range(len(tensors))]
     outs = [np.empty_like(t) for t in tensors]
     flat = np.concatenate(tensors)
     flat_out = np.empty_like(flat)
-    flat_zeros = np.zeros_like(flat)  # in place: zeros stay zeros
+    flat_zeros = np.zeros_like(flat)
 
-    check(section, hb_step(tensors, names), expected_sum(size))
+    check(section, hb_step(tensors, names, in_place=False),
+          expected_sum(size))
+    check(section + " in place",
+          hb_step([t.copy() for t in tensors], names, in_place=True),
+          expected_sum(size))
 
-    def run_hb() -> None:
-        hb_step(tensors, names)
+    def run_hb_in_place() -> None:
+        hb_step(zeros, names, in_place=True)
+
+    def run_hb_out_of_place() -> None:
+        hb_step(tensors, names, in_place=False)
+
+    def run_per_tensor_in_place() -> None:
+        for z in zeros:
+            comm.Allreduce(MPI.IN_PLACE, z)
 
     def run_per_tensor() -> None:
         for t, o in zip(tensors, outs):
@@ -270,9 +288,10 @@ def step_rows(comm: MPI.Intracomm, section: str, with_large: bool,
     def run_one_buffer_in_place() -> None:
         comm.Allreduce(MPI.IN_PLACE, flat_zeros)
 
-    times = measure(comm, [run_hb, run_per_tensor, run_one_buffer,
-                           run_one_buffer_in_place], s.reps_small,
-                    warmup=s.warmup)
+    times = measure(comm, [run_hb_in_place, run_hb_out_of_place,
+                           run_per_tensor_in_place, run_per_tensor,
+                           run_one_buffer, run_one_buffer_in_place],
+                    s.reps_small, warmup=s.warmup)
     check("mpi4py " + section, outs + [flat_out], expected_sum(size))
     label = "%d x %s" % (SMALL_COUNT, format_bytes(SMALL_BYTES))
     if with_large:
@@ -282,28 +301,32 @@ def step_rows(comm: MPI.Intracomm, section: str, with_large: bool,
 
 
 def judge_step(section: str, nbytes: int, size: int, with_large: bool,
-               hb_s: float, per_s: float, one_oop_s: float,
+               hb_in_s: float, hb_out_s: float, per_in_s: float,
+               per_out_s: float, one_oop_s: float,
                one_inp_s: float) -> List[Row]:
-    """The rows of a step: vs per-tensor MPI, and vs the one-buffer floor."""
+    """The rows of a step: in place vs per-tensor MPI and vs the one-buffer
+    floor (the rows with targets), then out of place vs per-tensor MPI."""
     one_s = min(one_oop_s, one_inp_s)  # in place is usually the faster
-    common = dict(section=section, nbytes=nbytes, hb_s=hb_s,
-                  hb_busbw=bus_bandwidth(nbytes, hb_s, size))
-    vs_per = Row(case="vs per-tensor Allreduce", mpi_s=per_s,
-                 mpi_busbw=bus_bandwidth(nbytes, per_s, size),
-                 ratio=per_s / hb_s, **common)
-    vs_one = Row(case="vs one-buffer Allreduce (floor)", mpi_s=one_s,
-                 mpi_busbw=bus_bandwidth(nbytes, one_s, size),
-                 ratio=one_s / hb_s,
-                 extra={"one_buffer_out_of_place_s": one_oop_s,
-                        "one_buffer_in_place_s": one_inp_s}, **common)
+
+    def row(case: str, hb_s: float, mpi_s: float, **extra: object) -> Row:
+        return Row(section=section, case=case, nbytes=nbytes, hb_s=hb_s,
+                   hb_busbw=bus_bandwidth(nbytes, hb_s, size), mpi_s=mpi_s,
+                   mpi_busbw=bus_bandwidth(nbytes, mpi_s, size),
+                   ratio=mpi_s / hb_s, extra=dict(extra))
+
+    vs_per = row("in place vs per-tensor Allreduce", hb_in_s, per_in_s)
+    vs_one = row("in place vs one-buffer (floor)", hb_in_s, one_s,
+                 one_buffer_out_of_place_s=one_oop_s,
+                 one_buffer_in_place_s=one_inp_s)
+    out_vs_per = row("out of place vs per-tensor", hb_out_s, per_out_s)
     if with_large:
-        judge(vs_one, hb_s <= TARGET_GRADIENT_OVER_FLOOR * one_s,
+        judge(vs_one, hb_in_s <= TARGET_GRADIENT_OVER_FLOOR * one_s,
               "ratio >= %.2f (%gx floor)" % (1 / TARGET_GRADIENT_OVER_FLOOR,
                                               TARGET_GRADIENT_OVER_FLOOR))
     else:
         judge(vs_per, vs_per.ratio >= TARGET_SMALL_SPEEDUP,
               "ratio >= %.1f" % TARGET_SMALL_SPEEDUP)
-    return [vs_per, vs_one]
+    return [vs_per, vs_one, out_vs_per]
 
 
 # --- single op latency and idle CPU ----------------------------------------

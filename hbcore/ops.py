@@ -11,7 +11,7 @@ import enum
 import itertools
 import threading
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ Product = ReduceOp.PRODUCT
 # Core op codes (hb_op_type in c_api.h).
 _ALLREDUCE, _ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER, _BARRIER, _JOIN = range(7)
 
-_DTYPE_CODES: Dict[np.dtype, int] = {
+_DTYPE_CODES: Dict[Any, int] = {
     np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.uint16): 2,
     np.dtype(np.int16): 3, np.dtype(np.int32): 4, np.dtype(np.int64): 5,
     np.dtype(np.float16): 6, np.dtype(np.float32): 7, np.dtype(np.float64): 8,
@@ -51,33 +51,20 @@ try:  # bfloat16 arrays come from ml_dtypes (installed with TensorFlow)
     _DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = 10
 except ImportError:  # pragma: no cover - bfloat16 then unsupported
     pass
+core.register_dtypes(list(_DTYPE_CODES.items()))
+
+# What a handle's wait() returns (ResultKind in csrc/python/module.cc).
+_GIVEN, _OUTPUT, _OUTPUT_AND_SPLITS, _OUTPUTS, _NOTHING, _LAST_JOINED_RANK = range(6)
 
 _JOIN_NAME = "hbcore.join"
 _counters: Dict[str, "itertools.count[int]"] = {}
 _counters_lock = threading.Lock()
 
 
-class Handle:
-    """An operation in flight. Pass it to :func:`synchronize` or :func:`poll`."""
-
-    __slots__ = ("_parts", "_finish", "_result", "_done")
-
-    def __init__(self, parts: List[Any], finish: Callable[[List[Any]], Any]):
-        self._parts = parts
-        self._finish = finish
-        self._done = False
-        self._result = None
-
-    def poll(self) -> bool:
-        return all(p.poll() for p in self._parts)
-
-    def wait(self) -> Any:
-        if not self._done:
-            for p in self._parts:
-                p.wait()
-            self._result = self._finish(self._parts)
-            self._done = True
-        return self._result
+# An operation in flight, returned by every ``_async`` call: pass it to
+# synchronize() or poll(). Implemented in C++ so that submitting and waiting
+# on one tensor costs Python as little as possible.
+Handle = core.Handle
 
 
 def auto_name(prefix: str, name: Optional[str] = None) -> str:
@@ -91,29 +78,18 @@ def auto_name(prefix: str, name: Optional[str] = None) -> str:
         return "%s.noname.%d" % (prefix, next(counter))
 
 
-def _dtype_code(array: np.ndarray) -> int:
-    code = _DTYPE_CODES.get(array.dtype)
-    if code is None:
-        raise InvalidArgumentError(
-            "unsupported dtype %s; supported: %s" % (
-                array.dtype, ", ".join(sorted(str(d) for d in _DTYPE_CODES))))
-    return code
-
-
 def _as_input(tensor: Any) -> np.ndarray:
-    array = np.asarray(tensor, order="C")  # keeps 0-d arrays 0-d
-    _dtype_code(array)
-    return array
+    return np.asarray(tensor, order="C")  # keeps 0-d arrays 0-d
 
 
 def _as_inplace(tensor: Any, fn: str) -> np.ndarray:
     if not isinstance(tensor, np.ndarray):
         raise InvalidArgumentError("%s works in place and needs a numpy array, "
                                    "got %s" % (fn, type(tensor).__name__))
-    if not tensor.flags.c_contiguous or not tensor.flags.writeable:
+    flags = tensor.flags
+    if not flags.c_contiguous or not flags.writeable:
         raise InvalidArgumentError("%s needs a C-contiguous, writeable array"
                                    % fn)
-    _dtype_code(tensor)
     return tensor
 
 
@@ -124,6 +100,8 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
     Raises:
         ValueError: both ``average`` and ``op`` were given.
     """
+    if average is None and type(op) is ReduceOp:  # the common case, fast
+        return op
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide "
                          "only one of them.")
@@ -141,26 +119,19 @@ def _request(name: str, op: int, array: Optional[np.ndarray],
              root_rank: int = 0, prescale: float = 1.0, postscale: float = 1.0,
              splits: Optional[Sequence[int]] = None,
              allocate: bool = False) -> tuple:
-    # The field order is the one csrc/python/module.cc (ParseRequest) reads.
-    dtype = _dtype_code(array) if array is not None else 0
+    # The field order is the one csrc/python/module.cc (Prepare) reads; it
+    # also checks the dtype.
     if splits is not None:
         splits = [int(s) for s in np.asarray(splits).reshape(-1)]
-    return (name, op, int(reduce_op), dtype, array, output, int(root_rank),
+    return (name, op, int(reduce_op), array, output, int(root_rank),
             float(prescale), float(postscale), splits, allocate)
 
 
-def _submit(requests: List[tuple], finish: Callable[[List[Any]], Any]) -> Handle:
-    if len(requests) == 1:
-        return Handle([core.enqueue_one(requests[0])], finish)
-    return Handle(core.enqueue(requests), finish)
-
-
-def _first_output(parts: List[Any]) -> Any:
-    return parts[0].output()
-
-
-def _returns(array: np.ndarray) -> Callable[[List[Any]], Any]:
-    return lambda parts: array
+def _submit(requests: List[tuple], result_kind: int = _GIVEN,
+            result: Any = None) -> Handle:
+    """One hb_enqueue of ``requests``; the handle's wait() returns
+    ``result`` or what ``result_kind`` names."""
+    return core.submit(requests, result_kind, result)
 
 
 def synchronize(handle: Handle) -> Any:
@@ -191,7 +162,7 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None,
     req = _request(auto_name("allreduce", name), _ALLREDUCE, array, out,
                    reduce_op, prescale=prescale_factor,
                    postscale=postscale_factor)
-    return _submit([req], _returns(out))
+    return _submit([req], _GIVEN, out)
 
 
 def allreduce(tensor: Any, average: Optional[bool] = None,
@@ -229,7 +200,7 @@ def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
     req = _request(auto_name("allreduce", name), _ALLREDUCE, array, array,
                    reduce_op, prescale=prescale_factor,
                    postscale=postscale_factor)
-    return _submit([req], _returns(array))
+    return _submit([req], _GIVEN, array)
 
 
 def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
@@ -255,7 +226,7 @@ def grouped_allreduce_async(tensors: Sequence[Any],
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, o, reduce_op,
                      prescale=prescale_factor, postscale=postscale_factor)
             for i, (a, o) in enumerate(zip(arrays, outs))]
-    return _submit(reqs, lambda parts: list(outs))
+    return _submit(reqs, _GIVEN, outs)
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
@@ -285,7 +256,7 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, a, reduce_op,
                      prescale=prescale_factor, postscale=postscale_factor)
             for i, a in enumerate(arrays)]
-    return _submit(reqs, lambda parts: list(arrays))
+    return _submit(reqs, _GIVEN, arrays)
 
 
 def grouped_allreduce_(tensors: Sequence[np.ndarray],
@@ -305,7 +276,7 @@ def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
     array = _as_input(tensor)
     req = _request(auto_name("allgather", name), _ALLGATHER, array,
                    allocate=True)
-    return _submit([req], _first_output)
+    return _submit([req], _OUTPUT)
 
 
 def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
@@ -330,7 +301,7 @@ def broadcast_async(tensor: Any, root_rank: int,
     out = np.empty_like(array)
     req = _request(auto_name("broadcast", name), _BROADCAST, array, out,
                    root_rank=root_rank)
-    return _submit([req], _returns(out))
+    return _submit([req], _GIVEN, out)
 
 
 def broadcast(tensor: Any, root_rank: int,
@@ -350,7 +321,7 @@ def broadcast_async_(tensor: np.ndarray, root_rank: int,
     array = _as_inplace(tensor, "broadcast_")
     req = _request(auto_name("broadcast", name), _BROADCAST, array, array,
                    root_rank=root_rank)
-    return _submit([req], _returns(array))
+    return _submit([req], _GIVEN, array)
 
 
 def broadcast_(tensor: np.ndarray, root_rank: int,
@@ -367,10 +338,7 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
     array = _as_input(tensor)
     req = _request(auto_name("alltoall", name), _ALLTOALL, array,
                    splits=splits, allocate=True)
-    if splits is None:
-        return _submit([req], _first_output)
-    return _submit([req], lambda parts: (
-        parts[0].output(), np.asarray(parts[0].received_splits(), np.int64)))
+    return _submit([req], _OUTPUT if splits is None else _OUTPUT_AND_SPLITS)
 
 
 def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
@@ -402,7 +370,7 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None,
     req = _request(auto_name("reducescatter", name), _REDUCESCATTER, array,
                    reduce_op=op, prescale=prescale_factor,
                    postscale=postscale_factor, allocate=True)
-    return _submit([req], _first_output)
+    return _submit([req], _OUTPUT)
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
@@ -428,7 +396,7 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
                      reduce_op=op, prescale=prescale_factor,
                      postscale=postscale_factor, allocate=True)
             for i, t in enumerate(tensors)]
-    return synchronize(_submit(reqs, lambda parts: [p.output() for p in parts]))
+    return synchronize(_submit(reqs, _OUTPUTS))
 
 
 def grouped_allgather(tensors: Sequence[Any],
@@ -437,7 +405,7 @@ def grouped_allgather(tensors: Sequence[Any],
     base = auto_name("grouped_allgather", name)
     reqs = [_request("%s.%d" % (base, i), _ALLGATHER, _as_input(t),
                      allocate=True) for i, t in enumerate(tensors)]
-    return synchronize(_submit(reqs, lambda parts: [p.output() for p in parts]))
+    return synchronize(_submit(reqs, _OUTPUTS))
 
 
 # --- synchronisation -------------------------------------------------------
@@ -445,7 +413,7 @@ def grouped_allgather(tensors: Sequence[Any],
 def barrier() -> None:
     """Blocks until every rank reached the barrier."""
     synchronize(_submit([_request(auto_name("barrier", None), _BARRIER, None)],
-                        lambda parts: None))
+                        _NOTHING))
 
 
 def join() -> int:
@@ -457,5 +425,5 @@ def join() -> int:
         The rank that joined last.
     """
     return synchronize(_submit([_request(_JOIN_NAME, _JOIN, None)],
-                               lambda parts: parts[0].last_joined_rank()))
+                               _LAST_JOINED_RANK))
 

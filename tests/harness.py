@@ -183,9 +183,10 @@ class RankRun:
 def run_ranks(script: str, np: int, timeout: float = 60,
               env: Optional[Mapping[str, str]] = None,
               args: Sequence[str] = (),
-              hbrun_args: Sequence[str] = ()) -> RankRun:
-    """Runs ``hbrun -np NP [hbrun_args] python SCRIPT ARGS`` and collects
-    every rank's report.
+              hbrun_args: Sequence[str] = (),
+              wrapper: Sequence[str] = ()) -> RankRun:
+    """Runs ``[wrapper] hbrun -np NP [hbrun_args] python SCRIPT ARGS`` and
+    collects every rank's report.
 
     Args:
         script: path of the rank script (see script_path()).
@@ -194,11 +195,13 @@ def run_ranks(script: str, np: int, timeout: float = 60,
         env: extra environment variables for every rank.
         args: arguments of the rank script.
         hbrun_args: extra hbrun flags (before the command).
+        wrapper: a command that runs the rest (e.g. in another namespace).
 
     Returns:
         The RankRun (never raises for a failed or hung job; check it).
     """
-    command = ([sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np)]
+    command = (list(wrapper)
+               + [sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np)]
                + list(hbrun_args) + [sys.executable, script]
                + [str(a) for a in args])
     return _run(command, np, env, timeout)

@@ -20,15 +20,22 @@ DTYPES = {2: DTYPE_NAMES, 3: DTYPE_NAMES,
 SCRIPT = script_path("collectives.py")
 TIMEOUT_S = 120
 
+# These launches run on one host, so fused allreduces reduce through node
+# shared memory. One more launch lowers HB_SHM_ALLREDUCE_THRESHOLD to 64
+# bytes: only tiny fused batches take that path, the rest take MPI's.
+SHM_SPLIT_NP = 3
+SHM_SPLIT_ENV = {"HB_SHM_ALLREDUCE_THRESHOLD": "64"}
+
 _runs = {}
 
 
-def collectives_run(np_):
-    """The launch for np_ ranks, run once per test session."""
-    if np_ not in _runs:
-        _runs[np_] = run_ranks(SCRIPT, np_, timeout=TIMEOUT_S,
+def collectives_run(np_, env=None):
+    """The launch for np_ ranks (and env), run once per test session."""
+    key = (np_, tuple(sorted((env or {}).items())))
+    if key not in _runs:
+        _runs[key] = run_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=env,
                                args=[",".join(DTYPES[np_])])
-    return _runs[np_]
+    return _runs[key]
 
 
 def _case_names(np_, group):
@@ -77,3 +84,16 @@ def test_after_shutdown(np_):
 def test_reinit_after_shutdown(np_):
     """shutdown() says init() may be called again afterwards."""
     collectives_run(np_).assert_cases(["lifecycle/reinit"])
+
+
+@pytest.mark.parametrize("group", [
+    g for g in collectives.group_names(DTYPES[SHM_SPLIT_NP])
+    if g.startswith(("allreduce", "grouped", "inplace"))])
+def test_allreduce_groups_with_mpi_fused_path(group):
+    """Fused batches above the shared-memory threshold go through MPI and
+    give the same results."""
+    run = collectives_run(SHM_SPLIT_NP, SHM_SPLIT_ENV)
+    assert not run.timed_out, run.describe()
+    names = _case_names(SHM_SPLIT_NP, group)
+    assert names, "no cases in group %s" % group
+    run.assert_cases(names)

@@ -69,5 +69,6 @@ def test_settings_that_must_agree_across_ranks(np_):
     assert not run.timed_out, run.describe()
     run.assert_cases(["per-rank/HB_CACHE_CAPACITY-differs",
                       "per-rank/HB_FUSION_THRESHOLD-differs",
+                      "per-rank/HB_SHM_ALLREDUCE_THRESHOLD-differs",
                       "per-rank/init-after-fix"])
     run.assert_ok()

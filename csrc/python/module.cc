@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -34,7 +35,9 @@ bool IsFinalizing() {
 struct OpState {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  // Set last, under mu, by Done; read without the lock by Poll and by
+  // Wait's spin (acquire pairs with Done's release: the fields are ready).
+  std::atomic<bool> done{false};
   int code = HB_OK;
   std::string message;
   std::vector<int64_t> received_splits;
@@ -71,7 +74,7 @@ void Done(void* user, int status, const char* message, const hb_result* r) {
                              r->received_splits + r->num_received_splits);
     s.last_joined_rank = r->last_joined_rank;
   }
-  s.done = true;
+  s.done.store(true, std::memory_order_release);
   s.cv.notify_all();
 }
 
@@ -93,63 +96,154 @@ void Done(void* user, int status, const char* message, const hb_result* r) {
   throw py::error_already_set();
 }
 
-// What Python holds for one submitted operation: the shared state plus the
-// arrays the core reads or writes, kept alive until the handle goes away.
-class Handle {
- public:
-  Handle(std::shared_ptr<OpState> state, py::object input, py::object output,
-         py::object dtype)
-      : state_(std::move(state)), input_(std::move(input)),
-        output_(std::move(output)), dtype_(std::move(dtype)) {}
+// numpy dtype -> hb_dtype, registered once by hbcore.ops (bfloat16 comes
+// from ml_dtypes, whose type number is only known at run time).
+struct DtypeTable {
+  std::vector<std::pair<int, int>> codes;  // (numpy type number, hb_dtype)
+  std::string supported;                   // for the error message
 
-  bool Poll() const {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    return state_->done;
-  }
-
-  // Blocks (without the GIL) until done; raises the operation's error.
-  void Wait() const {
-    if (!Poll()) {
-      // Not py::gil_scoped_release: if the interpreter finalizes while this
-      // thread waits (a daemon thread at exit), taking the GIL back ends the
-      // thread by unwinding, which must not pass through a noexcept
-      // destructor. Such a thread instead parks until the process is gone.
-      PyThreadState* saved = PyEval_SaveThread();
-      {
-        std::unique_lock<std::mutex> lock(state_->mu);
-        state_->cv.wait(lock, [this] { return state_->done; });
-      }
-      if (IsFinalizing()) {
-        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-      }
-      PyEval_RestoreThread(saved);
+  int Code(const py::array& a) const {
+    const int num = a.dtype().num();
+    for (const auto& c : codes) {
+      if (c.first == num) return c.second;
     }
-    if (state_->code != HB_OK) RaiseFor(state_->code, state_->message);
+    throw_unsupported(a);
   }
 
-  // The array the core allocated; valid once after Wait().
-  py::object Output() {
-    if (!state_->output) return py::none();
-    void* data = state_->output.release();
-    py::capsule owner(data, [](void* p) { std::free(p); });
-    return py::array(py::reinterpret_borrow<py::dtype>(dtype_),
-                     state_->output_shape, data, owner);
+  [[noreturn]] void throw_unsupported(const py::array& a) const {
+    RaiseFor(HB_ERR_INVALID_ARGUMENT,
+             "unsupported dtype " + py::str(a.dtype()).cast<std::string>() +
+                 "; supported: " + supported);
   }
-
-  std::vector<int64_t> ReceivedSplits() const {
-    return state_->received_splits;
-  }
-  int LastJoinedRank() const { return state_->last_joined_rank; }
-
- private:
-  std::shared_ptr<OpState> state_;
-  py::object input_;
-  py::object output_;
-  py::object dtype_;
 };
 
-// One request as Python describes it: a tuple (name, op, reduce_op, dtype,
-// input, output, root_rank, prescale, postscale, splits, allocate), where
+DtypeTable& Dtypes() {
+  static DtypeTable table;  // written once at import, under the GIL
+  return table;
+}
+
+// What the handle's wait() returns (hbcore.ops picks one per operation).
+enum ResultKind {
+  kResultGiven = 0,             // the object passed at submit
+  kResultOutput = 1,            // the core-allocated output of the one request
+  kResultOutputAndSplits = 2,   // (output, received splits as int64 array)
+  kResultOutputs = 3,           // list of every request's allocated output
+  kResultNone = 4,
+  kResultLastJoinedRank = 5,
+};
+
+// One submitted request: its shared state plus the arrays the core reads or
+// writes, kept alive until the handle goes away.
+struct Part {
+  std::shared_ptr<OpState> state;
+  py::object input;
+  py::object output;
+  py::object dtype;  // of core-allocated outputs
+
+  bool Done() const { return state->done.load(std::memory_order_acquire); }
+
+  py::object TakeOutput() {
+    if (!state->output) return py::none();
+    void* data = state->output.release();
+    py::capsule owner(data, [](void* p) { std::free(p); });
+    return py::array(py::reinterpret_borrow<py::dtype>(dtype),
+                     state->output_shape, data, owner);
+  }
+};
+
+// What Python holds for one submitted operation (one or a group of
+// requests): hbcore.ops.Handle. wait() returns the operation's result.
+class Handle {
+ public:
+  Handle(std::vector<Part> parts, int kind, py::object given)
+      : parts_(std::move(parts)), kind_(kind), given_(std::move(given)) {}
+
+  bool Poll() const {
+    for (const Part& p : parts_) {
+      if (!p.Done()) return false;
+    }
+    return true;
+  }
+
+  // Blocks (without the GIL) until every part is done; raises the first
+  // failed part's error (again on every call); else returns the result,
+  // computed once.
+  py::object Wait() {
+    if (!finished_) {
+      if (!Poll() && !SpinUntilDone()) Block();
+      for (const Part& p : parts_) {
+        if (p.state->code != HB_OK) RaiseFor(p.state->code, p.state->message);
+      }
+      result_ = MakeResult();
+      given_ = py::none();
+      finished_ = true;
+    }
+    return result_;
+  }
+
+ private:
+  // The core finishes a fused batch's tensors back to back, so a thread
+  // waiting on them in order usually finds the next one done within
+  // microseconds: a short spin saves a sleep and a wake-up per tensor.
+  bool SpinUntilDone() const {
+    constexpr auto kSpin = std::chrono::microseconds(20);
+    const auto deadline = std::chrono::steady_clock::now() + kSpin;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Poll()) return true;
+      std::this_thread::yield();
+    }
+    return false;
+  }
+
+  void Block() const {
+    // Not py::gil_scoped_release: if the interpreter finalizes while this
+    // thread waits (a daemon thread at exit), taking the GIL back ends the
+    // thread by unwinding, which must not pass through a noexcept
+    // destructor. Such a thread instead parks until the process is gone.
+    PyThreadState* saved = PyEval_SaveThread();
+    for (const Part& p : parts_) {
+      std::unique_lock<std::mutex> lock(p.state->mu);
+      p.state->cv.wait(lock, [&p] { return p.Done(); });
+    }
+    if (IsFinalizing()) {
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+    PyEval_RestoreThread(saved);
+  }
+
+  py::object MakeResult() {
+    switch (kind_) {
+      case kResultOutput:
+        return parts_[0].TakeOutput();
+      case kResultOutputAndSplits: {
+        const std::vector<int64_t>& splits = parts_[0].state->received_splits;
+        py::array_t<int64_t> received(static_cast<py::ssize_t>(splits.size()));
+        std::copy(splits.begin(), splits.end(), received.mutable_data());
+        return py::make_tuple(parts_[0].TakeOutput(), received);
+      }
+      case kResultOutputs: {
+        py::list outputs;
+        for (Part& p : parts_) outputs.append(p.TakeOutput());
+        return std::move(outputs);
+      }
+      case kResultNone:
+        return py::none();
+      case kResultLastJoinedRank:
+        return py::int_(parts_[0].state->last_joined_rank);
+      default:
+        return given_;
+    }
+  }
+
+  std::vector<Part> parts_;
+  int kind_;
+  py::object given_;
+  bool finished_ = false;
+  py::object result_;
+};
+
+// One request as Python describes it: a tuple (name, op, reduce_op, input,
+// output, root_rank, prescale, postscale, splits, allocate), where
 // input/output are C-contiguous numpy arrays (the Python layer guarantees
 // it) or None and splits is a list of ints or None. A tuple, not a class:
 // building it costs Python far less than setting attributes one by one.
@@ -159,16 +253,13 @@ struct Prepared {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<int64_t> splits;
-  py::object input;
-  py::object output;
-  py::object dtype = py::none();
-  std::shared_ptr<OpState> state = std::make_shared<OpState>();
+  Part part{std::make_shared<OpState>(), py::none(), py::none(), py::none()};
   std::unique_ptr<std::shared_ptr<OpState>> ref;
 };
 
 void Prepare(const py::handle& item, hb_request* r, Prepared* p) {
-  if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 11) {
-    throw py::value_error("hbcore request must be a tuple of 11 fields");
+  if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 10) {
+    throw py::value_error("hbcore request must be a tuple of 10 fields");
   }
   py::tuple t = py::reinterpret_borrow<py::tuple>(item);
   std::memset(r, 0, sizeof(*r));
@@ -176,24 +267,24 @@ void Prepare(const py::handle& item, hb_request* r, Prepared* p) {
   r->name = p->name.c_str();
   r->op = t[1].cast<int>();
   r->reduce_op = t[2].cast<int>();
-  r->dtype = t[3].cast<int>();
-  p->input = t[4];
-  p->output = t[5];
-  r->root_rank = t[6].cast<int>();
-  r->prescale_factor = t[7].cast<double>();
-  r->postscale_factor = t[8].cast<double>();
-  if (!t[9].is_none()) p->splits = t[9].cast<std::vector<int64_t>>();
-  const bool allocate = t[10].cast<bool>();
+  p->part.input = t[3];
+  p->part.output = t[4];
+  r->root_rank = t[5].cast<int>();
+  r->prescale_factor = t[6].cast<double>();
+  r->postscale_factor = t[7].cast<double>();
+  if (!t[8].is_none()) p->splits = t[8].cast<std::vector<int64_t>>();
+  const bool allocate = t[9].cast<bool>();
   r->device = HB_DEVICE_CPU;
-  if (!p->input.is_none()) {
-    auto in = py::reinterpret_borrow<py::array>(p->input);
+  if (!p->part.input.is_none()) {
+    auto in = py::reinterpret_borrow<py::array>(p->part.input);
+    r->dtype = Dtypes().Code(in);
     p->shape.assign(in.shape(), in.shape() + in.ndim());
     r->input = in.data();
-    p->state->item_size = static_cast<size_t>(in.itemsize());
-    if (allocate) p->dtype = in.dtype();
+    p->part.state->item_size = static_cast<size_t>(in.itemsize());
+    if (allocate) p->part.dtype = in.dtype();
   }
-  if (!p->output.is_none()) {
-    r->output = py::reinterpret_borrow<py::array>(p->output).mutable_data();
+  if (!p->part.output.is_none()) {
+    r->output = py::reinterpret_borrow<py::array>(p->part.output).mutable_data();
   }
   r->ndim = static_cast<int>(p->shape.size());
   r->shape = p->shape.data();
@@ -201,44 +292,28 @@ void Prepare(const py::handle& item, hb_request* r, Prepared* p) {
   r->num_splits = static_cast<int>(p->splits.size());
   r->alloc = allocate ? &AllocOutput : nullptr;
   r->done = &Done;
-  p->ref = std::make_unique<std::shared_ptr<OpState>>(p->state);
+  p->ref = std::make_unique<std::shared_ptr<OpState>>(p->part.state);
   r->user = p->ref.get();
 }
 
-// Submits prepared requests atomically; each accepted request's reference
-// to its state then belongs to the core until Done runs.
-void Submit(std::vector<hb_request>* requests,
-            std::vector<Prepared>* prepared) {
-  char err[1024] = {0};
-  int code = hb_enqueue(requests->data(), static_cast<int>(requests->size()),
-                        err, sizeof(err));
-  if (code != HB_OK) RaiseFor(code, err);
-  for (Prepared& p : *prepared) p.ref.release();
-}
-
-Handle MakeHandle(Prepared* p) {
-  return Handle(p->state, std::move(p->input), std::move(p->output),
-                std::move(p->dtype));
-}
-
-Handle EnqueueOne(const py::handle& item) {
-  std::vector<hb_request> requests(1);
-  std::vector<Prepared> prepared(1);
-  Prepare(item, &requests[0], &prepared[0]);
-  Submit(&requests, &prepared);
-  return MakeHandle(&prepared[0]);
-}
-
-std::vector<Handle> EnqueueGroup(const py::list& items) {
+// Submits the requests atomically (one hb_enqueue: negotiated and fused
+// together); each accepted request's reference to its state then belongs to
+// the core until Done runs.
+Handle Submit(const py::list& items, int kind, py::object given) {
   const size_t n = items.size();
   std::vector<hb_request> requests(n);
   std::vector<Prepared> prepared(n);
   for (size_t i = 0; i < n; ++i) Prepare(items[i], &requests[i], &prepared[i]);
-  Submit(&requests, &prepared);
-  std::vector<Handle> handles;
-  handles.reserve(n);
-  for (Prepared& p : prepared) handles.push_back(MakeHandle(&p));
-  return handles;
+  char err[1024] = {0};
+  int code = hb_enqueue(requests.data(), static_cast<int>(n), err, sizeof(err));
+  if (code != HB_OK) RaiseFor(code, err);
+  std::vector<Part> parts;
+  parts.reserve(n);
+  for (Prepared& p : prepared) {
+    p.ref.release();
+    parts.push_back(std::move(p.part));
+  }
+  return Handle(std::move(parts), kind, std::move(given));
 }
 
 }  // namespace
@@ -280,13 +355,24 @@ PYBIND11_MODULE(_core, m) {
     RaiseFor(code, message);
   });
 
-  py::class_<Handle>(m, "Handle")
-      .def("poll", &Handle::Poll)
-      .def("wait", &Handle::Wait)
-      .def("output", &Handle::Output)
-      .def("received_splits", &Handle::ReceivedSplits)
-      .def("last_joined_rank", &Handle::LastJoinedRank);
+  py::class_<Handle>(m, "Handle", R"doc(An operation in flight: pass it to
+hbcore.synchronize() or hbcore.poll().)doc")
+      .def("poll", &Handle::Poll,
+           "True when the operation finished (wait() will not block).")
+      .def("wait", &Handle::Wait,
+           "Blocks until the operation finished; returns its result.");
 
-  m.def("enqueue", &EnqueueGroup, py::arg("requests"));
-  m.def("enqueue_one", &EnqueueOne, py::arg("request"));
+  m.def("submit", &Submit, py::arg("requests"), py::arg("result_kind"),
+        py::arg("result") = py::none());
+  m.def("register_dtypes",
+        [](const std::vector<std::pair<py::dtype, int>>& codes) {
+          DtypeTable& table = Dtypes();
+          table.codes.clear();
+          table.supported.clear();
+          for (const auto& c : codes) {
+            table.codes.emplace_back(c.first.num(), c.second);
+            if (!table.supported.empty()) table.supported += ", ";
+            table.supported += py::str(c.first).cast<std::string>();
+          }
+        });
 }

@@ -13,7 +13,7 @@ expect-error: init must raise ConfigError containing every FRAGMENT (the
 launch sets the bad variable).
 
 per-rank: a setting that must agree across ranks (HB_CACHE_CAPACITY,
-HB_FUSION_THRESHOLD) differs on rank 0; init must fail on every rank with
+HB_FUSION_THRESHOLD, HB_SHM_ALLREDUCE_THRESHOLD) differs on rank 0; init must fail on every rank with
 ConfigError naming it; with the values fixed, init works.
 """
 import os
@@ -45,6 +45,8 @@ BAD = [
      ["HOROVOD_FUSION_THRESHOLD", "64MB"]),
     ("cycle-time-text", {"HB_CYCLE_TIME": "fast"}, ["HB_CYCLE_TIME", "fast"]),
     ("cycle-time-huge", {"HB_CYCLE_TIME": "1e9"}, ["HB_CYCLE_TIME"]),
+    ("shm-allreduce-threshold-text", {"HB_SHM_ALLREDUCE_THRESHOLD": "big"},
+     ["HB_SHM_ALLREDUCE_THRESHOLD", "big"]),
     ("cache-capacity-negative", {"HB_CACHE_CAPACITY": "-5"},
      ["HB_CACHE_CAPACITY", "-5"]),
     ("stall-check-text", {"HB_STALL_CHECK_TIME_SECONDS": "soon"},
@@ -159,7 +161,8 @@ def singleton(checker: Checker) -> None:
 def per_rank(checker: Checker) -> None:
     rank = env_rank()
     for var, odd, normal in (("HB_CACHE_CAPACITY", "512", "1024"),
-                             ("HB_FUSION_THRESHOLD", "1048576", "67108864")):
+                             ("HB_FUSION_THRESHOLD", "1048576", "67108864"),
+                             ("HB_SHM_ALLREDUCE_THRESHOLD", "0", "4194304")):
         def differs(var=var, odd=odd, normal=normal):
             with Env({var: odd if rank == 0 else normal}):
                 expect_config_error([var])

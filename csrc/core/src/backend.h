@@ -22,6 +22,12 @@ class Backend {
   virtual const char* name() const = 0;
   virtual bool Serves(int device) const = 0;
 
+  // A buffer of at least `bytes` that the executor may fuse an allreduce
+  // into, when the backend reduces such a buffer faster than any other
+  // (e.g. because the peers can read it); nullptr otherwise. Valid until the
+  // next call; every rank gets the same answer for the same `bytes`.
+  virtual char* StagingBuffer(int64_t /*bytes*/) { return nullptr; }
+
   // `out` may equal `in` (in place). `op` is never Average: the executor
   // turns Average into Sum and a 1/size postscale.
   virtual Status Allreduce(const void* in, void* out, int64_t count,

@@ -88,6 +88,10 @@ Status ParseConfig(const EnvLookup& getenv, Config* config) {
                                 &c.fusion_threshold_bytes);
   if (!s.ok()) return s;
 
+  s = ReadNonNegativeInt(getenv, "SHM_ALLREDUCE_THRESHOLD", 1LL << 30,
+                         &c.shm_allreduce_bytes);
+  if (!s.ok()) return s;
+
   s = ReadNonNegativeDouble(getenv, "CYCLE_TIME", &c.cycle_time_ms);
   if (!s.ok()) return s;
   if (c.cycle_time_ms > 10000) {
@@ -129,6 +133,7 @@ Status ParseConfig(const EnvLookup& getenv, Config* config) {
 std::string Config::ToString() const {
   std::ostringstream out;
   out << "HB_FUSION_THRESHOLD=" << fusion_threshold_bytes << "\n"
+      << "HB_SHM_ALLREDUCE_THRESHOLD=" << shm_allreduce_bytes << "\n"
       << "HB_CYCLE_TIME=" << cycle_time_ms << "\n"
       << "HB_CACHE_CAPACITY=" << cache_capacity << "\n"
       << "HB_TIMELINE=" << timeline_path << "\n"

@@ -15,6 +15,9 @@ namespace hbcore {
 struct Config {
   // Largest fused allreduce buffer; 0 disables fusion.
   int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
+  // Single-node jobs: fused allreduces up to this size reduce through node
+  // shared memory (this much per rank); 0 always uses MPI.
+  int64_t shm_allreduce_bytes = 4LL * 1024 * 1024;
   // Upper bound on how long an idle background thread sleeps between checks
   // for work announced by other ranks (milliseconds).
   double cycle_time_ms = 1.0;

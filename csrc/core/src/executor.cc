@@ -170,7 +170,8 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
 
   int64_t total = 0;
   for (const Response* r : responses) total += NumElements(r->shape);
-  char* buffer = FusionBuffer(total * elem);
+  char* buffer = backend->StagingBuffer(total * elem);
+  if (buffer == nullptr) buffer = FusionBuffer(total * elem);
   if (buffer == nullptr && total > 0) {
     return Status::Internal("cannot allocate a fusion buffer of " +
                             std::to_string(total * elem) + " bytes");

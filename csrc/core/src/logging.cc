@@ -53,6 +53,8 @@ void SetLogContext(LogLevel level, int rank) {
   g_rank = rank;
 }
 
+void SetLogRank(int rank) { g_rank = rank; }
+
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level; }
 
 void LogLine(LogLevel level, const std::string& message) {

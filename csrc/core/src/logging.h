@@ -15,6 +15,8 @@ bool ParseLogLevel(const std::string& text, LogLevel* level);
 const char* LogLevelName(LogLevel level);
 
 void SetLogContext(LogLevel level, int rank);
+// Sets the rank shown in log lines, keeping the level.
+void SetLogRank(int rank);
 bool LogEnabled(LogLevel level);
 void LogLine(LogLevel level, const std::string& message);
 

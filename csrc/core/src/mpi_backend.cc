@@ -82,7 +82,8 @@ std::vector<int> Displacements(const std::vector<int>& counts, bool* ok) {
 
 }  // namespace
 
-MpiBackend::MpiBackend(MPI_Comm comm) : comm_(comm) {
+MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm)
+    : comm_(comm), shm_(std::move(shm)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   CreateHalfOps<Float16ToFloat, FloatToFloat16>(half_ops_[0]);
@@ -131,6 +132,9 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
   if (mpi_op == MPI_OP_NULL) {
     return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
                                " on the MPI backend");
+  }
+  if (shm_ && in == out && shm_->IsStaging(out)) {
+    return shm_->Allreduce(count, dtype, op);
   }
   const int64_t elem = DataTypeSize(dtype);
   // MPI counts are int: reduce in chunks of at most 2^30 elements.

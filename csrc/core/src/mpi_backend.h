@@ -6,13 +6,17 @@
 
 #include <mpi.h>
 
+#include <memory>
+
 #include "backend.h"
+#include "mpi_shm_allreduce.h"
 
 namespace hbcore {
 
 class MpiBackend : public Backend {
  public:
-  explicit MpiBackend(MPI_Comm comm);
+  // `shm`, when given, reduces fused buffers staged in its slots.
+  MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm);
   ~MpiBackend() override;
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;
@@ -20,6 +24,9 @@ class MpiBackend : public Backend {
   const char* name() const override { return "MPI"; }
   bool Serves(int device) const override { return device == HB_DEVICE_CPU; }
 
+  char* StagingBuffer(int64_t bytes) override {
+    return shm_ ? shm_->Staging(bytes) : nullptr;
+  }
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                    ReduceOp op) override;
   Status Allgatherv(const void* in, void* out,
@@ -38,6 +45,7 @@ class MpiBackend : public Backend {
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
 
   MPI_Comm comm_;
+  std::unique_ptr<MpiShmAllreduce> shm_;
   int rank_ = 0;
   int size_ = 1;
   // [0]: float16, [1]: bfloat16; by Sum, Min, Max, Product.

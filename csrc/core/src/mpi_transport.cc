@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "logging.h"
 #include "mpi_backend.h"
 #include "mpi_control_comm.h"
 #include "mpi_wait.h"
@@ -32,7 +33,7 @@ class MpiTransport : public Transport {
     }
   }
 
-  Status Init(double max_sleep_us) {
+  Status Init(double max_sleep_us, int64_t shm_allreduce_bytes) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     int provided = 0;
@@ -57,6 +58,7 @@ class MpiTransport : public Transport {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &topo_.rank);
     MPI_Comm_size(comm_, &topo_.size);
+    SetLogRank(topo_.rank);
 
     rc = MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, topo_.rank,
                              MPI_INFO_NULL, &local_);
@@ -69,7 +71,17 @@ class MpiTransport : public Transport {
     MPI_Comm_size(cross_, &topo_.cross_size);
 
     control_ = std::make_unique<MpiControlComm>(comm_, max_sleep_us);
-    backend_ = std::make_unique<MpiBackend>(comm_);
+    std::unique_ptr<MpiShmAllreduce> shm;
+    if (topo_.size > 1 && topo_.local_size == topo_.size) {
+      // Collective on every rank of the (single) node; a failure only
+      // costs the faster path.
+      Status s = MpiShmAllreduce::Create(local_, shm_allreduce_bytes, &shm);
+      if (!s.ok() && s.code() != HB_ERR_UNSUPPORTED && topo_.rank == 0) {
+        HB_LOG(kWarning, s.message() << "; fused allreduces use MPI instead "
+                         "(set HB_SHM_ALLREDUCE_THRESHOLD=0 to silence this)");
+      }
+    }
+    backend_ = std::make_unique<MpiBackend>(comm_, std::move(shm));
     return Status::OK();
   }
 
@@ -88,10 +100,10 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-Status CreateMpiTransport(double max_sleep_us,
+Status CreateMpiTransport(double max_sleep_us, int64_t shm_allreduce_bytes,
                           std::unique_ptr<Transport>* out) {
   auto transport = std::make_unique<MpiTransport>();
-  Status s = transport->Init(max_sleep_us);
+  Status s = transport->Init(max_sleep_us, shm_allreduce_bytes);
   if (!s.ok()) return s;
   *out = std::move(transport);
   return Status::OK();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 #include <sys/prctl.h>
 
@@ -14,7 +15,7 @@ namespace {
 
 // Control-plane waits inside a cycle sleep at most this long between polls:
 // peers are mid-cycle, so they answer within microseconds.
-constexpr double kCycleWaitMaxSleepUs = 200.0;
+constexpr double kCycleWaitMaxSleepUs = 50.0;
 // While this rank has tensors waiting for peers, it polls at least this
 // often for their wake-ups: that poll is on the critical path of a step.
 constexpr double kPendingPollMaxUs = 100.0;
@@ -24,6 +25,17 @@ constexpr double kPendingPollMaxUs = 100.0;
 // itself wakes it at once. Peers wait on it only for asymmetric traffic.
 constexpr auto kDormantAfter = std::chrono::seconds(1);
 constexpr double kDormantPollUs = 10000.0;
+// A front end submitting a step's tensors enqueues one every few
+// microseconds. A cycle started on the first of them would negotiate and
+// run it alone, and that collective would compete for the CPU with this
+// rank's own submitting thread and wait for peers still submitting. So a
+// cycle this rank starts waits until its queue stopped growing for
+// kBurstQuietUs (at most kBurstMaxUs), unless a peer already asked for it.
+// Only a queue that grows within kBurstProbeUs (watched without sleeping)
+// counts as a burst: a lone synchronous call starts its cycle at once.
+constexpr auto kBurstProbe = std::chrono::microseconds(15);
+constexpr double kBurstQuietUs = 100.0;
+constexpr double kBurstMaxUs = 3000.0;
 
 const char* OpName(int op) {
   return IsValidOpType(op) ? OpTypeName(static_cast<OpType>(op)) : "unknown";
@@ -47,7 +59,8 @@ Status Runtime::Create(std::unique_ptr<Runtime>* out) {
 }
 
 Status Runtime::Start() {
-  Status s = CreateMpiTransport(kCycleWaitMaxSleepUs, &transport_);
+  Status s = CreateMpiTransport(kCycleWaitMaxSleepUs,
+                                config_.shm_allreduce_bytes, &transport_);
   if (!s.ok()) return s;
   const Topology& topo = transport_->topology();
   SetLogContext(config_.log_level, topo.rank);
@@ -80,7 +93,8 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
   // are still complements.
   const uint64_t cache = static_cast<uint64_t>(config_.cache_capacity);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_threshold_bytes);
-  std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion,
+  const uint64_t shm = static_cast<uint64_t>(config_.shm_allreduce_bytes);
+  std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
                                  timeline_ok ? ~uint64_t{0} : 0};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
@@ -91,7 +105,8 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
   };
   if (words[0] != ~words[1]) return differs("HB_CACHE_CAPACITY", cache);
   if (words[2] != ~words[3]) return differs("HB_FUSION_THRESHOLD", fusion);
-  if (words[4] == 0) {
+  if (words[4] != ~words[5]) return differs("HB_SHM_ALLREDUCE_THRESHOLD", shm);
+  if (words[6] == 0) {
     return Status(HB_ERR_CONFIG, "rank 0 could not open the timeline file '" +
                                      config_.timeline_path + "' (HB_TIMELINE)");
   }
@@ -303,21 +318,51 @@ bool Runtime::StallCheckDue(Clock::time_point now) const {
   return stop > 0 && age >= stop && since >= std::min(1.0, stop);
 }
 
+bool Runtime::PeerAskedForCycle() {
+  uint64_t asked = 0;
+  if (transport_->control()->PollWake(&asked)) {
+    woken_for_ = std::max<int64_t>(woken_for_, static_cast<int64_t>(asked));
+  }
+  return woken_for_ >= static_cast<int64_t>(next_cycle_);
+}
+
+void Runtime::AwaitEndOfBurst(std::unique_lock<std::mutex>& lock) {
+  const auto start = Clock::now();
+  size_t seen = queue_.size();
+  while (queue_.size() == seen && Clock::now() - start < kBurstProbe) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
+  if (queue_.size() == seen) return;
+  seen = queue_.size();
+  const auto deadline =
+      start + std::chrono::duration<double, std::micro>(kBurstMaxUs);
+  while (!shutdown_requested_ && Clock::now() < deadline) {
+    // loop_waiting_ stays false: enqueues do not signal; shutdown does.
+    cv_.wait_for(lock, std::chrono::duration<double, std::micro>(kBurstQuietUs));
+    if (queue_.size() == seen) return;
+    seen = queue_.size();
+    lock.unlock();
+    const bool asked = PeerAskedForCycle();
+    lock.lock();
+    if (asked) return;
+  }
+}
+
 void Runtime::WaitForCycle() {
   const double idle_cap_us = std::max(1.0, config_.cycle_time_ms * 1000.0);
   double interval_us = 2.0;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    if (!queue_.empty() || shutdown_requested_ || force_cycle_) return;
+    if (shutdown_requested_ || force_cycle_) return;
+    if (!queue_.empty()) return AwaitEndOfBurst(lock);
     lock.unlock();
-    uint64_t asked = 0;
-    if (transport_->control()->PollWake(&asked)) {
-      woken_for_ = std::max<int64_t>(woken_for_, static_cast<int64_t>(asked));
-    }
+    const bool asked = PeerAskedForCycle();
     const bool stall = StallCheckDue(Clock::now());
     lock.lock();
-    if (woken_for_ >= static_cast<int64_t>(next_cycle_) || stall) return;
-    if (!queue_.empty() || shutdown_requested_) return;
+    if (asked || stall || shutdown_requested_) return;
+    if (!queue_.empty()) return AwaitEndOfBurst(lock);
     loop_waiting_ = true;
     cv_.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
     loop_waiting_ = false;
@@ -404,24 +449,36 @@ void Runtime::Execute(const CycleOutput& cycle) {
     for (size_t k = 0; k < batch.size(); ++k) {
       controller_->Commit(cycle, batch[k], entries[k]);
       if (responses[k]->op == OpType::kJoin) joined_ = false;
-      if (entries[k] == nullptr) continue;
-      Finish(entries[k], results[k]);
-      pending_.erase(responses[k]->name);
+    }
+    Finish(entries, results);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (entries[k] != nullptr) pending_.erase(responses[k]->name);
     }
   }
 }
 
-void Runtime::Finish(TensorEntry* entry, const TensorResult& result) {
+void Runtime::Finish(const std::vector<TensorEntry*>& entries,
+                     const std::vector<TensorResult>& results) {
+  // Names leave in_flight_ before any callback runs, so a front end may
+  // resubmit a name as soon as it learns the tensor is done. The callbacks
+  // then run back to back: a thread waiting on them in order finds each one
+  // done instead of sleeping and being woken once per tensor.
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase(entry->request.name);
+    for (TensorEntry* e : entries) {
+      if (e != nullptr) in_flight_.erase(e->request.name);
+    }
   }
-  hb_result out;
-  out.received_splits = result.received_splits.data();
-  out.num_received_splits = static_cast<int>(result.received_splits.size());
-  out.last_joined_rank = result.last_joined_rank;
-  entry->done(entry->user, result.status.code(),
-              result.status.message().c_str(), &out);
+  for (size_t k = 0; k < entries.size(); ++k) {
+    if (entries[k] == nullptr) continue;
+    const TensorResult& result = results[k];
+    hb_result out;
+    out.received_splits = result.received_splits.data();
+    out.num_received_splits = static_cast<int>(result.received_splits.size());
+    out.last_joined_rank = result.last_joined_rank;
+    entries[k]->done(entries[k]->user, result.status.code(),
+                     result.status.message().c_str(), &out);
+  }
 }
 
 void Runtime::FailEverything(const Status& status) {

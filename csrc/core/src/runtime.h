@@ -62,9 +62,16 @@ class Runtime {
   void Loop();
   // Returns once a cycle must run.
   void WaitForCycle();
+  // Polls for peers' wake-ups; true if one asked for the next cycle.
+  bool PeerAskedForCycle();
+  // Holds the start of a cycle while this rank's queue is still growing.
+  void AwaitEndOfBurst(std::unique_lock<std::mutex>& lock);
   bool StallCheckDue(Clock::time_point now) const;
   void Execute(const CycleOutput& cycle);
-  void Finish(TensorEntry* entry, const TensorResult& result);
+  // Runs the completion callbacks of one executed batch (null entries:
+  // tensors this rank did not submit, e.g. after join).
+  void Finish(const std::vector<TensorEntry*>& entries,
+              const std::vector<TensorResult>& results);
   void FailEverything(const Status& status);
 
   Config config_;

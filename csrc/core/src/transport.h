@@ -35,7 +35,10 @@ class Transport {
 // Initialises MPI if nobody did (MPI_THREAD_MULTIPLE requested), duplicates
 // the world communicator for the core's private use and splits it into
 // local and cross communicators. `max_sleep_us` caps the polling backoff.
-Status CreateMpiTransport(double max_sleep_us, std::unique_ptr<Transport>* out);
+// When the whole job is on one node, fused allreduces of up to
+// `shm_allreduce_bytes` run through node shared memory (0: never).
+Status CreateMpiTransport(double max_sleep_us, int64_t shm_allreduce_bytes,
+                          std::unique_ptr<Transport>* out);
 
 // The MPI library's version string (valid without init).
 std::string MpiLibraryVersion();

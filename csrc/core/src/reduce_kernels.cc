@@ -1,0 +1,112 @@
+#include "reduce_kernels.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "half.h"
+
+namespace hbcore {
+namespace {
+
+// Integer sums and products wrap, as MPI's do, computed in an unsigned
+// type at least as wide as unsigned int (no signed overflow, no promotion
+// to a signed int).
+template <typename T>
+using Wrapping = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned,
+                                    std::make_unsigned_t<T>>;
+
+struct Sum {
+  template <typename T> static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(static_cast<Wrapping<T>>(a) +
+                            static_cast<Wrapping<T>>(b));
+    } else {
+      return a + b;
+    }
+  }
+};
+struct Min {
+  template <typename T> static T Apply(T a, T b) { return std::min(a, b); }
+};
+struct Max {
+  template <typename T> static T Apply(T a, T b) { return std::max(a, b); }
+};
+struct Product {
+  template <typename T> static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return static_cast<T>(static_cast<Wrapping<T>>(a) *
+                            static_cast<Wrapping<T>>(b));
+    } else {
+      return a * b;
+    }
+  }
+};
+
+// Simple restrict-qualified loops: the compiler vectorises them.
+template <typename T, typename Op>
+void Combine(void* acc, const void* in, int64_t count) {
+  T* __restrict a = static_cast<T*>(acc);
+  const T* __restrict b = static_cast<const T*>(in);
+  for (int64_t i = 0; i < count; ++i) a[i] = static_cast<T>(Op::Apply(a[i], b[i]));
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Op>
+void CombineHalf(void* acc, const void* in, int64_t count) {
+  uint16_t* __restrict a = static_cast<uint16_t*>(acc);
+  const uint16_t* __restrict b = static_cast<const uint16_t*>(in);
+  for (int64_t i = 0; i < count; ++i) {
+    a[i] = FromFloat(Op::Apply(ToFloat(a[i]), ToFloat(b[i])));
+  }
+}
+
+// bool bytes are 0 or 1: or = max, and = min.
+void CombineBool(void* acc, const void* in, int64_t count, bool any) {
+  if (any) {
+    Combine<uint8_t, Max>(acc, in, count);
+  } else {
+    Combine<uint8_t, Min>(acc, in, count);
+  }
+}
+
+template <typename Op>
+bool Dispatch(void* acc, const void* in, int64_t count, DataType dtype) {
+  switch (dtype) {
+    case DataType::kUInt8: Combine<uint8_t, Op>(acc, in, count); return true;
+    case DataType::kInt8: Combine<int8_t, Op>(acc, in, count); return true;
+    case DataType::kUInt16: Combine<uint16_t, Op>(acc, in, count); return true;
+    case DataType::kInt16: Combine<int16_t, Op>(acc, in, count); return true;
+    case DataType::kInt32: Combine<int32_t, Op>(acc, in, count); return true;
+    case DataType::kInt64: Combine<int64_t, Op>(acc, in, count); return true;
+    case DataType::kFloat32: Combine<float, Op>(acc, in, count); return true;
+    case DataType::kFloat64: Combine<double, Op>(acc, in, count); return true;
+    case DataType::kFloat16:
+      CombineHalf<Float16ToFloat, FloatToFloat16, Op>(acc, in, count);
+      return true;
+    case DataType::kBFloat16:
+      CombineHalf<BFloat16ToFloat, FloatToBFloat16, Op>(acc, in, count);
+      return true;
+    case DataType::kBool:
+      return false;  // handled by the caller
+  }
+  return false;
+}
+
+}  // namespace
+
+bool ReduceInto(void* acc, const void* in, int64_t count, DataType dtype,
+                ReduceOp op) {
+  if (dtype == DataType::kBool) {
+    if (op == ReduceOp::kAverage || op == ReduceOp::kAdasum) return false;
+    CombineBool(acc, in, count, op == ReduceOp::kSum || op == ReduceOp::kMax);
+    return true;
+  }
+  switch (op) {
+    case ReduceOp::kSum: return Dispatch<Sum>(acc, in, count, dtype);
+    case ReduceOp::kMin: return Dispatch<Min>(acc, in, count, dtype);
+    case ReduceOp::kMax: return Dispatch<Max>(acc, in, count, dtype);
+    case ReduceOp::kProduct: return Dispatch<Product>(acc, in, count, dtype);
+    default: return false;
+  }
+}
+
+}  // namespace hbcore
