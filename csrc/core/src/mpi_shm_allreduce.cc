@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -18,6 +19,7 @@ namespace {
 
 constexpr int64_t kSlotAlign = 4096;
 constexpr int kNameBytes = 64;
+constexpr int64_t kScratchBytes = 16384;
 
 std::string Errno(const char* what) {
   return std::string(what) + ": " + std::strerror(errno);
@@ -129,12 +131,18 @@ Status MpiShmAllreduce::Allreduce(int64_t count, DataType dtype, ReduceOp op) {
   const int64_t begin = count * rank_ / size_;
   const int64_t n = count * (rank_ + 1) / size_ - begin;
   const int64_t offset = begin * elem;
-  char* mine = slots_[rank_] + offset;
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) ReduceInto(mine, slots_[r] + offset, n, dtype, op);
-  }
-  for (int r = 0; r < size_; ++r) {
-    if (r != rank_) std::memcpy(slots_[r] + offset, mine, n * elem);
+  // Elements are combined in rank order (slot 0 op slot 1 op ...), block
+  // by block through a small scratch buffer: the result of every element is
+  // then the same whichever rank's chunk it falls in, so it does not depend
+  // on how a batch was fused (floating-point sums are order-sensitive).
+  alignas(64) char scratch[kScratchBytes];
+  const int64_t block = kScratchBytes / elem;
+  for (int64_t done = 0; done < n; done += block) {
+    const int64_t m = std::min(block, n - done);
+    const int64_t at = offset + done * elem;
+    std::memcpy(scratch, slots_[0] + at, m * elem);
+    for (int r = 1; r < size_; ++r) ReduceInto(scratch, slots_[r] + at, m, dtype, op);
+    for (int r = 0; r < size_; ++r) std::memcpy(slots_[r] + at, scratch, m * elem);
   }
   return Barrier();  // every chunk is everywhere
 }

@@ -16,8 +16,9 @@
 //
 // Invariant: after the second barrier no rank touches another rank's slot
 // until the first barrier of the next batch, so a rank may start its next
-// copy-in at once. Each chunk is reduced by one rank and copied to all, so
-// every rank gets bit-identical results.
+// copy-in at once. Each chunk is reduced by one rank, in rank order, and
+// copied to all, so every rank gets bit-identical results, and the same
+// results however the batch was fused.
 //
 // The segment is a POSIX shared-memory object, fully allocated up front
 // (posix_fallocate: a full /dev/shm is an error at init, never a SIGBUS
