@@ -102,15 +102,12 @@ struct DtypeTable {
   std::vector<std::pair<int, int>> codes;  // (numpy type number, hb_dtype)
   std::string supported;                   // for the error message
 
+  // Raises InvalidArgumentError for a dtype that was not registered.
   int Code(const py::array& a) const {
     const int num = a.dtype().num();
     for (const auto& c : codes) {
       if (c.first == num) return c.second;
     }
-    throw_unsupported(a);
-  }
-
-  [[noreturn]] void throw_unsupported(const py::array& a) const {
     RaiseFor(HB_ERR_INVALID_ARGUMENT,
              "unsupported dtype " + py::str(a.dtype()).cast<std::string>() +
                  "; supported: " + supported);

@@ -9,24 +9,11 @@ from typing import Dict, List, Optional, Sequence
 
 import psutil
 
+from harness import kill_tree  # tests/ is on sys.path (conftest.py)
+
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 ENTRY = os.path.join(SCRIPTS, "entry.py")
 LAUNCH_TIMEOUT_S = 60
-
-
-def kill_tree(pid: int) -> None:
-    """Kills a process and all its descendants (used on test timeouts)."""
-    try:
-        root = psutil.Process(pid)
-        procs = root.children(recursive=True) + [root]
-    except psutil.Error:
-        return
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=5)
 
 
 def run_entry(args: Sequence[str], env: Optional[Dict[str, str]] = None,
