@@ -16,8 +16,12 @@ import time
 pid_dir, failing, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rank = int(os.environ["PMI_RANK"])
 size = int(os.environ["PMI_SIZE"])
-with open(os.path.join(pid_dir, "pid.%d" % rank), "w") as f:
+# Written under a temporary name, then renamed: whoever lists pid.* (the
+# test, the failing rank) never reads a half-written file.
+partial = os.path.join(pid_dir, "partial.%d" % rank)
+with open(partial, "w") as f:
     f.write(str(os.getpid()))
+os.replace(partial, os.path.join(pid_dir, "pid.%d" % rank))
 print("rank %d started" % rank, flush=True)
 
 if mode == "mpi-exit1":
