@@ -60,6 +60,14 @@ def mpi_link_arg(lib_dir):
     return "-lmpi"
 
 
+# Element-wise loops over whole buffers (reductions, scaling): -O3 lets the
+# compiler vectorise them with a remainder loop, which -O2's cost model does
+# not (about 2x on float32 sums here). Code for the baseline x86-64 ISA, so
+# the wheel runs on any x86-64 machine.
+HOT_LOOPS = {"reduce_kernels.cc", "scaling.cc"}
+HOT_LOOP_FLAGS = ["-O3"]
+
+
 def _up_to_date(target, inputs):
     """True when `target` exists and is newer than every input (rebuilds
     in a developer's tree then only recompile what changed)."""
@@ -92,7 +100,8 @@ class BuildNative(build_ext):
             obj = os.path.join(tmp, os.path.basename(src) + ".o")
             if _up_to_date(obj, [src] + headers):
                 return obj
-            cmd = cxx + flags + ["-fvisibility=hidden", "-I", core_inc,
+            extra = HOT_LOOP_FLAGS if os.path.basename(src) in HOT_LOOPS else []
+            cmd = cxx + flags + extra + ["-fvisibility=hidden", "-I", core_inc,
                                  "-I", mpi_inc, "-c", src, "-o", obj]
             subprocess.check_call(cmd)
             return obj

@@ -28,14 +28,15 @@ def _can_mount_private_shm() -> bool:
 @pytest.mark.skipif(not _can_mount_private_shm(),
                     reason="needs root to mount a small /dev/shm")
 def test_full_dev_shm_falls_back_to_mpi():
-    # 2 ranks x 4 MiB slots do not fit in 6 MiB (MPICH needs some too).
+    # 2 ranks' 4 MiB input slots and the 4 MiB result area do not fit in
+    # 6 MiB (MPICH needs some too).
     dtypes = ["float32", "int32"]
     run = run_ranks(script_path("collectives.py"), 2, timeout=120,
                     env={"HB_SHM_ALLREDUCE_THRESHOLD": "4194304"},
                     args=[",".join(dtypes)], wrapper=SMALL_SHM)
     assert not run.timed_out, run.describe()
     assert run.returncode == 0, run.describe()
-    assert ("node shared-memory segment of 8388608 bytes unavailable"
+    assert ("node shared-memory segment of 12582912 bytes unavailable"
             in run.stderr), run.describe()
     assert "fused allreduces use MPI instead" in run.stderr, run.describe()
     names = [name for name, _ in collectives.build_cases(2, 0, dtypes)

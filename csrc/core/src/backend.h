@@ -7,13 +7,21 @@
 #ifndef HBCORE_BACKEND_H_
 #define HBCORE_BACKEND_H_
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "fused_layout.h"
 #include "status.h"
 #include "types.h"
 
 namespace hbcore {
+
+// Called with a phase name (a timeline event) and when that phase started,
+// as the phase ends.
+using PhaseFn = std::function<void(const char* phase,
+                                   std::chrono::steady_clock::time_point start)>;
 
 class Backend {
  public:
@@ -22,11 +30,19 @@ class Backend {
   virtual const char* name() const = 0;
   virtual bool Serves(int device) const = 0;
 
-  // A buffer of at least `bytes` that the executor may fuse an allreduce
-  // into, when the backend reduces such a buffer faster than any other
-  // (e.g. because the peers can read it); nullptr otherwise. Valid until the
-  // next call; every rank gets the same answer for the same `bytes`.
-  virtual char* StagingBuffer(int64_t /*bytes*/) { return nullptr; }
+  // True when this backend reduces the batch where its tensors are
+  // (AllreduceLayout), faster than the executor's fusion buffer around
+  // Allreduce. Every rank gets the same answer for the same batch.
+  virtual bool CanAllreduceLayout(const FusedLayout& /*layout*/,
+                                  ReduceOp /*op*/) const {
+    return false;
+  }
+  // Reduces every tensor of the batch into its output, with its scale
+  // factors applied; reports the copy and reduction phases to `phase`.
+  virtual Status AllreduceLayout(const FusedLayout& /*layout*/,
+                                 ReduceOp /*op*/, const PhaseFn& /*phase*/) {
+    return Status::Unsupported("this backend has no layout allreduce");
+  }
 
   // `out` may equal `in` (in place). `op` is never Average: the executor
   // turns Average into Sum and a 1/size postscale.

@@ -137,73 +137,70 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
                            const std::vector<TensorEntry*>& entries,
                            Backend* backend) {
   const Response& head = *responses.front();
-  const DataType dtype = head.dtype;
-  const int64_t elem = DataTypeSize(dtype);
   const ReduceOp op = BackendOp(head.reduce_op);
-
-  if (responses.size() == 1) {
-    // A lone tensor is reduced straight from input to output: no copies
-    // unless a prescale needs one.
-    TensorEntry* e = entries[0];
-    const int64_t count = NumElements(head.shape);
-    const void* in;
-    void* out;
-    if (e == nullptr) {
-      zeros_.assign(std::max<int64_t>(count * elem, 1), 0);
-      in = out = zeros_.data();
-    } else {
-      in = e->input;
-      out = e->output;
-      if (head.prescale != 1.0) {
-        ScaledCopy(out, in, count, dtype, head.prescale);
-        in = out;
-      }
+  std::vector<FusedTensor> tensors(responses.size());
+  for (size_t i = 0; i < responses.size(); ++i) {
+    FusedTensor& t = tensors[i];
+    t.count = NumElements(responses[i]->shape);
+    t.prescale = responses[i]->prescale;
+    t.postscale = PostScale(*responses[i], size_);
+    if (entries[i] != nullptr) {
+      t.input = entries[i]->input;
+      t.output = entries[i]->output;
     }
-    auto start = Clock::now();
-    Status s = backend->Allreduce(in, out, count, dtype, op);
-    Record(responses, "ALLREDUCE", start);
-    if (!s.ok()) return s;
-    double post = PostScale(head, size_);
-    if (e != nullptr && post != 1.0) ScaledCopy(out, out, count, dtype, post);
-    return Status::OK();
+  }
+  const FusedLayout layout(head.dtype, std::move(tensors));
+  if (backend->CanAllreduceLayout(layout, op)) {
+    return backend->AllreduceLayout(
+        layout, op, [&](const char* phase, Clock::time_point start) {
+          Record(responses, phase, start);
+        });
+  }
+  if (responses.size() == 1) {
+    return AllreduceAlone(layout, op, backend, responses);
   }
 
-  int64_t total = 0;
-  for (const Response* r : responses) total += NumElements(r->shape);
-  char* buffer = backend->StagingBuffer(total * elem);
-  if (buffer == nullptr) buffer = FusionBuffer(total * elem);
-  if (buffer == nullptr && total > 0) {
+  // Through the fusion buffer: pack, one collective, unpack.
+  char* buffer = FusionBuffer(layout.bytes());
+  if (buffer == nullptr && layout.bytes() > 0) {
     return Status::Internal("cannot allocate a fusion buffer of " +
-                            std::to_string(total * elem) + " bytes");
+                            std::to_string(layout.bytes()) + " bytes");
   }
   auto start = Clock::now();
-  int64_t offset = 0;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    const int64_t count = NumElements(responses[i]->shape);
-    char* dst = buffer + offset * elem;
-    if (entries[i] == nullptr) {
-      std::memset(dst, 0, count * elem);
-    } else {
-      ScaledCopy(dst, entries[i]->input, count, dtype, responses[i]->prescale);
-    }
-    offset += count;
-  }
+  layout.Gather(0, layout.total(), buffer);
   Record(responses, "MEMCPY_IN_FUSION_BUFFER", start);
   start = Clock::now();
-  Status s = backend->Allreduce(buffer, buffer, total, dtype, op);
+  Status s = backend->Allreduce(buffer, buffer, layout.total(), head.dtype, op);
   Record(responses, "ALLREDUCE", start);
   if (!s.ok()) return s;
   start = Clock::now();
-  offset = 0;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    const int64_t count = NumElements(responses[i]->shape);
-    if (entries[i] != nullptr) {
-      ScaledCopy(entries[i]->output, buffer + offset * elem, count, dtype,
-                 PostScale(*responses[i], size_));
-    }
-    offset += count;
-  }
+  layout.Scatter(0, layout.total(), buffer);
   Record(responses, "MEMCPY_OUT_FUSION_BUFFER", start);
+  return Status::OK();
+}
+
+Status Executor::AllreduceAlone(const FusedLayout& layout, ReduceOp op,
+                                Backend* backend,
+                                const std::vector<const Response*>& responses) {
+  // Straight from input to output: no copies unless a prescale needs one.
+  const FusedTensor& t = layout.tensor(0);
+  const DataType dtype = layout.dtype();
+  const void* in = t.input;
+  void* out = t.output;
+  if (in == nullptr) {
+    zeros_.assign(std::max<int64_t>(layout.bytes(), 1), 0);
+    in = out = zeros_.data();
+  } else if (t.prescale != 1.0) {
+    ScaledCopy(out, in, t.count, dtype, t.prescale);
+    in = out;
+  }
+  auto start = Clock::now();
+  Status s = backend->Allreduce(in, out, t.count, dtype, op);
+  Record(responses, "ALLREDUCE", start);
+  if (!s.ok()) return s;
+  if (t.output != nullptr && t.postscale != 1.0) {
+    ScaledCopy(out, out, t.count, dtype, t.postscale);
+  }
   return Status::OK();
 }
 

@@ -1,7 +1,9 @@
-// Executes one fusion batch: packs inputs into the fusion buffer, runs the
-// collective on the backend that serves the device, unpacks, applies
-// scaling (Average = Sum, then 1/size), allocates outputs whose size only
-// the negotiation knew, and reports each tensor's result.
+// Executes one fusion batch on the backend that serves its device: an
+// allreduce batch goes to the backend as a FusedLayout when it can reduce
+// the tensors where they are, else through the fusion buffer (pack, one
+// collective, unpack); scaling is applied on the way in and out (Average =
+// Sum, then 1/size). It allocates outputs whose size only the negotiation
+// knew, and reports each tensor's result.
 //
 // On a rank that joined, or when a tensor failed negotiation elsewhere,
 // `entries[i]` is null: the rank still takes part in the collective with a
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "fused_layout.h"
 #include "message.h"
 #include "tensor_entry.h"
 #include "timeline.h"
@@ -42,6 +45,9 @@ class Executor {
   char* FusionBuffer(int64_t bytes);
   Status Allreduce(const std::vector<const Response*>& responses,
                    const std::vector<TensorEntry*>& entries, Backend* backend);
+  Status AllreduceAlone(const FusedLayout& layout, ReduceOp op,
+                        Backend* backend,
+                        const std::vector<const Response*>& responses);
   Status Allgather(const Response& r, TensorEntry* e, Backend* backend);
   Status Broadcast(const Response& r, TensorEntry* e, Backend* backend);
   Status Alltoall(const Response& r, TensorEntry* e, Backend* backend,

@@ -7,6 +7,7 @@
 
 #include "half.h"
 #include "mpi_wait.h"
+#include "reduce_kernels.h"
 
 namespace hbcore {
 namespace {
@@ -133,9 +134,6 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
     return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
                                " on the MPI backend");
   }
-  if (shm_ && in == out && shm_->IsStaging(out)) {
-    return shm_->Allreduce(count, dtype, op);
-  }
   const int64_t elem = DataTypeSize(dtype);
   // MPI counts are int: reduce in chunks of at most 2^30 elements.
   constexpr int64_t kChunk = int64_t{1} << 30;
@@ -150,6 +148,17 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
     if (count == 0) break;
   }
   return Status::OK();
+}
+
+bool MpiBackend::CanAllreduceLayout(const FusedLayout& layout,
+                                    ReduceOp op) const {
+  return shm_ != nullptr && shm_->Fits(layout.bytes()) &&
+         ReduceSupported(layout.dtype(), op);
+}
+
+Status MpiBackend::AllreduceLayout(const FusedLayout& layout, ReduceOp op,
+                                   const PhaseFn& phase) {
+  return shm_->Allreduce(layout, op, phase);
 }
 
 Status MpiBackend::Allgatherv(const void* in, void* out,

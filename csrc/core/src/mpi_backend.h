@@ -15,7 +15,7 @@ namespace hbcore {
 
 class MpiBackend : public Backend {
  public:
-  // `shm`, when given, reduces fused buffers staged in its slots.
+  // `shm`, when given, reduces the fused batches that fit in its slots.
   MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm);
   ~MpiBackend() override;
   MpiBackend(const MpiBackend&) = delete;
@@ -24,9 +24,10 @@ class MpiBackend : public Backend {
   const char* name() const override { return "MPI"; }
   bool Serves(int device) const override { return device == HB_DEVICE_CPU; }
 
-  char* StagingBuffer(int64_t bytes) override {
-    return shm_ ? shm_->Staging(bytes) : nullptr;
-  }
+  bool CanAllreduceLayout(const FusedLayout& layout,
+                          ReduceOp op) const override;
+  Status AllreduceLayout(const FusedLayout& layout, ReduceOp op,
+                         const PhaseFn& phase) override;
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                    ReduceOp op) override;
   Status Allgatherv(const void* in, void* out,

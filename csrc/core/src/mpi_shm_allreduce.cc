@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,9 +18,12 @@
 namespace hbcore {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 constexpr int64_t kSlotAlign = 4096;
 constexpr int kNameBytes = 64;
-constexpr int64_t kScratchBytes = 16384;
+// Step 2 combines this many bytes at a time, in two cache-resident buffers.
+constexpr int64_t kBlockBytes = 16384;
 
 std::string Errno(const char* what) {
   return std::string(what) + ": " + std::strerror(errno);
@@ -66,7 +70,8 @@ Status MpiShmAllreduce::Create(MPI_Comm node, int64_t slot_bytes,
   if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Bcast");
   if (slot_bytes <= 0) return Status::Unsupported("disabled");
   shm->slot_bytes_ = (slot_bytes + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
-  shm->mapping_bytes_ = static_cast<size_t>(shm->slot_bytes_) * shm->size_;
+  // n input slots, then the result area.
+  shm->mapping_bytes_ = static_cast<size_t>(shm->slot_bytes_) * (shm->size_ + 1);
 
   // Rank 0 names and creates the object; the name travels with a flag.
   char name[kNameBytes] = {0};
@@ -100,6 +105,7 @@ Status MpiShmAllreduce::Create(MPI_Comm node, int64_t slot_bytes,
   for (int r = 0; r < shm->size_; ++r) {
     shm->slots_.push_back(base + static_cast<int64_t>(r) * shm->slot_bytes_);
   }
+  shm->result_ = base + static_cast<int64_t>(shm->size_) * shm->slot_bytes_;
   *out = std::move(shm);
   return Status::OK();
 }
@@ -118,33 +124,67 @@ Status MpiShmAllreduce::Barrier() {
   return MpiStatus(rc, "MPI_Barrier");
 }
 
-Status MpiShmAllreduce::Allreduce(int64_t count, DataType dtype, ReduceOp op) {
-  const int64_t elem = DataTypeSize(dtype);
-  // Every rank fails the same way here, before any barrier.
-  if (!ReduceInto(nullptr, nullptr, 0, dtype, op)) {
-    return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
-                               " on " + DataTypeName(dtype) +
-                               " in shared memory");
-  }
-  Status s = Barrier();  // every slot holds its rank's input
-  if (!s.ok()) return s;
+Status MpiShmAllreduce::Allreduce(const FusedLayout& layout, ReduceOp op,
+                                  const PhaseFn& phase) {
+  const int64_t count = layout.total();
   const int64_t begin = count * rank_ / size_;
-  const int64_t n = count * (rank_ + 1) / size_ - begin;
-  const int64_t offset = begin * elem;
-  // Elements are combined in rank order (slot 0 op slot 1 op ...), block
-  // by block through a small scratch buffer: the result of every element is
-  // then the same whichever rank's chunk it falls in, so it does not depend
-  // on how a batch was fused (floating-point sums are order-sensitive).
-  alignas(64) char scratch[kScratchBytes];
-  const int64_t block = kScratchBytes / elem;
-  for (int64_t done = 0; done < n; done += block) {
-    const int64_t m = std::min(block, n - done);
-    const int64_t at = offset + done * elem;
-    std::memcpy(scratch, slots_[0] + at, m * elem);
-    for (int r = 1; r < size_; ++r) ReduceInto(scratch, slots_[r] + at, m, dtype, op);
-    for (int r = 0; r < size_; ++r) std::memcpy(slots_[r] + at, scratch, m * elem);
+  const int64_t end = count * (rank_ + 1) / size_;
+  auto start = Clock::now();
+  PackPeerChunks(layout, begin, end);
+  phase("MEMCPY_IN_FUSION_BUFFER", start);
+  start = Clock::now();
+  Status s = Barrier();  // every slot holds what the peers need of it
+  if (!s.ok()) return s;
+  CombineOwnChunk(layout, op, begin, end);
+  s = Barrier();  // every chunk of the result area is written
+  if (!s.ok()) return s;
+  phase("ALLREDUCE", start);
+  start = Clock::now();
+  UnpackPeerChunks(layout, begin, end);
+  phase("MEMCPY_OUT_FUSION_BUFFER", start);
+  return Status::OK();
+}
+
+void MpiShmAllreduce::PackPeerChunks(const FusedLayout& layout, int64_t begin,
+                                     int64_t end) {
+  char* slot = slots_[rank_];
+  layout.Gather(0, begin, slot);
+  layout.Gather(end, layout.total() - end,
+                slot + end * layout.element_size());
+}
+
+void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
+                                      int64_t begin, int64_t end) {
+  const DataType dtype = layout.dtype();
+  const int64_t elem = layout.element_size();
+  alignas(64) char acc[kBlockBytes];
+  alignas(64) char own[kBlockBytes];
+  const int64_t block = kBlockBytes / elem;
+  for (int64_t at = begin; at < end; at += block) {
+    const int64_t m = std::min(block, end - at);
+    // Contributions in rank order; this rank's comes from its tensors.
+    for (int r = 0; r < size_; ++r) {
+      const char* in = slots_[r] + at * elem;
+      if (r == rank_) {
+        layout.Gather(at, m, r == 0 ? acc : own);
+        in = own;
+      }
+      if (r == 0) {
+        if (rank_ != 0) std::memcpy(acc, in, m * elem);
+      } else {
+        ReduceInto(acc, in, m, dtype, op);
+      }
+    }
+    std::memcpy(result_ + at * elem, acc, m * elem);
+    layout.Scatter(at, m, acc);
   }
-  return Barrier();  // every chunk is everywhere
+}
+
+void MpiShmAllreduce::UnpackPeerChunks(const FusedLayout& layout,
+                                       int64_t begin, int64_t end) {
+  layout.Scatter(0, begin, result_);
+  layout.Scatter(end, layout.total() - end,
+                 result_ + end * layout.element_size());
 }
 
 }  // namespace hbcore

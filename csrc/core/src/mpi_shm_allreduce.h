@@ -1,24 +1,33 @@
 // Allreduce through memory shared by the ranks of one node.
 //
 // MPI's allreduce moves the data between processes through its own shared
-// memory cells or kernel-assisted copies, then reduces. For the fused
-// small-tensor batch of a training step that costs as much again as the two
-// fusion copies around it. When every rank of the job is on one node, the
-// executor instead fuses straight into this rank's slot of one segment that
-// every rank maps, and the reduction reads the peers' slots directly:
+// memory cells, then reduces: with the fusion copies around it, a fused
+// batch crosses memory four or five times. When every rank of the job is on
+// one node, hbcore instead reduces through one segment that every rank
+// maps: n input slots (one per rank) and one result area, all indexed in
+// the batch's fused coordinates (see FusedLayout). Chunk k of the batch
+// (about 1/n of its elements) belongs to rank k:
 //
-//   1. each rank has copied its inputs into its own slot (the fusion copy)
+//   1. each rank packs its inputs for every chunk but its own into its
+//      slot (its own chunk it reads straight from its tensors in step 2)
 //      -- barrier --
-//   2. rank r reduces chunk r (about 1/n of the elements) over the n slots
-//      and writes the result into chunk r of every slot
+//   2. rank r combines chunk r block by block, in rank order (slot 0, then
+//      slot 1, ...; its own contribution from its tensors), writes the
+//      result into chunk r of the result area and unpacks it into its own
+//      outputs
 //      -- barrier --
-//   3. every slot holds the whole result; the executor copies out of its own
+//   3. each rank unpacks the other chunks from the result area
 //
-// Invariant: after the second barrier no rank touches another rank's slot
-// until the first barrier of the next batch, so a rank may start its next
-// copy-in at once. Each chunk is reduced by one rank, in rank order, and
-// copied to all, so every rank gets bit-identical results, and the same
-// results however the batch was fused.
+// Each element crosses memory about twice per rank instead of four or five
+// times, and every rank gets bit-identical results, the same however the
+// batch was fused (each element is combined in rank order, by one rank).
+//
+// Invariant: a rank writes only its own slot (step 1) and its own chunk of
+// the result area (step 2); peers read a slot only between the two
+// barriers, and the result area only after the second. The next batch's
+// step 2 follows its first barrier, which no rank passes before every rank
+// finished step 3 of this batch, so no write of the next batch can overtake
+// a read of this one, whatever the chunk boundaries of either.
 //
 // The segment is a POSIX shared-memory object, fully allocated up front
 // (posix_fallocate: a full /dev/shm is an error at init, never a SIGBUS
@@ -33,6 +42,8 @@
 #include <memory>
 #include <vector>
 
+#include "backend.h"
+#include "fused_layout.h"
 #include "status.h"
 #include "types.h"
 
@@ -49,17 +60,23 @@ class MpiShmAllreduce {
   MpiShmAllreduce(const MpiShmAllreduce&) = delete;
   MpiShmAllreduce& operator=(const MpiShmAllreduce&) = delete;
 
-  // This rank's slot when `bytes` fit in it, else nullptr.
-  char* Staging(int64_t bytes) { return bytes <= slot_bytes_ ? slots_[rank_] : nullptr; }
-  bool IsStaging(const void* p) const { return p == slots_[rank_]; }
+  // True when a batch of `bytes` fits (the same answer on every rank).
+  bool Fits(int64_t bytes) const { return bytes <= slot_bytes_; }
 
-  // Reduces the first `count` elements of every slot (each rank's input,
-  // in place in its own slot); on return this rank's slot holds the result.
-  Status Allreduce(int64_t count, DataType dtype, ReduceOp op);
+  // Reduces the batch (a layout of the same total() elements on every
+  // rank) and writes the result into every tensor's output. `phase` is
+  // called as each of the three steps ends, for the timeline.
+  Status Allreduce(const FusedLayout& layout, ReduceOp op,
+                   const PhaseFn& phase);
 
  private:
   MpiShmAllreduce() = default;
   Status Barrier();
+  // Steps 1, 2 and 3 of the class comment for chunk bounds [begin, end).
+  void PackPeerChunks(const FusedLayout& layout, int64_t begin, int64_t end);
+  void CombineOwnChunk(const FusedLayout& layout, ReduceOp op, int64_t begin,
+                       int64_t end);
+  void UnpackPeerChunks(const FusedLayout& layout, int64_t begin, int64_t end);
 
   MPI_Comm comm_ = MPI_COMM_NULL;  // private duplicate of the node comm
   int rank_ = 0;
@@ -68,6 +85,7 @@ class MpiShmAllreduce {
   void* mapping_ = nullptr;
   size_t mapping_bytes_ = 0;
   std::vector<char*> slots_;
+  char* result_ = nullptr;
 };
 
 }  // namespace hbcore

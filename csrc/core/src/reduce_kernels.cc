@@ -93,6 +93,18 @@ bool Dispatch(void* acc, const void* in, int64_t count, DataType dtype) {
 
 }  // namespace
 
+bool ReduceSupported(DataType dtype, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+    case ReduceOp::kProduct:
+      return IsValidDataType(static_cast<int>(dtype));
+    default:
+      return false;
+  }
+}
+
 bool ReduceInto(void* acc, const void* in, int64_t count, DataType dtype,
                 ReduceOp op) {
   if (dtype == DataType::kBool) {

@@ -12,9 +12,12 @@
 
 namespace hbcore {
 
-// acc[i] = acc[i] (op) in[i] for i < count. `op` must be Sum, Min, Max or
-// Product (the executor has already turned Average into Sum); returns false
-// for any other op. The buffers must not overlap.
+// True for the combinations ReduceInto computes: Sum, Min, Max and Product
+// on every data type (the executor has already turned Average into Sum).
+bool ReduceSupported(DataType dtype, ReduceOp op);
+
+// acc[i] = acc[i] (op) in[i] for i < count; a no-op returning false where
+// ReduceSupported is false. The buffers must not overlap.
 bool ReduceInto(void* acc, const void* in, int64_t count, DataType dtype,
                 ReduceOp op);
 

@@ -1,11 +1,15 @@
 // Small pure parts: response cache, fusion planning, half conversions,
-// scaling.
+// scaling, fused layouts, reduction kernels.
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 #include "check.h"
+#include "fused_layout.h"
 #include "fusion.h"
 #include "half.h"
+#include "reduce_kernels.h"
 #include "response_cache.h"
 #include "scaling.h"
 
@@ -101,6 +105,82 @@ TEST(ScaledCopyPerType) {
   bool b[1] = {true};
   ScaledCopy(b, b, 1, DataType::kBool, 0.0);
   CHECK(b[0]);
+}
+
+// Three float tensors (5, 0 and 7 elements; the middle one absent on this
+// rank) laid end to end: every range of the 12 fused elements must map onto
+// the right pieces, with each tensor's scale factors.
+TEST(FusedLayoutGathersAndScattersEveryRange) {
+  std::vector<float> a(5), c(7), a_out(5, -1), c_out(7, -1);
+  std::iota(a.begin(), a.end(), 1.0f);    // 1..5
+  std::iota(c.begin(), c.end(), 100.0f);  // 100..106
+  std::vector<FusedTensor> tensors(3);
+  tensors[0] = {a.data(), a_out.data(), 5, 2.0, 0.5};
+  tensors[1] = {nullptr, nullptr, 0, 1.0, 1.0};
+  tensors[2] = {c.data(), c_out.data(), 7, 1.0, 3.0};
+  FusedLayout layout(DataType::kFloat32, tensors);
+  CHECK_EQ(layout.total(), 12);
+  CHECK_EQ(layout.bytes(), 48);
+  std::vector<float> fused(12);
+  for (int i = 0; i < 5; ++i) fused[i] = 2.0f * a[i];
+  for (int i = 0; i < 7; ++i) fused[5 + i] = c[i];
+  for (int64_t begin = 0; begin <= 12; ++begin) {
+    for (int64_t n = 0; begin + n <= 12; ++n) {
+      std::vector<float> got(n + 1, -7.0f);
+      layout.Gather(begin, n, got.data());
+      for (int64_t i = 0; i < n; ++i) CHECK_EQ(got[i], fused[begin + i]);
+      CHECK_EQ(got[n], -7.0f);  // nothing written past the range
+    }
+  }
+  // Scatter in two ranges that split tensor c.
+  std::vector<float> result(12);
+  std::iota(result.begin(), result.end(), 0.0f);
+  layout.Scatter(0, 8, result.data());
+  layout.Scatter(8, 4, result.data() + 8);
+  for (int i = 0; i < 5; ++i) CHECK_EQ(a_out[i], 0.5f * i);
+  for (int i = 0; i < 7; ++i) CHECK_EQ(c_out[i], 3.0f * (5 + i));
+}
+
+TEST(FusedLayoutAbsentInputsGatherAsZeros) {
+  std::vector<FusedTensor> tensors(2);
+  std::vector<int32_t> b = {7, 8};
+  tensors[0] = {nullptr, nullptr, 3, 1.0, 1.0};
+  tensors[1] = {b.data(), nullptr, 2, 1.0, 1.0};
+  FusedLayout layout(DataType::kInt32, tensors);
+  std::vector<int32_t> got(5, -1);
+  layout.Gather(0, 5, got.data());
+  CHECK(got == std::vector<int32_t>({0, 0, 0, 7, 8}));
+  layout.Scatter(0, 5, got.data());  // outputs absent: nothing to write
+}
+
+TEST(ReduceKernelsPerOp) {
+  // Odd lengths reach the vectorised loops' remainders.
+  for (int n : {1, 7, 33, 1000}) {
+    std::vector<float> acc(n), in(n);
+    for (int i = 0; i < n; ++i) {
+      acc[i] = static_cast<float>(i % 5) - 2;
+      in[i] = static_cast<float>(i % 3) - 1;
+    }
+    const std::vector<float> a0 = acc;
+    struct Case { ReduceOp op; float (*f)(float, float); };
+    const Case cases[] = {
+        {ReduceOp::kSum, [](float x, float y) { return x + y; }},
+        {ReduceOp::kMin, [](float x, float y) { return std::min(x, y); }},
+        {ReduceOp::kMax, [](float x, float y) { return std::max(x, y); }},
+        {ReduceOp::kProduct, [](float x, float y) { return x * y; }}};
+    for (const Case& c : cases) {
+      acc = a0;
+      CHECK(ReduceSupported(DataType::kFloat32, c.op));
+      CHECK(ReduceInto(acc.data(), in.data(), n, DataType::kFloat32, c.op));
+      for (int i = 0; i < n; ++i) CHECK_EQ(acc[i], c.f(a0[i], in[i]));
+    }
+  }
+  uint8_t x[2] = {250, 1}, y[2] = {10, 2};
+  CHECK(ReduceInto(x, y, 2, DataType::kUInt8, ReduceOp::kSum));
+  CHECK_EQ(static_cast<int>(x[0]), 4);  // wraps, as MPI's sum does
+  CHECK(!ReduceSupported(DataType::kFloat32, ReduceOp::kAverage));
+  CHECK(!ReduceSupported(DataType::kFloat32, ReduceOp::kAdasum));
+  CHECK(!ReduceInto(x, y, 2, DataType::kFloat32, ReduceOp::kAverage));
 }
 
 }  // namespace

@@ -1,0 +1,62 @@
+#include "fused_layout.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "scaling.h"
+
+namespace hbcore {
+
+FusedLayout::FusedLayout(DataType dtype, std::vector<FusedTensor> tensors)
+    : dtype_(dtype), element_size_(DataTypeSize(dtype)),
+      tensors_(std::move(tensors)) {
+  offsets_.reserve(tensors_.size() + 1);
+  int64_t offset = 0;
+  for (const FusedTensor& t : tensors_) {
+    offsets_.push_back(offset);
+    offset += t.count;
+  }
+  offsets_.push_back(offset);
+}
+
+template <typename Fn>
+void FusedLayout::ForEachPiece(int64_t begin, int64_t n, Fn fn) const {
+  if (n <= 0) return;
+  // The last tensor that starts at or before `begin`.
+  size_t i = static_cast<size_t>(
+      std::upper_bound(offsets_.begin(), offsets_.end() - 1, begin) -
+      offsets_.begin() - 1);
+  int64_t done = 0;
+  for (; done < n && i < tensors_.size(); ++i) {
+    const int64_t at = begin + done - offsets_[i];
+    const int64_t m = std::min(tensors_[i].count - at, n - done);
+    if (m > 0) fn(tensors_[i], at, done, m);
+    done += std::max<int64_t>(m, 0);
+  }
+}
+
+void FusedLayout::Gather(int64_t begin, int64_t n, void* dst) const {
+  char* out = static_cast<char*>(dst);
+  ForEachPiece(begin, n, [&](const FusedTensor& t, int64_t at, int64_t to,
+                             int64_t m) {
+    char* piece = out + to * element_size_;
+    if (t.input == nullptr) {
+      std::memset(piece, 0, m * element_size_);
+    } else {
+      ScaledCopy(piece, static_cast<const char*>(t.input) + at * element_size_,
+                 m, dtype_, t.prescale);
+    }
+  });
+}
+
+void FusedLayout::Scatter(int64_t begin, int64_t n, const void* src) const {
+  const char* in = static_cast<const char*>(src);
+  ForEachPiece(begin, n, [&](const FusedTensor& t, int64_t at, int64_t from,
+                             int64_t m) {
+    if (t.output == nullptr) return;
+    ScaledCopy(static_cast<char*>(t.output) + at * element_size_,
+               in + from * element_size_, m, dtype_, t.postscale);
+  });
+}
+
+}  // namespace hbcore
