@@ -2,7 +2,9 @@
 import atexit
 import os
 import sys
-from typing import Dict
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
 
 from hbcore._native import MPI_LIBRARY, core
 from hbcore.exceptions import NotInitializedError
@@ -10,21 +12,73 @@ from hbcore.exceptions import NotInitializedError
 _NOT_INITIALIZED = "hbcore has not been initialized; use hbcore.init()."
 
 
-def init() -> None:
+def init(comm: Optional[Any] = None) -> None:
     """Starts the runtime of this process: MPI (if nobody did), the private
-    communicator and the background thread. Idempotent.
+    communicator and the background thread. Idempotent: while the runtime
+    runs, further calls return at once, whatever ``comm`` they pass.
+
+    Args:
+        comm: the processes to run over, as in Horovod. None: every rank of
+            MPI_COMM_WORLD. An mpi4py communicator (``Intracomm``): its
+            ranks; hbcore works on its own duplicate, so user code may go on
+            using or free the one passed. A list of ranks of
+            MPI_COMM_WORLD: those ranks, in that order (this rank must be
+            one of them; only they call init with this list).
 
     Raises:
+        TypeError: ``comm`` is neither None, a list of ranks nor an mpi4py
+            communicator.
+        ValueError: a rank in the list is out of range or repeated, or this
+            rank is not in it.
+        InvalidArgumentError: the communicator is MPI_COMM_NULL or an
+            intercommunicator.
         ConfigError: an HB_* / HOROVOD_* variable has an invalid value.
         InternalError: MPI could not be initialised.
     """
-    core.init()
+    if comm is None:
+        core.init()
+    elif isinstance(comm, (list, tuple, range)):
+        sub = _communicator_of_ranks(comm)
+        try:
+            core.init(sub.py2f())
+        finally:
+            sub.Free()
+    elif callable(getattr(comm, "py2f", None)):
+        core.init(comm.py2f())
+    else:
+        raise TypeError("init(comm=...) takes None, a list of ranks or an "
+                        "mpi4py communicator, not %s" % type(comm).__name__)
     # Registered (again) last, so it runs before the atexit handler of any
     # library imported earlier that might finalise MPI (mpi4py).
     atexit.unregister(_shutdown_at_exit)
     atexit.register(_shutdown_at_exit)
     if not isinstance(sys.excepthook, _ExitOnUncaught):
         sys.excepthook = _ExitOnUncaught(sys.excepthook)
+
+
+def _communicator_of_ranks(ranks: Sequence[int]) -> Any:
+    """An mpi4py communicator of the given MPI_COMM_WORLD ranks (collective
+    over those ranks only)."""
+    from mpi4py import MPI  # initialises MPI (thread level: multiple)
+
+    world = MPI.COMM_WORLD
+    ranks = list(ranks)
+    for r in ranks:
+        if not isinstance(r, (int, np.integer)) or not 0 <= r < world.size:
+            raise ValueError("init(comm=%r): rank %r is not a rank of "
+                             "MPI_COMM_WORLD (size %d)" % (ranks, r, world.size))
+    if len(set(ranks)) != len(ranks):
+        raise ValueError("init(comm=%r): a rank appears more than once"
+                         % (ranks,))
+    if world.rank not in ranks:
+        raise ValueError("init(comm=%r): this process (rank %d of "
+                         "MPI_COMM_WORLD) is not in the list" % (ranks,
+                                                                 world.rank))
+    group = world.Get_group().Incl([int(r) for r in ranks])
+    try:
+        return world.Create_group(group)
+    finally:
+        group.Free()
 
 
 def shutdown() -> None:

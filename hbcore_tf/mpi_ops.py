@@ -83,22 +83,22 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     background thread.
 
     Args:
-        comm: must be None (hbcore uses all ranks of MPI_COMM_WORLD).
+        comm: None (every rank of MPI_COMM_WORLD), a list of
+            MPI_COMM_WORLD ranks, or an mpi4py communicator; see
+            :func:`hbcore.init`.
         process_sets: must be None or empty (only the global set exists).
 
     Raises:
-        NotImplementedError: ``comm`` or ``process_sets`` was given.
+        NotImplementedError: ``process_sets`` was given.
+        TypeError, ValueError: ``comm`` is not a valid communicator or list
+            of ranks.
         hbcore.exceptions.ConfigError: an HB_* / HOROVOD_* variable is invalid.
     """
-    if comm is not None:
-        raise NotImplementedError(
-            "hbcore_tf.init(comm=...) is not supported: hbcore runs over all "
-            "ranks of MPI_COMM_WORLD")
     if process_sets:
         raise NotImplementedError(
             "hbcore_tf.init(process_sets=...) is not supported: hbcore has "
             "only the global process set")
-    hbcore.init()
+    hbcore.init(comm)
 
 
 def ddl_built() -> bool:

@@ -198,6 +198,7 @@ class Handle {
     // thread by unwinding, which must not pass through a noexcept
     // destructor. Such a thread instead parks until the process is gone.
     PyThreadState* saved = PyEval_SaveThread();
+    hb_flush();
     for (const Part& p : parts_) {
       std::unique_lock<std::mutex> lock(p.state->mu);
       p.state->cv.wait(lock, [&p] { return p.Done(); });
@@ -318,15 +319,18 @@ Handle Submit(const py::list& items, int kind, py::object given) {
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hbcore native core (libhbcore.so) bindings";
 
-  m.def("init", [] {
-    char err[1024] = {0};
-    int code;
-    {
-      py::gil_scoped_release release;
-      code = hb_init(err, sizeof(err));
-    }
-    if (code != HB_OK) RaiseFor(code, err);
-  });
+  m.def(
+      "init",
+      [](int64_t comm) {
+        char err[1024] = {0};
+        int code;
+        {
+          py::gil_scoped_release release;
+          code = hb_init(comm, err, sizeof(err));
+        }
+        if (code != HB_OK) RaiseFor(code, err);
+      },
+      py::arg("comm") = HB_COMM_WORLD);
   m.def("shutdown", [] {
     py::gil_scoped_release release;
     hb_shutdown();

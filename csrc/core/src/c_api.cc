@@ -39,7 +39,7 @@ int WithTopology(F field) {
 
 extern "C" {
 
-int hb_init(char* err, size_t err_len) {
+int hb_init(int64_t comm, char* err, size_t err_len) {
   std::unique_ptr<hbcore::Runtime> stale;
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_runtime && !g_runtime->stopped()) return HB_OK;
@@ -47,7 +47,7 @@ int hb_init(char* err, size_t err_len) {
   // expected to call init again after such a shutdown.
   stale.swap(g_runtime);
   stale.reset();
-  hbcore::Status s = hbcore::Runtime::Create(&g_runtime);
+  hbcore::Status s = hbcore::Runtime::Create(comm, &g_runtime);
   if (!s.ok()) {
     CopyError(s.message(), err, err_len);
     return s.code();
@@ -112,6 +112,11 @@ int hb_enqueue(const hb_request* requests, int count, char* err,
   hbcore::Status s = g_runtime->Enqueue(requests, count);
   if (!s.ok()) CopyError(s.message(), err, err_len);
   return s.code();
+}
+
+void hb_flush(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime) g_runtime->Flush();
 }
 
 const char* hb_version(void) { return HBCORE_VERSION; }

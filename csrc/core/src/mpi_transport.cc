@@ -33,10 +33,14 @@ class MpiTransport : public Transport {
     }
   }
 
-  Status Init(double max_sleep_us, int64_t shm_allreduce_bytes) {
+  Status Init(int64_t comm, double max_sleep_us, int64_t shm_allreduce_bytes) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     int provided = 0;
+    if (!initialized && comm != HB_COMM_WORLD) {
+      return Status::InvalidArgument(
+          "a communicator was given to init but MPI is not initialized");
+    }
     if (!initialized) {
       int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE,
                                &provided);
@@ -52,7 +56,23 @@ class MpiTransport : public Transport {
     }
     topo_.threads_multiple = provided == MPI_THREAD_MULTIPLE;
 
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm base = MPI_COMM_WORLD;
+    if (comm != HB_COMM_WORLD) {
+      base = MPI_Comm_f2c(static_cast<MPI_Fint>(comm));
+      if (base == MPI_COMM_NULL) {
+        return Status::InvalidArgument(
+            "the communicator given to init is MPI_COMM_NULL");
+      }
+      int inter = 0;
+      int rc = MPI_Comm_test_inter(base, &inter);
+      if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_test_inter");
+      if (inter) {
+        return Status::InvalidArgument(
+            "the communicator given to init is an intercommunicator; hbcore "
+            "needs an intracommunicator");
+      }
+    }
+    int rc = MPI_Comm_dup(base, &comm_);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_dup");
     // Errors become statuses the core reports, not aborts inside MPI.
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -100,10 +120,11 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-Status CreateMpiTransport(double max_sleep_us, int64_t shm_allreduce_bytes,
+Status CreateMpiTransport(int64_t comm, double max_sleep_us,
+                          int64_t shm_allreduce_bytes,
                           std::unique_ptr<Transport>* out) {
   auto transport = std::make_unique<MpiTransport>();
-  Status s = transport->Init(max_sleep_us, shm_allreduce_bytes);
+  Status s = transport->Init(comm, max_sleep_us, shm_allreduce_bytes);
   if (!s.ok()) return s;
   *out = std::move(transport);
   return Status::OK();

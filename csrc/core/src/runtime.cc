@@ -30,7 +30,9 @@ constexpr double kDormantPollUs = 10000.0;
 // run it alone, and that collective would compete for the CPU with this
 // rank's own submitting thread and wait for peers still submitting. So a
 // cycle this rank starts waits until its queue stopped growing for
-// kBurstQuietUs (at most kBurstMaxUs), unless a peer already asked for it.
+// kBurstQuietUs (at most kBurstMaxUs), unless a peer already asked for it
+// or a front end flushed (hb_flush: one of its threads is about to wait for
+// results, so the burst it was part of is over).
 // Only a queue that grows within kBurstProbeUs (watched without sleeping)
 // counts as a burst: a lone synchronous call starts its cycle at once.
 constexpr auto kBurstProbe = std::chrono::microseconds(15);
@@ -45,21 +47,21 @@ const char* OpName(int op) {
 
 Runtime::Runtime(const Config& config) : config_(config) {}
 
-Status Runtime::Create(std::unique_ptr<Runtime>* out) {
+Status Runtime::Create(int64_t comm, std::unique_ptr<Runtime>* out) {
   Config config;
   Status s = ParseConfig([](const char* name) { return std::getenv(name); },
                          &config);
   if (!s.ok()) return s;
   SetLogContext(config.log_level, -1);
   std::unique_ptr<Runtime> runtime(new Runtime(config));
-  s = runtime->Start();
+  s = runtime->Start(comm);
   if (!s.ok()) return s;
   *out = std::move(runtime);
   return Status::OK();
 }
 
-Status Runtime::Start() {
-  Status s = CreateMpiTransport(kCycleWaitMaxSleepUs,
+Status Runtime::Start(int64_t comm) {
+  Status s = CreateMpiTransport(comm, kCycleWaitMaxSleepUs,
                                 config_.shm_allreduce_bytes, &transport_);
   if (!s.ok()) return s;
   const Topology& topo = transport_->topology();
@@ -276,7 +278,17 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
   return Status::OK();
 }
 
+void Runtime::Flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (queue_.empty()) return;
+  flush_requested_ = true;
+  cv_.notify_one();
+}
+
 void Runtime::Shutdown() {
+  // A runtime whose Start failed before the transport existed has nothing
+  // to stop (and no rank to name).
+  if (!transport_) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!stopped_ && !shutdown_requested_) {
@@ -329,19 +341,21 @@ bool Runtime::PeerAskedForCycle() {
 void Runtime::AwaitEndOfBurst(std::unique_lock<std::mutex>& lock) {
   const auto start = Clock::now();
   size_t seen = queue_.size();
-  while (queue_.size() == seen && Clock::now() - start < kBurstProbe) {
+  while (queue_.size() == seen && !flush_requested_ &&
+         Clock::now() - start < kBurstProbe) {
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
   }
-  if (queue_.size() == seen) return;
+  if (queue_.size() == seen || flush_requested_) return;
   seen = queue_.size();
   const auto deadline =
       start + std::chrono::duration<double, std::micro>(kBurstMaxUs);
   while (!shutdown_requested_ && Clock::now() < deadline) {
-    // loop_waiting_ stays false: enqueues do not signal; shutdown does.
+    // loop_waiting_ stays false: enqueues do not signal; flush and shutdown
+    // do.
     cv_.wait_for(lock, std::chrono::duration<double, std::micro>(kBurstQuietUs));
-    if (queue_.size() == seen) return;
+    if (queue_.size() == seen || flush_requested_) return;
     seen = queue_.size();
     lock.unlock();
     const bool asked = PeerAskedForCycle();
@@ -381,6 +395,8 @@ void Runtime::Loop() {
   // Linux rounds every sleep of this thread up by its timer slack (50 us by
   // default), which would dominate the short sleeps of the polling backoff.
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  // Named so that top -H, perf and gdb tell it from the framework's threads.
+  prctl(PR_SET_NAME, "hbcore", 0UL, 0UL, 0UL);
   for (;;) {
     WaitForCycle();
     CycleInput input;
@@ -395,6 +411,7 @@ void Runtime::Loop() {
         pending_.emplace(std::move(name), std::move(e));
       }
       queue_.clear();
+      flush_requested_ = false;
       input.shutdown = shutdown_requested_;
       input.shutdown_reason = shutdown_reason_;
     }

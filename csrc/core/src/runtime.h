@@ -37,7 +37,8 @@ namespace hbcore {
 
 class Runtime {
  public:
-  static Status Create(std::unique_ptr<Runtime>* out);
+  // `comm`: see hb_init.
+  static Status Create(int64_t comm, std::unique_ptr<Runtime>* out);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -46,6 +47,9 @@ class Runtime {
   const Config& config() const { return config_; }
 
   Status Enqueue(const hb_request* requests, int count);
+  // Ends the current burst: what is queued is negotiated without waiting
+  // for more submissions (a front-end thread is about to wait for results).
+  void Flush();
   // True once the background loop ended (a shutdown anywhere, or a failure).
   bool stopped();
   // Negotiated shutdown: every pending request on every rank fails with a
@@ -54,7 +58,7 @@ class Runtime {
 
  private:
   explicit Runtime(const Config& config);
-  Status Start();
+  Status Start(int64_t comm);
   Status CheckSharedSettings(bool timeline_ok);
   Status Validate(const hb_request& r, TensorEntry* entry) const;
 
@@ -87,6 +91,7 @@ class Runtime {
   std::vector<TensorEntry> queue_;
   std::unordered_set<std::string> in_flight_;
   bool loop_waiting_ = false;  // the background thread sleeps on cv_
+  bool flush_requested_ = false;  // Flush() since the queue was last drained
   bool shutdown_requested_ = false;
   std::string shutdown_reason_;
   bool stopped_ = false;       // the loop ended; enqueue fails with:

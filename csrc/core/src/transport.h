@@ -33,11 +33,11 @@ class Transport {
 };
 
 // Initialises MPI if nobody did (MPI_THREAD_MULTIPLE requested), duplicates
-// the world communicator for the core's private use and splits it into
-// local and cross communicators. `max_sleep_us` caps the polling backoff.
+// `comm` (see hb_init: a Fortran communicator handle, or HB_COMM_WORLD) for
+// the core's private use and splits it into local and cross communicators. `max_sleep_us` caps the polling backoff.
 // When the whole job is on one node, fused allreduces of up to
 // `shm_allreduce_bytes` run through node shared memory (0: never).
-Status CreateMpiTransport(double max_sleep_us, int64_t shm_allreduce_bytes,
+Status CreateMpiTransport(int64_t comm, double max_sleep_us, int64_t shm_allreduce_bytes,
                           std::unique_ptr<Transport>* out);
 
 // The MPI library's version string (valid without init).

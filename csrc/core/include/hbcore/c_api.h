@@ -5,7 +5,8 @@
  * Contract:
  *  - hb_init() creates the one runtime of this process (idempotent); every
  *    other call except hb_version, hb_mpi_library_version and hb_nccl_built
- *    needs it. hb_init is collective: every rank calls it.
+ *    needs it. hb_init is collective over the communicator it is given:
+ *    every rank of it calls it.
  *  - hb_enqueue() validates what can be checked locally and returns at once;
  *    it never waits for other ranks. The request's `done` callback is called
  *    exactly once, from the core's background thread, for every request that
@@ -118,8 +119,14 @@ typedef struct {
   void* user;
 } hb_request;
 
+/* The communicator to run over, as the Fortran handle of an MPI
+ * communicator (MPI_Comm_c2f; mpi4py's Comm.py2f()), or HB_COMM_WORLD for
+ * every rank of MPI_COMM_WORLD. The core works on its own duplicate, so the
+ * caller may free the communicator after init. */
+#define HB_COMM_WORLD (-1)
+
 /* Lifecycle. hb_init returns a status code; on failure `err` holds why. */
-HB_API int hb_init(char* err, size_t err_len);
+HB_API int hb_init(int64_t comm, char* err, size_t err_len);
 /* Shut down, failing every pending request on every rank. Idempotent. */
 HB_API int hb_shutdown(void);
 HB_API int hb_is_initialized(void);
@@ -138,6 +145,12 @@ HB_API int hb_mpi_threads_supported(void);
  * (HB_OK) or none (error code, message in `err`). */
 HB_API int hb_enqueue(const hb_request* requests, int count, char* err,
                       size_t err_len);
+
+/* A hint that the calling thread is about to block on results: negotiate
+ * what is queued now instead of waiting for the end of a burst of
+ * submissions (the burst rule in runtime.cc). Never blocks; a no-op
+ * before init or with nothing queued. */
+HB_API void hb_flush(void);
 
 /* Build facts, valid without init. */
 HB_API const char* hb_version(void);
