@@ -13,8 +13,9 @@
 //     not run yet makes it run that cycle; older ones are stale duplicates.
 //  4. Several ranks may ask for the same cycle at once: the duplicates carry
 //     the same number and cause one cycle, so the cycle count stays equal.
-// The poll interval starts at a few microseconds after each cycle (when
-// peers are most likely to follow) and grows to HB_CYCLE_TIME.
+// While this rank waits for peers (it has tensors pending), the poll
+// interval starts at a few microseconds after each cycle and grows to at
+// most 100 us; with nothing pending it is HB_CYCLE_TIME.
 #ifndef HBCORE_RUNTIME_H_
 #define HBCORE_RUNTIME_H_
 
