@@ -100,8 +100,11 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
     Raises:
         ValueError: both ``average`` and ``op`` were given.
     """
-    if average is None and type(op) is ReduceOp:  # the common case, fast
-        return op
+    if average is None:  # the common cases, fast
+        if type(op) is ReduceOp:
+            return op
+        if op is None:
+            return Average
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide "
                          "only one of them.")
