@@ -100,8 +100,11 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
     Raises:
         ValueError: both ``average`` and ``op`` were given.
     """
-    if average is None and type(op) is ReduceOp:  # the common case, fast
-        return op
+    if average is None:  # the common cases, fast
+        if type(op) is ReduceOp:
+            return op
+        if op is None:
+            return Average
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide "
                          "only one of them.")
@@ -114,24 +117,26 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
     return op if isinstance(op, ReduceOp) else ReduceOp(int(op))
 
 
-def _request(name: str, op: int, array: Optional[np.ndarray],
+# core.submit_one(name, op, reduce_op, input, output, root_rank, prescale,
+# postscale, splits, allocate, result_kind, result) enqueues one request and
+# returns its Handle, whose wait() returns ``result`` or what
+# ``result_kind`` names; core.submit(requests, result_kind, result) does the
+# same for a group, each request a tuple of those first 10 fields
+# (_request). Single-tensor calls pass the fields positionally: that is
+# their hot path. The C++ side checks dtypes and applies int()/float() to
+# the numbers; inputs must be C-contiguous arrays (_as_input), outputs
+# writeable ones as well (_as_inplace, np.empty_like).
+_submit_one = core.submit_one
+_submit = core.submit
+
+
+def _request(name: str, op: int, array: np.ndarray,
              output: Optional[np.ndarray] = None, reduce_op: int = Sum,
-             root_rank: int = 0, prescale: float = 1.0, postscale: float = 1.0,
-             splits: Optional[Sequence[int]] = None,
+             prescale: float = 1.0, postscale: float = 1.0,
              allocate: bool = False) -> tuple:
-    # The field order is the one csrc/python/module.cc (Prepare) reads; it
-    # also checks the dtype.
-    if splits is not None:
-        splits = [int(s) for s in np.asarray(splits).reshape(-1)]
-    return (name, op, int(reduce_op), array, output, int(root_rank),
-            float(prescale), float(postscale), splits, allocate)
-
-
-def _submit(requests: List[tuple], result_kind: int = _GIVEN,
-            result: Any = None) -> Handle:
-    """One hb_enqueue of ``requests``; the handle's wait() returns
-    ``result`` or what ``result_kind`` names."""
-    return core.submit(requests, result_kind, result)
+    """One member of a group for core.submit."""
+    return (name, op, reduce_op, array, output, 0, prescale, postscale, None,
+            allocate)
 
 
 def synchronize(handle: Handle) -> Any:
@@ -159,10 +164,9 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None,
     reduce_op = resolve_op(average, op)
     array = _as_input(tensor)
     out = np.empty_like(array)
-    req = _request(auto_name("allreduce", name), _ALLREDUCE, array, out,
-                   reduce_op, prescale=prescale_factor,
-                   postscale=postscale_factor)
-    return _submit([req], _GIVEN, out)
+    return _submit_one(auto_name("allreduce", name), _ALLREDUCE, reduce_op,
+                       array, out, 0, prescale_factor, postscale_factor, None,
+                       False, _GIVEN, out)
 
 
 def allreduce(tensor: Any, average: Optional[bool] = None,
@@ -197,10 +201,9 @@ def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
     """Starts an in-place allreduce of ``tensor``; see allreduce_."""
     reduce_op = resolve_op(average, op)
     array = _as_inplace(tensor, "allreduce_")
-    req = _request(auto_name("allreduce", name), _ALLREDUCE, array, array,
-                   reduce_op, prescale=prescale_factor,
-                   postscale=postscale_factor)
-    return _submit([req], _GIVEN, array)
+    return _submit_one(auto_name("allreduce", name), _ALLREDUCE, reduce_op,
+                       array, array, 0, prescale_factor, postscale_factor,
+                       None, False, _GIVEN, array)
 
 
 def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
@@ -274,9 +277,8 @@ def grouped_allreduce_(tensors: Sequence[np.ndarray],
 def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
     """Starts an allgather; see allgather."""
     array = _as_input(tensor)
-    req = _request(auto_name("allgather", name), _ALLGATHER, array,
-                   allocate=True)
-    return _submit([req], _OUTPUT)
+    return _submit_one(auto_name("allgather", name), _ALLGATHER, Sum, array,
+                       None, 0, 1.0, 1.0, None, True, _OUTPUT)
 
 
 def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
@@ -299,9 +301,8 @@ def broadcast_async(tensor: Any, root_rank: int,
     """Starts a broadcast into a new array; see broadcast."""
     array = _as_input(tensor)
     out = np.empty_like(array)
-    req = _request(auto_name("broadcast", name), _BROADCAST, array, out,
-                   root_rank=root_rank)
-    return _submit([req], _GIVEN, out)
+    return _submit_one(auto_name("broadcast", name), _BROADCAST, Sum, array,
+                       out, root_rank, 1.0, 1.0, None, False, _GIVEN, out)
 
 
 def broadcast(tensor: Any, root_rank: int,
@@ -319,9 +320,8 @@ def broadcast_async_(tensor: np.ndarray, root_rank: int,
                      name: Optional[str] = None) -> Handle:
     """Starts an in-place broadcast; see broadcast_."""
     array = _as_inplace(tensor, "broadcast_")
-    req = _request(auto_name("broadcast", name), _BROADCAST, array, array,
-                   root_rank=root_rank)
-    return _submit([req], _GIVEN, array)
+    return _submit_one(auto_name("broadcast", name), _BROADCAST, Sum, array,
+                       array, root_rank, 1.0, 1.0, None, False, _GIVEN, array)
 
 
 def broadcast_(tensor: np.ndarray, root_rank: int,
@@ -336,9 +336,13 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
                    name: Optional[str] = None) -> Handle:
     """Starts an alltoall; see alltoall."""
     array = _as_input(tensor)
-    req = _request(auto_name("alltoall", name), _ALLTOALL, array,
-                   splits=splits, allocate=True)
-    return _submit([req], _OUTPUT if splits is None else _OUTPUT_AND_SPLITS)
+    if splits is None:
+        rows, kind = None, _OUTPUT
+    else:
+        rows = [int(s) for s in np.asarray(splits).reshape(-1)]
+        kind = _OUTPUT_AND_SPLITS
+    return _submit_one(auto_name("alltoall", name), _ALLTOALL, Sum, array,
+                       None, 0, 1.0, 1.0, rows, True, kind)
 
 
 def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
@@ -367,10 +371,9 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None,
                         postscale_factor: float = 1.0) -> Handle:
     """Starts a reducescatter; see reducescatter."""
     array = _as_input(tensor)
-    req = _request(auto_name("reducescatter", name), _REDUCESCATTER, array,
-                   reduce_op=op, prescale=prescale_factor,
-                   postscale=postscale_factor, allocate=True)
-    return _submit([req], _OUTPUT)
+    return _submit_one(auto_name("reducescatter", name), _REDUCESCATTER, op,
+                       array, None, 0, prescale_factor, postscale_factor, None,
+                       True, _OUTPUT)
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
@@ -412,8 +415,8 @@ def grouped_allgather(tensors: Sequence[Any],
 
 def barrier() -> None:
     """Blocks until every rank reached the barrier."""
-    synchronize(_submit([_request(auto_name("barrier", None), _BARRIER, None)],
-                        _NOTHING))
+    synchronize(_submit_one(auto_name("barrier"), _BARRIER, Sum, None, None,
+                            0, 1.0, 1.0, None, False, _NOTHING))
 
 
 def join() -> int:
@@ -424,6 +427,6 @@ def join() -> int:
     Returns:
         The rank that joined last.
     """
-    return synchronize(_submit([_request(_JOIN_NAME, _JOIN, None)],
-                               _LAST_JOINED_RANK))
+    return synchronize(_submit_one(_JOIN_NAME, _JOIN, Sum, None, None, 0, 1.0,
+                                   1.0, None, False, _LAST_JOINED_RANK))
 

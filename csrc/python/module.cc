@@ -2,19 +2,28 @@
 // hb_request values, and core status codes into hbcore.exceptions types in
 // one table (RaiseFor). Waiting releases the GIL; core callbacks never take
 // it (they run on the core's background thread and only touch C++ state).
+//
+// The per-tensor path (submit, submit_one and the Handle type) is written
+// against the CPython API: for a small tensor, pybind11's argument dispatch
+// and instance registry cost more than everything else the submission
+// does. The rest of the module uses pybind11.
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "hbcore/c_api.h"
@@ -50,31 +59,38 @@ struct OpState {
   std::unique_ptr<void, FreeDeleter> output;
   std::vector<py::ssize_t> output_shape;
   size_t item_size = 1;
+  // The core's reference (the request's `user` is this state): set just
+  // before hb_enqueue, moved out by Done, or dropped by the submitter when
+  // hb_enqueue rejects the request (Done then never runs). Only one thread
+  // touches it at a time: the submitter until hb_enqueue, then the core.
+  std::shared_ptr<OpState> core_ref;
 };
 
 void* AllocOutput(void* user, int ndim, const int64_t* shape) {
-  auto* state = static_cast<std::shared_ptr<OpState>*>(user)->get();
-  size_t n = state->item_size;
-  state->output_shape.assign(shape, shape + ndim);
+  OpState& s = *static_cast<OpState*>(user);
+  size_t n = s.item_size;
+  s.output_shape.assign(shape, shape + ndim);
   for (int i = 0; i < ndim; ++i) n *= static_cast<size_t>(shape[i]);
-  state->output.reset(std::malloc(n == 0 ? 1 : n));
-  return state->output.get();
+  s.output.reset(std::malloc(n == 0 ? 1 : n));
+  return s.output.get();
 }
 
 void Done(void* user, int status, const char* message, const hb_result* r) {
-  // Reclaims the reference handed to the core at enqueue.
-  std::unique_ptr<std::shared_ptr<OpState>> ref(
-      static_cast<std::shared_ptr<OpState>*>(user));
-  OpState& s = **ref;
-  std::lock_guard<std::mutex> lock(s.mu);
-  s.code = status;
-  s.message = message ? message : "";
-  if (r != nullptr) {
-    s.received_splits.assign(r->received_splits,
-                             r->received_splits + r->num_received_splits);
-    s.last_joined_rank = r->last_joined_rank;
+  OpState& s = *static_cast<OpState*>(user);
+  // The state lives until this returns even when the handle is gone, so
+  // the notification may come after the lock is released.
+  const std::shared_ptr<OpState> keep = std::move(s.core_ref);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.code = status;
+    if (message != nullptr) s.message = message;
+    if (r != nullptr) {
+      s.received_splits.assign(r->received_splits,
+                               r->received_splits + r->num_received_splits);
+      s.last_joined_rank = r->last_joined_rank;
+    }
+    s.done.store(true, std::memory_order_release);
   }
-  s.done.store(true, std::memory_order_release);
   s.cv.notify_all();
 }
 
@@ -103,13 +119,14 @@ struct DtypeTable {
   std::string supported;                   // for the error message
 
   // Raises InvalidArgumentError for a dtype that was not registered.
-  int Code(const py::array& a) const {
-    const int num = a.dtype().num();
+  int Code(PyObject* descr) const {
+    const int num = py::detail::array_descriptor_proxy(descr)->type_num;
     for (const auto& c : codes) {
       if (c.first == num) return c.second;
     }
     RaiseFor(HB_ERR_INVALID_ARGUMENT,
-             "unsupported dtype " + py::str(a.dtype()).cast<std::string>() +
+             "unsupported dtype " +
+                 py::str(py::handle(descr)).cast<std::string>() +
                  "; supported: " + supported);
   }
 };
@@ -152,11 +169,22 @@ struct Part {
 // requests): hbcore.ops.Handle. wait() returns the operation's result.
 class Handle {
  public:
-  Handle(std::vector<Part> parts, int kind, py::object given)
-      : parts_(std::move(parts)), kind_(kind), given_(std::move(given)) {}
+  Handle(size_t count, int kind, py::object given)
+      : group_(count == 1 ? 0 : count), count_(count), kind_(kind),
+        given_(std::move(given)) {
+    for (Part& p : *this) p.state = std::make_shared<OpState>();
+  }
+
+  // Most operations are one request: its part lives inline, a group's in
+  // group_.
+  Part* begin() { return count_ == 1 ? &single_ : group_.data(); }
+  Part* end() { return begin() + count_; }
+  const Part* begin() const { return count_ == 1 ? &single_ : group_.data(); }
+  const Part* end() const { return begin() + count_; }
+  size_t size() const { return count_; }
 
   bool Poll() const {
-    for (const Part& p : parts_) {
+    for (const Part& p : *this) {
       if (!p.Done()) return false;
     }
     return true;
@@ -167,8 +195,13 @@ class Handle {
   // computed once.
   py::object Wait() {
     if (!finished_) {
-      if (!Poll() && !SpinUntilDone()) Block();
-      for (const Part& p : parts_) {
+      if (!Poll()) {
+        // This thread is done submitting for now: the core need not wait
+        // for more of the burst before negotiating what is queued.
+        hb_flush();
+        if (!SpinUntilDone()) Block();
+      }
+      for (const Part& p : *this) {
         if (p.state->code != HB_OK) RaiseFor(p.state->code, p.state->message);
       }
       result_ = MakeResult();
@@ -198,8 +231,7 @@ class Handle {
     // thread by unwinding, which must not pass through a noexcept
     // destructor. Such a thread instead parks until the process is gone.
     PyThreadState* saved = PyEval_SaveThread();
-    hb_flush();
-    for (const Part& p : parts_) {
+    for (const Part& p : *this) {
       std::unique_lock<std::mutex> lock(p.state->mu);
       p.state->cv.wait(lock, [&p] { return p.Done(); });
     }
@@ -210,109 +242,319 @@ class Handle {
   }
 
   py::object MakeResult() {
+    Part& first = *begin();
     switch (kind_) {
       case kResultOutput:
-        return parts_[0].TakeOutput();
+        return first.TakeOutput();
       case kResultOutputAndSplits: {
-        const std::vector<int64_t>& splits = parts_[0].state->received_splits;
+        const std::vector<int64_t>& splits = first.state->received_splits;
         py::array_t<int64_t> received(static_cast<py::ssize_t>(splits.size()));
         std::copy(splits.begin(), splits.end(), received.mutable_data());
-        return py::make_tuple(parts_[0].TakeOutput(), received);
+        return py::make_tuple(first.TakeOutput(), received);
       }
       case kResultOutputs: {
         py::list outputs;
-        for (Part& p : parts_) outputs.append(p.TakeOutput());
+        for (Part& p : *this) outputs.append(p.TakeOutput());
         return std::move(outputs);
       }
       case kResultNone:
         return py::none();
       case kResultLastJoinedRank:
-        return py::int_(parts_[0].state->last_joined_rank);
+        return py::int_(first.state->last_joined_rank);
       default:
         return given_;
     }
   }
 
-  std::vector<Part> parts_;
+  Part single_;
+  std::vector<Part> group_;
+  size_t count_;
   int kind_;
   py::object given_;
   bool finished_ = false;
   py::object result_;
 };
 
-// One request as Python describes it: a tuple (name, op, reduce_op, input,
-// output, root_rank, prescale, postscale, splits, allocate), where
-// input/output are C-contiguous numpy arrays (the Python layer guarantees
-// it) or None and splits is a list of ints or None. A tuple, not a class:
-// building it costs Python far less than setting attributes one by one.
-// The fields the core needs beyond the hb_request (which points into it)
-// live here until hb_enqueue returns.
-struct Prepared {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> splits;
-  Part part{std::make_shared<OpState>(), py::none(), py::none(), py::none()};
-  std::unique_ptr<std::shared_ptr<OpState>> ref;
+// --- the Handle type --------------------------------------------------------
+
+// A Python object holding a Handle: constructed in place by NewHandle,
+// destroyed by HandleDealloc.
+struct HandleObject {
+  PyObject_HEAD
+  Handle handle;
 };
 
-void Prepare(const py::handle& item, hb_request* r, Prepared* p) {
-  if (!PyTuple_Check(item.ptr()) || PyTuple_GET_SIZE(item.ptr()) != 10) {
-    throw py::value_error("hbcore request must be a tuple of 10 fields");
-  }
-  py::tuple t = py::reinterpret_borrow<py::tuple>(item);
-  std::memset(r, 0, sizeof(*r));
-  p->name = t[0].cast<std::string>();
-  r->name = p->name.c_str();
-  r->op = t[1].cast<int>();
-  r->reduce_op = t[2].cast<int>();
-  p->part.input = t[3];
-  p->part.output = t[4];
-  r->root_rank = t[5].cast<int>();
-  r->prescale_factor = t[6].cast<double>();
-  r->postscale_factor = t[7].cast<double>();
-  if (!t[8].is_none()) p->splits = t[8].cast<std::vector<int64_t>>();
-  const bool allocate = t[9].cast<bool>();
-  r->device = HB_DEVICE_CPU;
-  if (!p->part.input.is_none()) {
-    auto in = py::reinterpret_borrow<py::array>(p->part.input);
-    r->dtype = Dtypes().Code(in);
-    p->shape.assign(in.shape(), in.shape() + in.ndim());
-    r->input = in.data();
-    p->part.state->item_size = static_cast<size_t>(in.itemsize());
-    if (allocate) p->part.dtype = in.dtype();
-  }
-  if (!p->part.output.is_none()) {
-    r->output = py::reinterpret_borrow<py::array>(p->part.output).mutable_data();
-  }
-  r->ndim = static_cast<int>(p->shape.size());
-  r->shape = p->shape.data();
-  r->splits = p->splits.empty() ? nullptr : p->splits.data();
-  r->num_splits = static_cast<int>(p->splits.size());
-  r->alloc = allocate ? &AllocOutput : nullptr;
-  r->done = &Done;
-  p->ref = std::make_unique<std::shared_ptr<OpState>>(p->part.state);
-  r->user = p->ref.get();
+PyTypeObject* g_handle_type = nullptr;  // set once at import
+
+Handle& HandleOf(PyObject* self) {
+  return reinterpret_cast<HandleObject*>(self)->handle;
 }
 
-// Submits the requests atomically (one hb_enqueue: negotiated and fused
-// together); each accepted request's reference to its state then belongs to
-// the core until Done runs.
-Handle Submit(const py::list& items, int kind, py::object given) {
-  const size_t n = items.size();
-  std::vector<hb_request> requests(n);
-  std::vector<Prepared> prepared(n);
-  for (size_t i = 0; i < n; ++i) Prepare(items[i], &requests[i], &prepared[i]);
-  char err[1024] = {0};
-  int code = hb_enqueue(requests.data(), static_cast<int>(n), err, sizeof(err));
-  if (code != HB_OK) RaiseFor(code, err);
-  std::vector<Part> parts;
-  parts.reserve(n);
-  for (Prepared& p : prepared) {
-    p.ref.release();
-    parts.push_back(std::move(p.part));
+py::object NewHandle(size_t count, int kind, py::object given) {
+  HandleObject* o = PyObject_New(HandleObject, g_handle_type);
+  if (o == nullptr) throw py::error_already_set();
+  py::object owner = py::reinterpret_steal<py::object>(
+      reinterpret_cast<PyObject*>(o));
+  try {
+    new (&o->handle) Handle(count, kind, std::move(given));
+  } catch (...) {
+    // HandleDealloc must not destroy a Handle that was never constructed.
+    PyObject_Free(owner.release().ptr());
+    Py_DECREF(g_handle_type);
+    throw;
   }
-  return Handle(std::move(parts), kind, std::move(given));
+  return owner;
 }
+
+void HandleDealloc(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  HandleOf(self).~Handle();
+  type->tp_free(self);
+  Py_DECREF(type);  // instances of a heap type own a reference to it
+}
+
+// Runs f, turning a C++ exception into the pending Python error (the
+// CPython calling convention: nullptr with an error set).
+template <typename F>
+PyObject* Guarded(F&& f) {
+  try {
+    return f();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+PyObject* HandlePoll(PyObject* self, PyObject*) {
+  return PyBool_FromLong(HandleOf(self).Poll());
+}
+
+PyObject* HandleWait(PyObject* self, PyObject*) {
+  return Guarded([self] { return HandleOf(self).Wait().release().ptr(); });
+}
+
+PyMethodDef g_handle_methods[] = {
+    {"poll", HandlePoll, METH_NOARGS,
+     "True when the operation finished (wait() will not block)."},
+    {"wait", HandleWait, METH_NOARGS,
+     "Blocks until the operation finished; returns its result."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot g_handle_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(&HandleDealloc)},
+    {Py_tp_methods, g_handle_methods},
+    {Py_tp_doc, const_cast<char*>(
+                    "An operation in flight: pass it to\n"
+                    "hbcore.synchronize() or hbcore.poll().")},
+    {0, nullptr},
+};
+
+// Only NewHandle makes instances: Python code cannot (no tp_new).
+#if PY_VERSION_HEX >= 0x030A0000
+constexpr unsigned int kHandleFlags =
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION;
+#else
+constexpr unsigned int kHandleFlags = Py_TPFLAGS_DEFAULT;  // tp_new cleared
+#endif
+PyType_Spec g_handle_spec = {"hbcore._core.Handle", sizeof(HandleObject), 0,
+                             kHandleFlags, g_handle_slots};
+
+// --- submission -------------------------------------------------------------
+
+// int(o), as the int() the Python layer used to apply.
+int ToInt(PyObject* o) {
+  py::object owned;
+  if (!PyLong_Check(o)) {
+    owned = py::reinterpret_steal<py::object>(PyNumber_Long(o));
+    if (!owned) throw py::error_already_set();
+    o = owned.ptr();
+  }
+  const long v = PyLong_AsLong(o);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (v < INT_MIN || v > INT_MAX) {
+    throw py::value_error("hbcore: integer out of range");
+  }
+  return static_cast<int>(v);
+}
+
+// float(o).
+double ToDouble(PyObject* o) {
+  if (PyFloat_CheckExact(o)) return PyFloat_AS_DOUBLE(o);
+  py::object f = py::reinterpret_steal<py::object>(PyNumber_Float(o));
+  if (!f) throw py::error_already_set();
+  return PyFloat_AS_DOUBLE(f.ptr());
+}
+
+// The array behind an input or output field, which the Python layer makes
+// a C-contiguous numpy array (writeable where the core writes it).
+const py::detail::PyArray_Proxy* ArrayOf(PyObject* o, bool written) {
+  if (!py::detail::npy_api::get().PyArray_Check_(o)) {
+    throw py::type_error("hbcore request: expected a numpy array");
+  }
+  const auto* a = py::detail::array_proxy(o);
+  int need = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_;
+  if (written) need |= py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  if ((a->flags & need) != need) {
+    RaiseFor(HB_ERR_INVALID_ARGUMENT,
+             written ? "hbcore needs a C-contiguous, writeable output array"
+                     : "hbcore needs a C-contiguous input array");
+  }
+  return a;
+}
+
+// Request fields that must outlive the hb_request until hb_enqueue returns
+// (the core copies them there).
+struct Scratch {
+  std::vector<int64_t> shape;  // only where numpy's dimensions are not int64
+  std::vector<int64_t> splits;
+};
+
+// Fills `r` and `part` from the 10 fields of one request, in the order
+// (name, op, reduce_op, input, output, root_rank, prescale, postscale,
+// splits, allocate) -- the positional arguments of submit_one and the
+// tuples given to submit. input and output are C-contiguous numpy arrays or
+// None; splits is a sequence of ints or None. `f` must stay alive until
+// hb_enqueue returns: `r` points into the name and the input's shape.
+void Prepare(PyObject* const* f, hb_request* r, Part* part, Scratch* scratch) {
+  std::memset(r, 0, sizeof(*r));
+  if (!PyUnicode_Check(f[0])) {
+    throw py::type_error(std::string("hbcore tensor name must be a str, got ") +
+                         Py_TYPE(f[0])->tp_name);
+  }
+  r->name = PyUnicode_AsUTF8AndSize(f[0], nullptr);
+  if (r->name == nullptr) throw py::error_already_set();
+  r->op = ToInt(f[1]);
+  r->reduce_op = ToInt(f[2]);
+  r->root_rank = ToInt(f[5]);
+  r->prescale_factor = ToDouble(f[6]);
+  r->postscale_factor = ToDouble(f[7]);
+  if (f[8] != Py_None) {
+    py::sequence splits = py::reinterpret_borrow<py::sequence>(f[8]);
+    for (py::handle s : splits) scratch->splits.push_back(s.cast<int64_t>());
+    r->splits = scratch->splits.data();
+    r->num_splits = static_cast<int>(scratch->splits.size());
+  }
+  const int allocate = PyObject_IsTrue(f[9]);
+  if (allocate < 0) throw py::error_already_set();
+  r->device = HB_DEVICE_CPU;
+  if (f[3] != Py_None) {
+    const auto* in = ArrayOf(f[3], false);
+    r->dtype = Dtypes().Code(in->descr);
+    r->ndim = in->nd;
+    if (std::is_same<py::ssize_t, int64_t>::value) {
+      r->shape = reinterpret_cast<const int64_t*>(in->dimensions);
+    } else {
+      scratch->shape.assign(in->dimensions, in->dimensions + in->nd);
+      r->shape = scratch->shape.data();
+    }
+    r->input = in->data;
+    part->input = py::reinterpret_borrow<py::object>(f[3]);
+    py::dtype dtype = py::reinterpret_borrow<py::dtype>(in->descr);
+    part->state->item_size = static_cast<size_t>(dtype.itemsize());
+    if (allocate) part->dtype = std::move(dtype);
+  }
+  if (f[4] != Py_None) {
+    r->output = ArrayOf(f[4], true)->data;
+    part->output = py::reinterpret_borrow<py::object>(f[4]);
+  }
+  r->alloc = allocate ? &AllocOutput : nullptr;
+  r->done = &Done;
+  r->user = part->state.get();
+}
+
+// Submits the handle's prepared requests atomically (one hb_enqueue:
+// negotiated and fused together); each accepted request's state is then
+// also owned by the core until Done runs.
+void Enqueue(const hb_request* requests, Handle& handle) {
+  for (Part& p : handle) p.state->core_ref = p.state;
+  char err[1024];
+  err[0] = '\0';
+  const int code =
+      hb_enqueue(requests, static_cast<int>(handle.size()), err, sizeof(err));
+  if (code != HB_OK) {
+    for (Part& p : handle) p.state->core_ref.reset();
+    RaiseFor(code, err);
+  }
+}
+
+PyObject* ResultOrNone(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t i) {
+  return i < nargs ? args[i] : Py_None;
+}
+
+// submit_one(name, op, reduce_op, input, output, root_rank, prescale,
+// postscale, splits, allocate, result_kind, result=None) -> Handle: one
+// request, the common case, without building a list of tuples.
+PyObject* SubmitOne(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return Guarded([&] {
+    if (nargs != 11 && nargs != 12) {
+      throw py::type_error("submit_one() takes 11 or 12 positional arguments");
+    }
+    py::object obj = NewHandle(
+        1, ToInt(args[10]),
+        py::reinterpret_borrow<py::object>(ResultOrNone(args, nargs, 11)));
+    Handle& handle = HandleOf(obj.ptr());
+    hb_request request;
+    Scratch scratch;
+    Prepare(args, &request, handle.begin(), &scratch);
+    Enqueue(&request, handle);
+    return obj.release().ptr();
+  });
+}
+
+// submit(requests, result_kind, result=None) -> Handle: a group of
+// requests, each a tuple of Prepare's 10 fields, submitted atomically.
+PyObject* Submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return Guarded([&] {
+    if (nargs != 2 && nargs != 3) {
+      throw py::type_error("submit() takes 2 or 3 positional arguments");
+    }
+    if (!PyList_Check(args[0])) throw py::type_error("requests must be a list");
+    // A copy: converting fields may run Python code that changes the list.
+    py::tuple items =
+        py::reinterpret_steal<py::tuple>(PySequence_Tuple(args[0]));
+    if (!items) throw py::error_already_set();
+    const size_t n = items.size();
+    py::object obj = NewHandle(
+        n, ToInt(args[1]),
+        py::reinterpret_borrow<py::object>(ResultOrNone(args, nargs, 2)));
+    Handle& handle = HandleOf(obj.ptr());
+    std::vector<hb_request> requests(n);
+    std::vector<Scratch> scratch(n);
+    Part* part = handle.begin();
+    for (size_t i = 0; i < n; ++i) {
+      PyObject* item = PyTuple_GET_ITEM(items.ptr(), i);
+      if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 10) {
+        throw py::value_error("hbcore request must be a tuple of 10 fields");
+      }
+      PyObject* fields[10];
+      for (int k = 0; k < 10; ++k) fields[k] = PyTuple_GET_ITEM(item, k);
+      Prepare(fields, &requests[i], part + i, &scratch[i]);
+    }
+    Enqueue(requests.data(), handle);
+    return obj.release().ptr();
+  });
+}
+
+// A METH_FASTCALL function, stored as PyCFunction (CPython casts it back).
+PyCFunction FastCall(PyObject* (*f)(PyObject*, PyObject* const*, Py_ssize_t)) {
+  return reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(f));
+}
+
+PyMethodDef g_submit_defs[] = {
+    {"submit_one", FastCall(&SubmitOne), METH_FASTCALL,
+     "submit_one(name, op, reduce_op, input, output, root_rank, prescale, "
+     "postscale, splits, allocate, result_kind, result=None) -> Handle"},
+    {"submit", FastCall(&Submit), METH_FASTCALL,
+     "submit(requests, result_kind, result=None) -> Handle: the requests "
+     "(tuples of submit_one's first 10 arguments) in one hb_enqueue"},
+};
 
 }  // namespace
 
@@ -356,15 +598,19 @@ PYBIND11_MODULE(_core, m) {
     RaiseFor(code, message);
   });
 
-  py::class_<Handle>(m, "Handle", R"doc(An operation in flight: pass it to
-hbcore.synchronize() or hbcore.poll().)doc")
-      .def("poll", &Handle::Poll,
-           "True when the operation finished (wait() will not block).")
-      .def("wait", &Handle::Wait,
-           "Blocks until the operation finished; returns its result.");
-
-  m.def("submit", &Submit, py::arg("requests"), py::arg("result_kind"),
-        py::arg("result") = py::none());
+  g_handle_type =
+      reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&g_handle_spec));
+  if (g_handle_type == nullptr) throw py::error_already_set();
+#if PY_VERSION_HEX < 0x030A0000
+  g_handle_type->tp_new = nullptr;
+#endif
+  m.add_object("Handle",
+               py::handle(reinterpret_cast<PyObject*>(g_handle_type)));
+  for (PyMethodDef& def : g_submit_defs) {
+    PyObject* fn = PyCFunction_NewEx(&def, nullptr, m.attr("__name__").ptr());
+    if (fn == nullptr) throw py::error_already_set();
+    m.add_object(def.ml_name, py::reinterpret_steal<py::object>(fn));
+  }
   m.def("register_dtypes",
         [](const std::vector<std::pair<py::dtype, int>>& codes) {
           DtypeTable& table = Dtypes();
