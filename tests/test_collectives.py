@@ -22,7 +22,8 @@ TIMEOUT_S = 120
 
 # These launches run on one host, so fused allreduces reduce through node
 # shared memory. One more launch lowers HB_SHM_ALLREDUCE_THRESHOLD to 64
-# bytes: only tiny fused batches take that path, the rest take MPI's.
+# bytes: every fused batch larger than that is then reduced in many pieces,
+# whose chunk boundaries fall inside tensors.
 SHM_SPLIT_NP = 3
 SHM_SPLIT_ENV = {"HB_SHM_ALLREDUCE_THRESHOLD": "64"}
 

@@ -1,6 +1,6 @@
-"""Fused allreduces of a single-host job reduce through node shared memory
+"""Allreduces of a single-host job reduce through node shared memory
 (see docs/architecture.md). When /dev/shm cannot hold the segment, init
-still succeeds, rank 0 says why, and fused allreduces fall back to MPI with
+still succeeds, rank 0 says why, and allreduces fall back to MPI with
 the same results.
 
 The full /dev/shm is a 6 MiB tmpfs mounted over it in a private mount
@@ -38,7 +38,7 @@ def test_full_dev_shm_falls_back_to_mpi():
     assert run.returncode == 0, run.describe()
     assert ("node shared-memory segment of 12582912 bytes unavailable"
             in run.stderr), run.describe()
-    assert "fused allreduces use MPI instead" in run.stderr, run.describe()
+    assert "allreduces use MPI instead" in run.stderr, run.describe()
     names = [name for name, _ in collectives.build_cases(2, 0, dtypes)
              if name.startswith(("grouped/", "allreduce/", "inplace/"))]
     assert len(names) > 20

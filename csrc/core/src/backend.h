@@ -30,13 +30,11 @@ class Backend {
   virtual const char* name() const = 0;
   virtual bool Serves(int device) const = 0;
 
-  // True when this backend reduces the batch where its tensors are
-  // (AllreduceLayout), faster than the executor's fusion buffer around
-  // Allreduce. Every rank gets the same answer for the same batch.
-  virtual bool CanAllreduceLayout(const FusedLayout& /*layout*/,
-                                  ReduceOp /*op*/) const {
-    return false;
-  }
+  // True when this backend reduces fused batches of any size where their
+  // tensors are (AllreduceLayout), so that the executor needs no fusion
+  // buffer and fusion planning need not keep large tensors apart. The same
+  // answer on every rank.
+  virtual bool AllreducesLayouts() const { return false; }
   // Reduces every tensor of the batch into its output, with its scale
   // factors applied; reports the copy and reduction phases to `phase`.
   virtual Status AllreduceLayout(const FusedLayout& /*layout*/,

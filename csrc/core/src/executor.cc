@@ -150,7 +150,7 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
     }
   }
   const FusedLayout layout(head.dtype, std::move(tensors));
-  if (backend->CanAllreduceLayout(layout, op)) {
+  if (responses.size() > 1 && backend->AllreducesLayouts()) {
     return backend->AllreduceLayout(
         layout, op, [&](const char* phase, Clock::time_point start) {
           Record(responses, phase, start);

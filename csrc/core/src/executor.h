@@ -1,8 +1,8 @@
-// Executes one fusion batch on the backend that serves its device: an
-// allreduce batch goes to the backend as a FusedLayout when it can reduce
-// the tensors where they are, else through the fusion buffer (pack, one
-// collective, unpack); scaling is applied on the way in and out (Average =
-// Sum, then 1/size). It allocates outputs whose size only the negotiation
+// Executes one fusion batch on the backend that serves its device: a fused
+// allreduce goes to the backend as a FusedLayout when it can reduce the
+// tensors where they are, else through the fusion buffer (pack, one
+// collective, unpack); a lone allreduce runs straight from input to output.
+// Scaling is applied on the way in and out (Average = Sum, then 1/size). It allocates outputs whose size only the negotiation
 // knew, and reports each tensor's result.
 //
 // On a rank that joined, or when a tensor failed negotiation elsewhere,

@@ -150,14 +150,14 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
   return Status::OK();
 }
 
-bool MpiBackend::CanAllreduceLayout(const FusedLayout& layout,
-                                    ReduceOp op) const {
-  return shm_ != nullptr && shm_->Fits(layout.bytes()) &&
-         ReduceSupported(layout.dtype(), op);
-}
-
 Status MpiBackend::AllreduceLayout(const FusedLayout& layout, ReduceOp op,
                                    const PhaseFn& phase) {
+  // Every rank fails the same way here, before any collective.
+  if (!ReduceSupported(layout.dtype(), op)) {
+    return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
+                               " on " + DataTypeName(layout.dtype()) +
+                               " in shared memory");
+  }
   return shm_->Allreduce(layout, op, phase);
 }
 

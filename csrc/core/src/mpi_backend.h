@@ -15,7 +15,7 @@ namespace hbcore {
 
 class MpiBackend : public Backend {
  public:
-  // `shm`, when given, reduces the fused batches that fit in its slots.
+  // `shm`, when given, reduces fused batches (AllreduceLayout).
   MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm);
   ~MpiBackend() override;
   MpiBackend(const MpiBackend&) = delete;
@@ -24,8 +24,7 @@ class MpiBackend : public Backend {
   const char* name() const override { return "MPI"; }
   bool Serves(int device) const override { return device == HB_DEVICE_CPU; }
 
-  bool CanAllreduceLayout(const FusedLayout& layout,
-                          ReduceOp op) const override;
+  bool AllreducesLayouts() const override { return shm_ != nullptr; }
   Status AllreduceLayout(const FusedLayout& layout, ReduceOp op,
                          const PhaseFn& phase) override;
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,

@@ -126,35 +126,47 @@ Status MpiShmAllreduce::Barrier() {
 
 Status MpiShmAllreduce::Allreduce(const FusedLayout& layout, ReduceOp op,
                                   const PhaseFn& phase) {
-  const int64_t count = layout.total();
-  const int64_t begin = count * rank_ / size_;
-  const int64_t end = count * (rank_ + 1) / size_;
-  auto start = Clock::now();
-  PackPeerChunks(layout, begin, end);
-  phase("MEMCPY_IN_FUSION_BUFFER", start);
-  start = Clock::now();
-  Status s = Barrier();  // every slot holds what the peers need of it
-  if (!s.ok()) return s;
-  CombineOwnChunk(layout, op, begin, end);
-  s = Barrier();  // every chunk of the result area is written
-  if (!s.ok()) return s;
-  phase("ALLREDUCE", start);
-  start = Clock::now();
-  UnpackPeerChunks(layout, begin, end);
-  phase("MEMCPY_OUT_FUSION_BUFFER", start);
+  const int64_t total = layout.total();
+  const int64_t piece_elements = slot_bytes_ / layout.element_size();
+  // The timeline gets the three steps of a batch that is one piece; for
+  // more pieces they interleave, and it gets one ALLREDUCE for the whole.
+  const bool one_piece = total <= piece_elements;
+  const auto first = Clock::now();
+  for (int64_t piece = 0; piece < total; piece += piece_elements) {
+    const int64_t piece_end = std::min(total, piece + piece_elements);
+    const int64_t n = piece_end - piece;
+    const int64_t begin = piece + n * rank_ / size_;
+    const int64_t end = piece + n * (rank_ + 1) / size_;
+    auto start = Clock::now();
+    PackPeerChunks(layout, piece, piece_end, begin, end);
+    if (one_piece) phase("MEMCPY_IN_FUSION_BUFFER", start);
+    start = Clock::now();
+    Status s = Barrier();  // every slot holds what the peers need of it
+    if (!s.ok()) return s;
+    CombineOwnChunk(layout, op, piece, begin, end);
+    s = Barrier();  // every chunk of the result area is written
+    if (!s.ok()) return s;
+    if (one_piece) phase("ALLREDUCE", start);
+    start = Clock::now();
+    UnpackPeerChunks(layout, piece, piece_end, begin, end);
+    if (one_piece) phase("MEMCPY_OUT_FUSION_BUFFER", start);
+  }
+  if (!one_piece) phase("ALLREDUCE", first);
   return Status::OK();
 }
 
-void MpiShmAllreduce::PackPeerChunks(const FusedLayout& layout, int64_t begin,
+void MpiShmAllreduce::PackPeerChunks(const FusedLayout& layout, int64_t piece,
+                                     int64_t piece_end, int64_t begin,
                                      int64_t end) {
   char* slot = slots_[rank_];
-  layout.Gather(0, begin, slot);
-  layout.Gather(end, layout.total() - end,
-                slot + end * layout.element_size());
+  const int64_t elem = layout.element_size();
+  layout.Gather(piece, begin - piece, slot);
+  layout.Gather(end, piece_end - end, slot + (end - piece) * elem);
 }
 
 void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
-                                      int64_t begin, int64_t end) {
+                                      int64_t piece, int64_t begin,
+                                      int64_t end) {
   const DataType dtype = layout.dtype();
   const int64_t elem = layout.element_size();
   alignas(64) char acc[kBlockBytes];
@@ -162,9 +174,10 @@ void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
   const int64_t block = kBlockBytes / elem;
   for (int64_t at = begin; at < end; at += block) {
     const int64_t m = std::min(block, end - at);
+    const int64_t offset = (at - piece) * elem;
     // Contributions in rank order; this rank's comes from its tensors.
     for (int r = 0; r < size_; ++r) {
-      const char* in = slots_[r] + at * elem;
+      const char* in = slots_[r] + offset;
       if (r == rank_) {
         layout.Gather(at, m, r == 0 ? acc : own);
         in = own;
@@ -175,16 +188,17 @@ void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
         ReduceInto(acc, in, m, dtype, op);
       }
     }
-    std::memcpy(result_ + at * elem, acc, m * elem);
+    std::memcpy(result_ + offset, acc, m * elem);
     layout.Scatter(at, m, acc);
   }
 }
 
 void MpiShmAllreduce::UnpackPeerChunks(const FusedLayout& layout,
+                                       int64_t piece, int64_t piece_end,
                                        int64_t begin, int64_t end) {
-  layout.Scatter(0, begin, result_);
-  layout.Scatter(end, layout.total() - end,
-                 result_ + end * layout.element_size());
+  const int64_t elem = layout.element_size();
+  layout.Scatter(piece, begin - piece, result_);
+  layout.Scatter(end, piece_end - end, result_ + (end - piece) * elem);
 }
 
 }  // namespace hbcore

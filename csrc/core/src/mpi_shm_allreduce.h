@@ -8,6 +8,9 @@
 // the batch's fused coordinates (see FusedLayout). Chunk k of the batch
 // (about 1/n of its elements) belongs to rank k:
 //
+// A batch larger than a slot is reduced piece by piece, each piece (at most
+// a slot of elements) in the three steps below, with chunks of the piece:
+//
 //   1. each rank packs its inputs for every chunk but its own into its
 //      slot (its own chunk it reads straight from its tensors in step 2)
 //      -- barrier --
@@ -24,10 +27,12 @@
 //
 // Invariant: a rank writes only its own slot (step 1) and its own chunk of
 // the result area (step 2); peers read a slot only between the two
-// barriers, and the result area only after the second. The next batch's
-// step 2 follows its first barrier, which no rank passes before every rank
-// finished step 3 of this batch, so no write of the next batch can overtake
-// a read of this one, whatever the chunk boundaries of either.
+// barriers, and the result area only after the second. The next piece's
+// (or batch's) step 1 follows this piece's second barrier, which no rank
+// passes before every rank finished reading slots; its step 2 follows its
+// own first barrier, which no rank passes before every rank finished step 3
+// here. So no write of the next piece overtakes a read of this one,
+// whatever the chunk boundaries of either.
 //
 // The segment is a POSIX shared-memory object, fully allocated up front
 // (posix_fallocate: a full /dev/shm is an error at init, never a SIGBUS
@@ -60,9 +65,6 @@ class MpiShmAllreduce {
   MpiShmAllreduce(const MpiShmAllreduce&) = delete;
   MpiShmAllreduce& operator=(const MpiShmAllreduce&) = delete;
 
-  // True when a batch of `bytes` fits (the same answer on every rank).
-  bool Fits(int64_t bytes) const { return bytes <= slot_bytes_; }
-
   // Reduces the batch (a layout of the same total() elements on every
   // rank) and writes the result into every tensor's output. `phase` is
   // called as each of the three steps ends, for the timeline.
@@ -72,11 +74,15 @@ class MpiShmAllreduce {
  private:
   MpiShmAllreduce() = default;
   Status Barrier();
-  // Steps 1, 2 and 3 of the class comment for chunk bounds [begin, end).
-  void PackPeerChunks(const FusedLayout& layout, int64_t begin, int64_t end);
-  void CombineOwnChunk(const FusedLayout& layout, ReduceOp op, int64_t begin,
-                       int64_t end);
-  void UnpackPeerChunks(const FusedLayout& layout, int64_t begin, int64_t end);
+  // Steps 1, 2 and 3 of the class comment for the piece of fused elements
+  // [piece, piece_end) and this rank's chunk [begin, end) of it. Slot and
+  // result offsets are relative to the piece.
+  void PackPeerChunks(const FusedLayout& layout, int64_t piece,
+                      int64_t piece_end, int64_t begin, int64_t end);
+  void CombineOwnChunk(const FusedLayout& layout, ReduceOp op, int64_t piece,
+                       int64_t begin, int64_t end);
+  void UnpackPeerChunks(const FusedLayout& layout, int64_t piece,
+                        int64_t piece_end, int64_t begin, int64_t end);
 
   MPI_Comm comm_ = MPI_COMM_NULL;  // private duplicate of the node comm
   int rank_ = 0;

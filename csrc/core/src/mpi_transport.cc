@@ -97,7 +97,7 @@ class MpiTransport : public Transport {
       // costs the faster path.
       Status s = MpiShmAllreduce::Create(local_, shm_allreduce_bytes, &shm);
       if (!s.ok() && s.code() != HB_ERR_UNSUPPORTED && topo_.rank == 0) {
-        HB_LOG(kWarning, s.message() << "; fused allreduces use MPI instead "
+        HB_LOG(kWarning, s.message() << "; allreduces use MPI instead "
                          "(set HB_SHM_ALLREDUCE_THRESHOLD=0 to silence this)");
       }
     }
