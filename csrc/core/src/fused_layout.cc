@@ -49,6 +49,19 @@ void FusedLayout::Gather(int64_t begin, int64_t n, void* dst) const {
   });
 }
 
+const void* FusedLayout::InputIfContiguous(int64_t begin, int64_t n) const {
+  const void* found = nullptr;
+  int pieces = 0;
+  ForEachPiece(begin, n, [&](const FusedTensor& t, int64_t at, int64_t,
+                             int64_t) {
+    ++pieces;
+    if (t.input != nullptr && t.prescale == 1.0) {
+      found = static_cast<const char*>(t.input) + at * element_size_;
+    }
+  });
+  return pieces == 1 ? found : nullptr;
+}
+
 void FusedLayout::Scatter(int64_t begin, int64_t n, const void* src) const {
   const char* in = static_cast<const char*>(src);
   ForEachPiece(begin, n, [&](const FusedTensor& t, int64_t at, int64_t from,

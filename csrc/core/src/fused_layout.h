@@ -38,6 +38,9 @@ class FusedLayout {
 
   // dst[0, n) = prescaled inputs at fused elements [begin, begin + n).
   void Gather(int64_t begin, int64_t n, void* dst) const;
+  // The input memory of fused elements [begin, begin + n) when it needs no
+  // gathering (one tensor, present, prescale 1), else nullptr.
+  const void* InputIfContiguous(int64_t begin, int64_t n) const;
   // Fused outputs [begin, begin + n) = postscaled src[0, n).
   void Scatter(int64_t begin, int64_t n, const void* src) const;
 

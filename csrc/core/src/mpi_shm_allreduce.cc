@@ -175,18 +175,19 @@ void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
   for (int64_t at = begin; at < end; at += block) {
     const int64_t m = std::min(block, end - at);
     const int64_t offset = (at - piece) * elem;
-    // Contributions in rank order; this rank's comes from its tensors.
-    for (int r = 0; r < size_; ++r) {
-      const char* in = slots_[r] + offset;
-      if (r == rank_) {
-        layout.Gather(at, m, r == 0 ? acc : own);
-        in = own;
-      }
-      if (r == 0) {
-        if (rank_ != 0) std::memcpy(acc, in, m * elem);
-      } else {
-        ReduceInto(acc, in, m, dtype, op);
-      }
+    // This rank's contribution straight from its tensor where it can be.
+    const void* mine = layout.InputIfContiguous(at, m);
+    if (mine == nullptr) {
+      layout.Gather(at, m, own);
+      mine = own;
+    }
+    auto contribution = [&](int r) -> const void* {
+      return r == rank_ ? mine : slots_[r] + offset;
+    };
+    // In rank order: acc = c0 op c1, then acc op= c2, ... (size_ >= 2).
+    Reduce(acc, contribution(0), contribution(1), m, dtype, op);
+    for (int r = 2; r < size_; ++r) {
+      Reduce(acc, acc, contribution(r), m, dtype, op);
     }
     std::memcpy(result_ + offset, acc, m * elem);
     layout.Scatter(at, m, acc);

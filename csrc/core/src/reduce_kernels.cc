@@ -42,48 +42,53 @@ struct Product {
   }
 };
 
-// Simple restrict-qualified loops: the compiler vectorises them.
+// Plain element loops: -O3 vectorises them. `out` may be `a` (the compiler
+// checks for that overlap at run time), never a partial overlap.
 template <typename T, typename Op>
-void Combine(void* acc, const void* in, int64_t count) {
-  T* __restrict a = static_cast<T*>(acc);
-  const T* __restrict b = static_cast<const T*>(in);
-  for (int64_t i = 0; i < count; ++i) a[i] = static_cast<T>(Op::Apply(a[i], b[i]));
+void Combine(void* out, const void* a, const void* b, int64_t count) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* __restrict y = static_cast<const T*>(b);
+  for (int64_t i = 0; i < count; ++i) o[i] = static_cast<T>(Op::Apply(x[i], y[i]));
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Op>
-void CombineHalf(void* acc, const void* in, int64_t count) {
-  uint16_t* __restrict a = static_cast<uint16_t*>(acc);
-  const uint16_t* __restrict b = static_cast<const uint16_t*>(in);
+void CombineHalf(void* out, const void* a, const void* b, int64_t count) {
+  uint16_t* o = static_cast<uint16_t*>(out);
+  const uint16_t* x = static_cast<const uint16_t*>(a);
+  const uint16_t* __restrict y = static_cast<const uint16_t*>(b);
   for (int64_t i = 0; i < count; ++i) {
-    a[i] = FromFloat(Op::Apply(ToFloat(a[i]), ToFloat(b[i])));
+    o[i] = FromFloat(Op::Apply(ToFloat(x[i]), ToFloat(y[i])));
   }
 }
 
 // bool bytes are 0 or 1: or = max, and = min.
-void CombineBool(void* acc, const void* in, int64_t count, bool any) {
+void CombineBool(void* out, const void* a, const void* b, int64_t count,
+                 bool any) {
   if (any) {
-    Combine<uint8_t, Max>(acc, in, count);
+    Combine<uint8_t, Max>(out, a, b, count);
   } else {
-    Combine<uint8_t, Min>(acc, in, count);
+    Combine<uint8_t, Min>(out, a, b, count);
   }
 }
 
 template <typename Op>
-bool Dispatch(void* acc, const void* in, int64_t count, DataType dtype) {
+bool Dispatch(void* out, const void* a, const void* b, int64_t count,
+              DataType dtype) {
   switch (dtype) {
-    case DataType::kUInt8: Combine<uint8_t, Op>(acc, in, count); return true;
-    case DataType::kInt8: Combine<int8_t, Op>(acc, in, count); return true;
-    case DataType::kUInt16: Combine<uint16_t, Op>(acc, in, count); return true;
-    case DataType::kInt16: Combine<int16_t, Op>(acc, in, count); return true;
-    case DataType::kInt32: Combine<int32_t, Op>(acc, in, count); return true;
-    case DataType::kInt64: Combine<int64_t, Op>(acc, in, count); return true;
-    case DataType::kFloat32: Combine<float, Op>(acc, in, count); return true;
-    case DataType::kFloat64: Combine<double, Op>(acc, in, count); return true;
+    case DataType::kUInt8: Combine<uint8_t, Op>(out, a, b, count); return true;
+    case DataType::kInt8: Combine<int8_t, Op>(out, a, b, count); return true;
+    case DataType::kUInt16: Combine<uint16_t, Op>(out, a, b, count); return true;
+    case DataType::kInt16: Combine<int16_t, Op>(out, a, b, count); return true;
+    case DataType::kInt32: Combine<int32_t, Op>(out, a, b, count); return true;
+    case DataType::kInt64: Combine<int64_t, Op>(out, a, b, count); return true;
+    case DataType::kFloat32: Combine<float, Op>(out, a, b, count); return true;
+    case DataType::kFloat64: Combine<double, Op>(out, a, b, count); return true;
     case DataType::kFloat16:
-      CombineHalf<Float16ToFloat, FloatToFloat16, Op>(acc, in, count);
+      CombineHalf<Float16ToFloat, FloatToFloat16, Op>(out, a, b, count);
       return true;
     case DataType::kBFloat16:
-      CombineHalf<BFloat16ToFloat, FloatToBFloat16, Op>(acc, in, count);
+      CombineHalf<BFloat16ToFloat, FloatToBFloat16, Op>(out, a, b, count);
       return true;
     case DataType::kBool:
       return false;  // handled by the caller
@@ -105,18 +110,18 @@ bool ReduceSupported(DataType dtype, ReduceOp op) {
   }
 }
 
-bool ReduceInto(void* acc, const void* in, int64_t count, DataType dtype,
-                ReduceOp op) {
+bool Reduce(void* out, const void* a, const void* b, int64_t count,
+            DataType dtype, ReduceOp op) {
   if (dtype == DataType::kBool) {
     if (op == ReduceOp::kAverage || op == ReduceOp::kAdasum) return false;
-    CombineBool(acc, in, count, op == ReduceOp::kSum || op == ReduceOp::kMax);
+    CombineBool(out, a, b, count, op == ReduceOp::kSum || op == ReduceOp::kMax);
     return true;
   }
   switch (op) {
-    case ReduceOp::kSum: return Dispatch<Sum>(acc, in, count, dtype);
-    case ReduceOp::kMin: return Dispatch<Min>(acc, in, count, dtype);
-    case ReduceOp::kMax: return Dispatch<Max>(acc, in, count, dtype);
-    case ReduceOp::kProduct: return Dispatch<Product>(acc, in, count, dtype);
+    case ReduceOp::kSum: return Dispatch<Sum>(out, a, b, count, dtype);
+    case ReduceOp::kMin: return Dispatch<Min>(out, a, b, count, dtype);
+    case ReduceOp::kMax: return Dispatch<Max>(out, a, b, count, dtype);
+    case ReduceOp::kProduct: return Dispatch<Product>(out, a, b, count, dtype);
     default: return false;
   }
 }

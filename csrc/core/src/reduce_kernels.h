@@ -12,14 +12,14 @@
 
 namespace hbcore {
 
-// True for the combinations ReduceInto computes: Sum, Min, Max and Product
-// on every data type (the executor has already turned Average into Sum).
+// True for the combinations Reduce computes: Sum, Min, Max and Product on
+// every data type (the executor has already turned Average into Sum).
 bool ReduceSupported(DataType dtype, ReduceOp op);
 
-// acc[i] = acc[i] (op) in[i] for i < count; a no-op returning false where
-// ReduceSupported is false. The buffers must not overlap.
-bool ReduceInto(void* acc, const void* in, int64_t count, DataType dtype,
-                ReduceOp op);
+// out[i] = a[i] (op) b[i] for i < count; a no-op returning false where
+// ReduceSupported is false. `out` may be `a`; no other buffers overlap.
+bool Reduce(void* out, const void* a, const void* b, int64_t count,
+            DataType dtype, ReduceOp op);
 
 }  // namespace hbcore
 

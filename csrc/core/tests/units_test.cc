@@ -147,6 +147,8 @@ TEST(FusedLayoutGathersAndScattersEveryRange) {
       CHECK_EQ(got[n], -7.0f);  // nothing written past the range
     }
   }
+  CHECK(layout.InputIfContiguous(0, 5) == nullptr);  // prescaled
+  CHECK(layout.InputIfContiguous(6, 3) == c.data() + 1);
   // Scatter in two ranges that split tensor c.
   std::vector<float> result(12);
   std::iota(result.begin(), result.end(), 0.0f);
@@ -166,6 +168,10 @@ TEST(FusedLayoutAbsentInputsGatherAsZeros) {
   layout.Gather(0, 5, got.data());
   CHECK(got == std::vector<int32_t>({0, 0, 0, 7, 8}));
   layout.Scatter(0, 5, got.data());  // outputs absent: nothing to write
+  CHECK(layout.InputIfContiguous(0, 2) == nullptr);  // absent input
+  CHECK(layout.InputIfContiguous(3, 2) == b.data());
+  CHECK(layout.InputIfContiguous(4, 1) == b.data() + 1);
+  CHECK(layout.InputIfContiguous(2, 2) == nullptr);  // spans two tensors
 }
 
 TEST(ReduceKernelsPerOp) {
@@ -186,16 +192,21 @@ TEST(ReduceKernelsPerOp) {
     for (const Case& c : cases) {
       acc = a0;
       CHECK(ReduceSupported(DataType::kFloat32, c.op));
-      CHECK(ReduceInto(acc.data(), in.data(), n, DataType::kFloat32, c.op));
+      CHECK(Reduce(acc.data(), acc.data(), in.data(), n, DataType::kFloat32,
+                   c.op));
       for (int i = 0; i < n; ++i) CHECK_EQ(acc[i], c.f(a0[i], in[i]));
+      std::vector<float> out(n, -9.0f);
+      CHECK(Reduce(out.data(), a0.data(), in.data(), n, DataType::kFloat32,
+                   c.op));
+      CHECK(out == acc);
     }
   }
   uint8_t x[2] = {250, 1}, y[2] = {10, 2};
-  CHECK(ReduceInto(x, y, 2, DataType::kUInt8, ReduceOp::kSum));
+  CHECK(Reduce(x, x, y, 2, DataType::kUInt8, ReduceOp::kSum));
   CHECK_EQ(static_cast<int>(x[0]), 4);  // wraps, as MPI's sum does
   CHECK(!ReduceSupported(DataType::kFloat32, ReduceOp::kAverage));
   CHECK(!ReduceSupported(DataType::kFloat32, ReduceOp::kAdasum));
-  CHECK(!ReduceInto(x, y, 2, DataType::kFloat32, ReduceOp::kAverage));
+  CHECK(!Reduce(x, x, y, 2, DataType::kFloat32, ReduceOp::kAverage));
 }
 
 }  // namespace
