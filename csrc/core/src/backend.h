@@ -32,8 +32,7 @@ class Backend {
 
   // True when this backend reduces fused batches of any size where their
   // tensors are (AllreduceLayout), so that the executor needs no fusion
-  // buffer and fusion planning need not keep large tensors apart. The same
-  // answer on every rank.
+  // buffer. The same answer on every rank.
   virtual bool AllreducesLayouts() const { return false; }
   // Reduces every tensor of the batch into its output, with its scale
   // factors applied; reports the copy and reduction phases to `phase`.

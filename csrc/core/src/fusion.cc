@@ -19,15 +19,14 @@ int64_t ResponseBytes(const Response& response) {
 }
 
 std::vector<FusionBatch> PlanFusion(const std::vector<Response>& responses,
-                                    int64_t threshold_bytes, bool fuse_large) {
+                                    int64_t threshold_bytes) {
   std::vector<FusionBatch> batches;
   std::vector<int64_t> batch_bytes;
   for (size_t i = 0; i < responses.size(); ++i) {
     const Response& r = responses[i];
     int64_t bytes = ResponseBytes(r);
     bool placed = false;
-    if (Fusable(r) && bytes <= threshold_bytes &&
-        (fuse_large || bytes < kDirectTensorBytes)) {
+    if (Fusable(r) && bytes <= threshold_bytes && bytes < kDirectTensorBytes) {
       for (size_t b = 0; b < batches.size(); ++b) {
         const Response& head = responses[batches[b].front()];
         if (Fusable(head) && SameKind(head, r) &&

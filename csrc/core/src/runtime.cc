@@ -453,8 +453,7 @@ void Runtime::Loop() {
 void Runtime::Execute(const CycleOutput& cycle) {
   if (cycle.responses.empty()) return;
   std::vector<FusionBatch> plan =
-      PlanFusion(cycle.responses, config_.fusion_threshold_bytes,
-                 transport_->cpu_backend()->AllreducesLayouts());
+      PlanFusion(cycle.responses, config_.fusion_threshold_bytes);
   const auto negotiated = Clock::now();
   std::vector<TensorResult> results;
   for (const FusionBatch& batch : plan) {

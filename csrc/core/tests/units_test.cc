@@ -69,28 +69,24 @@ TEST(FusionGroupsByKindUpToThreshold) {
   rs.push_back(AllreduceResponse("e", 1));
   rs.back().op = OpType::kAllgather;
   // 40 bytes per float32 tensor of 10; threshold 100 bytes.
-  std::vector<FusionBatch> plan = PlanFusion(rs, 100, false);
+  std::vector<FusionBatch> plan = PlanFusion(rs, 100);
   CHECK_EQ(plan.size(), 4u);
   CHECK(plan[0] == FusionBatch({0, 2}));  // a + c = 80 bytes; d would exceed
   CHECK(plan[1] == FusionBatch({1}));
   CHECK(plan[2] == FusionBatch({3}));
   CHECK(plan[3] == FusionBatch({4}));
-  CHECK_EQ(PlanFusion(rs, 0, false).size(), rs.size());
+  CHECK_EQ(PlanFusion(rs, 0).size(), rs.size());
 }
 
-TEST(FusionKeepsLargeTensorsApartOnlyForTheFusionBuffer) {
+TEST(FusionKeepsLargeTensorsApart) {
   const int64_t large = kDirectTensorBytes / 4;  // float32 elements
   std::vector<Response> rs = {AllreduceResponse("a", 10),
                               AllreduceResponse("big", large),
                               AllreduceResponse("b", 10)};
-  const int64_t threshold = int64_t{64} << 20;
-  std::vector<FusionBatch> apart = PlanFusion(rs, threshold, false);
-  CHECK_EQ(apart.size(), 2u);
-  CHECK(apart[0] == FusionBatch({0, 2}));
-  CHECK(apart[1] == FusionBatch({1}));
-  std::vector<FusionBatch> fused = PlanFusion(rs, threshold, true);
-  CHECK_EQ(fused.size(), 1u);
-  CHECK(fused[0] == FusionBatch({0, 1, 2}));
+  std::vector<FusionBatch> plan = PlanFusion(rs, int64_t{64} << 20);
+  CHECK_EQ(plan.size(), 2u);
+  CHECK(plan[0] == FusionBatch({0, 2}));
+  CHECK(plan[1] == FusionBatch({1}));
 }
 
 TEST(HalfConversionsRoundTrip) {
