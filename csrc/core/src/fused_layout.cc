@@ -20,7 +20,7 @@ FusedLayout::FusedLayout(DataType dtype, std::vector<FusedTensor> tensors)
 }
 
 template <typename Fn>
-void FusedLayout::ForEachPiece(int64_t begin, int64_t n, Fn fn) const {
+void FusedLayout::ForEachSpan(int64_t begin, int64_t n, Fn fn) const {
   if (n <= 0) return;
   // The last tensor that starts at or before `begin`.
   size_t i = static_cast<size_t>(
@@ -37,8 +37,8 @@ void FusedLayout::ForEachPiece(int64_t begin, int64_t n, Fn fn) const {
 
 void FusedLayout::Gather(int64_t begin, int64_t n, void* dst) const {
   char* out = static_cast<char*>(dst);
-  ForEachPiece(begin, n, [&](const FusedTensor& t, int64_t at, int64_t to,
-                             int64_t m) {
+  ForEachSpan(begin, n, [&](const FusedTensor& t, int64_t at, int64_t to,
+                            int64_t m) {
     char* piece = out + to * element_size_;
     if (t.input == nullptr) {
       std::memset(piece, 0, m * element_size_);
@@ -51,21 +51,21 @@ void FusedLayout::Gather(int64_t begin, int64_t n, void* dst) const {
 
 const void* FusedLayout::InputIfContiguous(int64_t begin, int64_t n) const {
   const void* found = nullptr;
-  int pieces = 0;
-  ForEachPiece(begin, n, [&](const FusedTensor& t, int64_t at, int64_t,
-                             int64_t) {
-    ++pieces;
+  int spans = 0;
+  ForEachSpan(begin, n, [&](const FusedTensor& t, int64_t at, int64_t,
+                            int64_t) {
+    ++spans;
     if (t.input != nullptr && t.prescale == 1.0) {
       found = static_cast<const char*>(t.input) + at * element_size_;
     }
   });
-  return pieces == 1 ? found : nullptr;
+  return spans == 1 ? found : nullptr;
 }
 
 void FusedLayout::Scatter(int64_t begin, int64_t n, const void* src) const {
   const char* in = static_cast<const char*>(src);
-  ForEachPiece(begin, n, [&](const FusedTensor& t, int64_t at, int64_t from,
-                             int64_t m) {
+  ForEachSpan(begin, n, [&](const FusedTensor& t, int64_t at, int64_t from,
+                            int64_t m) {
     if (t.output == nullptr) return;
     ScaledCopy(static_cast<char*>(t.output) + at * element_size_,
                in + from * element_size_, m, dtype_, t.postscale);

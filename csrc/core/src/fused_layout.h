@@ -46,9 +46,9 @@ class FusedLayout {
 
  private:
   // Calls fn(tensor, offset in tensor, offset in the range, count) for each
-  // tensor's piece of the fused range [begin, begin + n), in order.
+  // tensor's span of the fused range [begin, begin + n), in order.
   template <typename Fn>
-  void ForEachPiece(int64_t begin, int64_t n, Fn fn) const;
+  void ForEachSpan(int64_t begin, int64_t n, Fn fn) const;
 
   DataType dtype_;
   int64_t element_size_;

@@ -4,12 +4,10 @@
 // memory cells, then reduces: with the fusion copies around it, a fused
 // batch crosses memory four or five times. When every rank of the job is on
 // one node, hbcore instead reduces through one segment that every rank
-// maps: n input slots (one per rank) and one result area, all indexed in
-// the batch's fused coordinates (see FusedLayout). Chunk k of the batch
-// (about 1/n of its elements) belongs to rank k:
-//
-// A batch larger than a slot is reduced piece by piece, each piece (at most
-// a slot of elements) in the three steps below, with chunks of the piece:
+// maps: n input slots (one per rank) and one result area, indexed in the
+// batch's fused coordinates (see FusedLayout). A batch is reduced piece by
+// piece, a piece being at most a slot of elements (most batches are one
+// piece). Chunk k of a piece (about 1/n of its elements) belongs to rank k:
 //
 //   1. each rank packs its inputs for every chunk but its own into its
 //      slot (its own chunk it reads straight from its tensors in step 2)
@@ -66,8 +64,9 @@ class MpiShmAllreduce {
   MpiShmAllreduce& operator=(const MpiShmAllreduce&) = delete;
 
   // Reduces the batch (a layout of the same total() elements on every
-  // rank) and writes the result into every tensor's output. `phase` is
-  // called as each of the three steps ends, for the timeline.
+  // rank) and writes the result into every tensor's output. For the
+  // timeline, `phase` is called as each of the three steps ends when the
+  // batch is one piece, else once for the whole (the steps interleave).
   Status Allreduce(const FusedLayout& layout, ReduceOp op,
                    const PhaseFn& phase);
 
