@@ -183,19 +183,30 @@ def local_cases(rank: int, size: int) -> List[Case]:
     x = np.arange(2 * size, dtype=np.float32)
 
     def duplicate():
-        h = hb.allreduce_async(x, name="dup", op=hb.Sum)
-        exc = expect_raises(lambda: hb.allreduce_async(x, name="dup"),
-                            hx.DuplicateNameError, "dup")
-        if not isinstance(exc, hx.InvalidArgumentError):
-            raise CaseFailure("DuplicateNameError is not an "
-                              "InvalidArgumentError")
-        # Another op type with the in-flight name is a duplicate too.
-        expect_raises(lambda: hb.allgather(x, name="dup"),
-                      hx.DuplicateNameError, "dup")
-        assert_close(hb.synchronize(h), x * size, "float32", "first 'dup'")
-        # Once finished the name is free again.
-        assert_close(hb.allreduce(x, name="dup", op=hb.Sum), x * size,
-                     "float32", "'dup' reused after it finished")
+        # Rank by rank: rank `turn` submits its tensor before the others do,
+        # so it cannot complete (and free its name) while that rank checks
+        # the duplicates; the barrier then releases the others to submit.
+        for turn in range(size):
+            name = "dup.%d" % turn
+            if rank == turn:
+                h = hb.allreduce_async(x, name=name, op=hb.Sum)
+                exc = expect_raises(lambda: hb.allreduce_async(x, name=name),
+                                    hx.DuplicateNameError, name)
+                if not isinstance(exc, hx.InvalidArgumentError):
+                    raise CaseFailure("DuplicateNameError is not an "
+                                      "InvalidArgumentError")
+                # Another op type with the in-flight name is a duplicate too.
+                expect_raises(lambda: hb.allgather(x, name=name),
+                              hx.DuplicateNameError, name)
+                hb.barrier()
+            else:
+                hb.barrier()
+                h = hb.allreduce_async(x, name=name, op=hb.Sum)
+            assert_close(hb.synchronize(h), x * size, "float32",
+                         "first '%s'" % name)
+            # Once finished the name is free again.
+            assert_close(hb.allreduce(x, name=name, op=hb.Sum), x * size,
+                         "float32", "'%s' reused after it finished" % name)
     cases.append(("local/duplicate-name", duplicate))
 
     def empty_name():
