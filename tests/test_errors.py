@@ -3,7 +3,8 @@
 tests/rank_scripts/errors.py runs every case on every rank:
 - local/*: raised on the calling rank before any communication
   (NotInitializedError before init, DuplicateNameError, invalid roots,
-  bad alltoall splits, Adasum, unsupported dtypes, ...);
+  bad alltoall splits, Adasum, unsupported dtypes, ...), and one handle
+  waited on by two threads (both get the one result);
 - mismatch/*: rank 0 disagrees with the others about a tensor (shape,
   dtype, op type, root, reduce op, scale factors, ...): every rank must get
   MismatchError naming the tensor, all ranks and what differed, and the
@@ -17,7 +18,7 @@ NPS = [2, 3]
 LOCAL = ["before-init", "duplicate-name", "empty-name", "invalid-root",
          "alltoall-splits", "adasum", "unsupported-dtype",
          "scalar-needs-a-dimension", "inplace-needs-writeable-array",
-         "bool-average", "still-works"]
+         "bool-average", "still-works", "two-waiters-one-result"]
 MISMATCH = ["shape", "dtype", "optype", "root", "reduceop", "prescale",
             "postscale", "gather-trailing", "bcast-shape", "rs-shape",
             "rs-op", "a2a-trailing", "cached-then-changed", "in-fused-batch",

@@ -201,12 +201,19 @@ class Handle {
         hb_flush();
         if (!SpinUntilDone()) Block();
       }
-      for (const Part& p : *this) {
-        if (p.state->code != HB_OK) RaiseFor(p.state->code, p.state->message);
+      // Another thread waiting on this handle may have finished it while
+      // this one slept: the result (e.g. a core-allocated output, which can
+      // be taken once) is built only once.
+      if (!finished_) {
+        for (const Part& p : *this) {
+          if (p.state->code != HB_OK) {
+            RaiseFor(p.state->code, p.state->message);
+          }
+        }
+        result_ = MakeResult();
+        given_ = py::none();
+        finished_ = true;
       }
-      result_ = MakeResult();
-      given_ = py::none();
-      finished_ = true;
     }
     return result_;
   }

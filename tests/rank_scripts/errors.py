@@ -11,6 +11,7 @@ and what differed, and a following allreduce must still be right.
 import os
 import re
 import sys
+import threading
 import time
 from typing import Callable, List, Tuple
 
@@ -208,6 +209,39 @@ def local_cases(rank: int, size: int) -> List[Case]:
             assert_close(hb.allreduce(x, name=name, op=hb.Sum), x * size,
                          "float32", "'%s' reused after it finished" % name)
     cases.append(("local/duplicate-name", duplicate))
+
+    def two_waiters():
+        # Two threads wait on one unfinished allgather (the peers submit it
+        # only after the barrier): both must get the same output array.
+        want = np.concatenate([x] * size)
+        name = "two.waiters"
+        if rank == 0:
+            h = hb.allgather_async(x, name=name)
+            started = [threading.Event(), threading.Event()]
+            got = [None, None]
+
+            def wait(i):
+                started[i].set()
+                got[i] = hb.synchronize(h)
+
+            threads = [threading.Thread(target=wait, args=(i,))
+                       for i in range(2)]
+            for t in threads:
+                t.start()
+            for e in started:
+                e.wait(30)
+            hb.barrier()
+            for t in threads:
+                t.join(60)
+            if got[0] is None or got[1] is not got[0]:
+                raise CaseFailure("waiters got different results: %r, %r"
+                                  % (type(got[0]), type(got[1])))
+            assert_close(got[0], want, "float32", "allgather of two waiters")
+        else:
+            hb.barrier()
+            assert_close(hb.allgather(x, name=name), want, "float32",
+                         "allgather")
+    cases.append(("local/two-waiters-one-result", two_waiters))
 
     def empty_name():
         expect_raises(lambda: hb.allgather(x, name=""),
