@@ -138,6 +138,9 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
                            Backend* backend) {
   const Response& head = *responses.front();
   const ReduceOp op = BackendOp(head.reduce_op);
+  if (responses.size() == 1) {
+    return AllreduceAlone(head, entries[0], op, backend, responses);
+  }
   std::vector<FusedTensor> tensors(responses.size());
   for (size_t i = 0; i < responses.size(); ++i) {
     FusedTensor& t = tensors[i];
@@ -150,14 +153,11 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
     }
   }
   const FusedLayout layout(head.dtype, std::move(tensors));
-  if (responses.size() > 1 && backend->AllreducesLayouts()) {
+  if (backend->AllreducesLayouts()) {
     return backend->AllreduceLayout(
         layout, op, [&](const char* phase, Clock::time_point start) {
           Record(responses, phase, start);
         });
-  }
-  if (responses.size() == 1) {
-    return AllreduceAlone(layout, op, backend, responses);
   }
 
   // Through the fusion buffer: pack, one collective, unpack.
@@ -179,28 +179,31 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
   return Status::OK();
 }
 
-Status Executor::AllreduceAlone(const FusedLayout& layout, ReduceOp op,
-                                Backend* backend,
+Status Executor::AllreduceAlone(const Response& r, TensorEntry* e,
+                                ReduceOp op, Backend* backend,
                                 const std::vector<const Response*>& responses) {
   // Straight from input to output: no copies unless a prescale needs one.
-  const FusedTensor& t = layout.tensor(0);
-  const DataType dtype = layout.dtype();
-  const void* in = t.input;
-  void* out = t.output;
-  if (in == nullptr) {
-    zeros_.assign(std::max<int64_t>(layout.bytes(), 1), 0);
+  const DataType dtype = r.dtype;
+  const int64_t count = NumElements(r.shape);
+  const void* in;
+  void* out;
+  if (e == nullptr) {
+    zeros_.assign(std::max<int64_t>(count * DataTypeSize(dtype), 1), 0);
     in = out = zeros_.data();
-  } else if (t.prescale != 1.0) {
-    ScaledCopy(out, in, t.count, dtype, t.prescale);
-    in = out;
+  } else {
+    in = e->input;
+    out = e->output;
+    if (r.prescale != 1.0) {
+      ScaledCopy(out, in, count, dtype, r.prescale);
+      in = out;
+    }
   }
   auto start = Clock::now();
-  Status s = backend->Allreduce(in, out, t.count, dtype, op);
+  Status s = backend->Allreduce(in, out, count, dtype, op);
   Record(responses, "ALLREDUCE", start);
   if (!s.ok()) return s;
-  if (t.output != nullptr && t.postscale != 1.0) {
-    ScaledCopy(out, out, t.count, dtype, t.postscale);
-  }
+  const double post = PostScale(r, size_);
+  if (e != nullptr && post != 1.0) ScaledCopy(out, out, count, dtype, post);
   return Status::OK();
 }
 

@@ -45,7 +45,7 @@ class Executor {
   char* FusionBuffer(int64_t bytes);
   Status Allreduce(const std::vector<const Response*>& responses,
                    const std::vector<TensorEntry*>& entries, Backend* backend);
-  Status AllreduceAlone(const FusedLayout& layout, ReduceOp op,
+  Status AllreduceAlone(const Response& r, TensorEntry* e, ReduceOp op,
                         Backend* backend,
                         const std::vector<const Response*>& responses);
   Status Allgather(const Response& r, TensorEntry* e, Backend* backend);

@@ -49,17 +49,21 @@ void FusedLayout::Gather(int64_t begin, int64_t n, void* dst) const {
   });
 }
 
-const void* FusedLayout::InputIfContiguous(int64_t begin, int64_t n) const {
-  const void* found = nullptr;
-  int spans = 0;
-  ForEachSpan(begin, n, [&](const FusedTensor& t, int64_t at, int64_t,
-                            int64_t) {
-    ++spans;
-    if (t.input != nullptr && t.prescale == 1.0) {
-      found = static_cast<const char*>(t.input) + at * element_size_;
+const void* FusedLayout::InputView(int64_t begin, int64_t n,
+                                   void* scratch) const {
+  if (n > 0) {
+    // The tensor holding `begin`, as in ForEachSpan.
+    const size_t i = static_cast<size_t>(
+        std::upper_bound(offsets_.begin(), offsets_.end() - 1, begin) -
+        offsets_.begin() - 1);
+    const FusedTensor& t = tensors_[i];
+    const int64_t at = begin - offsets_[i];
+    if (at + n <= t.count && t.input != nullptr && t.prescale == 1.0) {
+      return static_cast<const char*>(t.input) + at * element_size_;
     }
-  });
-  return spans == 1 ? found : nullptr;
+  }
+  Gather(begin, n, scratch);
+  return scratch;
 }
 
 void FusedLayout::Scatter(int64_t begin, int64_t n, const void* src) const {

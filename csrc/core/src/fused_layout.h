@@ -38,9 +38,10 @@ class FusedLayout {
 
   // dst[0, n) = prescaled inputs at fused elements [begin, begin + n).
   void Gather(int64_t begin, int64_t n, void* dst) const;
-  // The input memory of fused elements [begin, begin + n) when it needs no
-  // gathering (one tensor, present, prescale 1), else nullptr.
-  const void* InputIfContiguous(int64_t begin, int64_t n) const;
+  // The prescaled inputs at fused elements [begin, begin + n): a pointer
+  // into the tensor when they need no copy (one tensor, present, prescale
+  // 1), else gathered into `scratch` (n elements) and `scratch`.
+  const void* InputView(int64_t begin, int64_t n, void* scratch) const;
   // Fused outputs [begin, begin + n) = postscaled src[0, n).
   void Scatter(int64_t begin, int64_t n, const void* src) const;
 

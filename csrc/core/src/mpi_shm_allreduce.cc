@@ -176,11 +176,7 @@ void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
     const int64_t m = std::min(block, end - at);
     const int64_t offset = (at - piece) * elem;
     // This rank's contribution straight from its tensor where it can be.
-    const void* mine = layout.InputIfContiguous(at, m);
-    if (mine == nullptr) {
-      layout.Gather(at, m, own);
-      mine = own;
-    }
+    const void* mine = layout.InputView(at, m, own);
     auto contribution = [&](int r) -> const void* {
       return r == rank_ ? mine : slots_[r] + offset;
     };

@@ -143,8 +143,10 @@ TEST(FusedLayoutGathersAndScattersEveryRange) {
       CHECK_EQ(got[n], -7.0f);  // nothing written past the range
     }
   }
-  CHECK(layout.InputIfContiguous(0, 5) == nullptr);  // prescaled
-  CHECK(layout.InputIfContiguous(6, 3) == c.data() + 1);
+  std::vector<float> scratch(5, -1);
+  CHECK(layout.InputView(0, 5, scratch.data()) == scratch.data());  // prescaled
+  for (int i = 0; i < 5; ++i) CHECK_EQ(scratch[i], fused[i]);
+  CHECK(layout.InputView(6, 3, scratch.data()) == c.data() + 1);
   // Scatter in two ranges that split tensor c.
   std::vector<float> result(12);
   std::iota(result.begin(), result.end(), 0.0f);
@@ -164,10 +166,14 @@ TEST(FusedLayoutAbsentInputsGatherAsZeros) {
   layout.Gather(0, 5, got.data());
   CHECK(got == std::vector<int32_t>({0, 0, 0, 7, 8}));
   layout.Scatter(0, 5, got.data());  // outputs absent: nothing to write
-  CHECK(layout.InputIfContiguous(0, 2) == nullptr);  // absent input
-  CHECK(layout.InputIfContiguous(3, 2) == b.data());
-  CHECK(layout.InputIfContiguous(4, 1) == b.data() + 1);
-  CHECK(layout.InputIfContiguous(2, 2) == nullptr);  // spans two tensors
+  std::vector<int32_t> scratch(2, -1);
+  CHECK(layout.InputView(0, 2, scratch.data()) == scratch.data());  // absent
+  CHECK(scratch == std::vector<int32_t>({0, 0}));
+  CHECK(layout.InputView(3, 2, scratch.data()) == b.data());
+  CHECK(layout.InputView(4, 1, scratch.data()) == b.data() + 1);
+  // Spans two tensors: gathered.
+  CHECK(layout.InputView(2, 2, scratch.data()) == scratch.data());
+  CHECK(scratch == std::vector<int32_t>({0, 7}));
 }
 
 TEST(ReduceKernelsPerOp) {
