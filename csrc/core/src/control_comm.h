@@ -37,9 +37,10 @@ class ControlComm {
   // Drains received wake-ups; returns the highest cycle asked for, if any.
   virtual bool PollWake(uint64_t* cycle) = 0;
 
-  // Makes every wait of this object return an error soon (local abort, used
-  // when the process is tearing down without a negotiated shutdown).
-  virtual void Abort() = 0;
+  // Collective, after the last cycle (a negotiated shutdown): receives the
+  // wake-ups still in flight to this rank and completes its own sends, so
+  // no message outlives the communicator.
+  virtual Status Drain() = 0;
 };
 
 }  // namespace hbcore

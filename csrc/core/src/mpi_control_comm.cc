@@ -8,24 +8,42 @@ MpiControlComm::MpiControlComm(MPI_Comm comm, double max_sleep_us)
     : comm_(comm), max_sleep_us_(max_sleep_us) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
-  MPI_Irecv(&wake_in_, 1, MPI_UINT64_T, MPI_ANY_SOURCE, kWakeTag, comm_,
-            &wake_recv_);
+  wake_in_.assign(size_, 0);
+  wake_recv_.assign(size_, MPI_REQUEST_NULL);
+  sent_to_.assign(size_, 0);
+  received_from_.assign(size_, 0);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) PostWakeReceive(peer);
+  }
 }
 
 MpiControlComm::~MpiControlComm() {
-  if (wake_recv_ != MPI_REQUEST_NULL) {
-    MPI_Cancel(&wake_recv_);
-    MPI_Wait(&wake_recv_, MPI_STATUS_IGNORE);
+  for (MPI_Request& r : wake_recv_) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
   }
-  // Wake-ups are a few bytes and go out eagerly; one a peer never matched
-  // must not keep this rank from shutting down.
+  // After a Drain every send has completed. Without one (the job failed),
+  // a wake-up a peer never matched must not keep this rank from exiting.
   for (PendingSend& s : sends_) {
     if (s.request != MPI_REQUEST_NULL) MPI_Request_free(&s.request);
   }
 }
 
 Status MpiControlComm::Wait(MPI_Request* request) {
-  return WaitForRequest(request, abort_, max_sleep_us_);
+  return WaitForRequest(request, max_sleep_us_);
+}
+
+void MpiControlComm::PostWakeReceive(int peer) {
+  MPI_Irecv(&wake_in_[peer], 1, MPI_UINT64_T, peer, kWakeTag, comm_,
+            &wake_recv_[peer]);
+}
+
+uint64_t MpiControlComm::TakeWake(int peer) {
+  const uint64_t cycle = wake_in_[peer];
+  ++received_from_[peer];
+  PostWakeReceive(peer);
+  return cycle;
 }
 
 Status MpiControlComm::AllreduceAnd(std::vector<uint64_t>* words) {
@@ -93,6 +111,7 @@ void MpiControlComm::SendWake(uint64_t cycle) {
   ReapSends();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
+    ++sent_to_[peer];
     sends_.push_back({cycle, MPI_REQUEST_NULL});
     PendingSend& s = sends_.back();
     MPI_Isend(&s.value, 1, MPI_UINT64_T, peer, kWakeTag, comm_, &s.request);
@@ -101,17 +120,44 @@ void MpiControlComm::SendWake(uint64_t cycle) {
 
 bool MpiControlComm::PollWake(uint64_t* cycle) {
   bool any = false;
-  for (;;) {
-    int done = 0;
-    MPI_Test(&wake_recv_, &done, MPI_STATUS_IGNORE);
-    if (!done) break;
-    if (!any || wake_in_ > *cycle) *cycle = wake_in_;
-    any = true;
-    MPI_Irecv(&wake_in_, 1, MPI_UINT64_T, MPI_ANY_SOURCE, kWakeTag, comm_,
-              &wake_recv_);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    for (;;) {
+      int done = 0;
+      MPI_Test(&wake_recv_[peer], &done, MPI_STATUS_IGNORE);
+      if (!done) break;
+      const uint64_t asked = TakeWake(peer);
+      if (!any || asked > *cycle) *cycle = asked;
+      any = true;
+    }
   }
   if (!sends_.empty()) ReapSends();
   return any;
+}
+
+Status MpiControlComm::Drain() {
+  // expected[p]: how many wake-ups peer p sent to this rank in all.
+  std::vector<uint64_t> expected(size_, 0);
+  MPI_Request req;
+  int rc = MPI_Ialltoall(sent_to_.data(), 1, MPI_UINT64_T, expected.data(), 1,
+                         MPI_UINT64_T, comm_, &req);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Ialltoall");
+  Status s = Wait(&req);
+  if (!s.ok()) return s;
+  for (int peer = 0; peer < size_; ++peer) {
+    while (peer != rank_ && received_from_[peer] < expected[peer]) {
+      s = Wait(&wake_recv_[peer]);
+      if (!s.ok()) return s;
+      TakeWake(peer);
+    }
+  }
+  // Every peer drained what this rank sent, so the sends complete.
+  for (PendingSend& p : sends_) {
+    s = Wait(&p.request);
+    if (!s.ok()) return s;
+  }
+  sends_.clear();
+  return Status::OK();
 }
 
 }  // namespace hbcore

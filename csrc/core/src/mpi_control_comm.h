@@ -1,13 +1,27 @@
 // ControlComm over MPI non-blocking collectives on the core's private
 // communicator, waited on with mpi_wait's backoff.
+//
+// Wake-up messages (see runtime.h for the protocol they serve):
+//  1. Each rank keeps one receive posted per peer, for that peer alone.
+//     Never MPI_ANY_SOURCE: MPICH's ch4 device, when a rank's peers are
+//     split between shared memory and the network module (any job spanning
+//     hosts), completed an any-source receive of a network message only at
+//     the receiver's next collective. An idle rank then never saw the
+//     wake-up, and the job sat until the stall inspector's timer started a
+//     cycle (60 s by default). A receive per peer is progressed by every
+//     MPI_Test.
+//  2. Every rank counts the wake-ups it sent to and received from each
+//     peer. Drain(), collective, exchanges the counts and receives what is
+//     still in flight, so MPI_Finalize finds no unmatched message (UCX
+//     printed a warning per leftover otherwise).
 #ifndef HBCORE_MPI_CONTROL_COMM_H_
 #define HBCORE_MPI_CONTROL_COMM_H_
 
 #include <mpi.h>
 
-#include <atomic>
+#include <cstdint>
 #include <list>
-#include <memory>
+#include <vector>
 
 #include "control_comm.h"
 
@@ -26,10 +40,13 @@ class MpiControlComm : public ControlComm {
   Status Broadcast(std::string* bytes) override;
   void SendWake(uint64_t cycle) override;
   bool PollWake(uint64_t* cycle) override;
-  void Abort() override { abort_ = true; }
+  Status Drain() override;
 
  private:
   Status Wait(MPI_Request* request);
+  void PostWakeReceive(int peer);
+  // Takes a completed wake-up from `peer` and reposts the receive.
+  uint64_t TakeWake(int peer);
   void ReapSends();
 
   // Wake-up messages use their own tag; collectives never match them.
@@ -39,9 +56,11 @@ class MpiControlComm : public ControlComm {
   int rank_ = 0;
   int size_ = 1;
   double max_sleep_us_;
-  std::atomic<bool> abort_{false};
-  uint64_t wake_in_ = 0;
-  MPI_Request wake_recv_ = MPI_REQUEST_NULL;
+  // Per peer (this rank's own entries stay unused).
+  std::vector<uint64_t> wake_in_;
+  std::vector<MPI_Request> wake_recv_;
+  std::vector<uint64_t> sent_to_;
+  std::vector<uint64_t> received_from_;
   struct PendingSend {
     uint64_t value;
     MPI_Request request;

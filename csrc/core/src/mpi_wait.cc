@@ -15,8 +15,7 @@ Status MpiStatus(int code, const char* call) {
                           std::string(text, len));
 }
 
-Status WaitForRequest(MPI_Request* request, const std::atomic<bool>& abort,
-                      double max_sleep_us) {
+Status WaitForRequest(MPI_Request* request, double max_sleep_us) {
   using Clock = std::chrono::steady_clock;
   // Spinning for a few tens of microseconds keeps the latency of a cycle
   // whose peers are already waiting at MPI's own; after that the peer is
@@ -29,9 +28,6 @@ Status WaitForRequest(MPI_Request* request, const std::atomic<bool>& abort,
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Test");
     if (done) return Status::OK();
-    if (abort.load(std::memory_order_relaxed)) {
-      return Status::Shutdown("hbcore runtime aborted while waiting for peers");
-    }
     if (Clock::now() - start < kSpin) continue;
     std::this_thread::sleep_for(
         std::chrono::duration<double, std::micro>(sleep_us));

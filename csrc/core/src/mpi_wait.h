@@ -7,14 +7,11 @@
 
 #include <mpi.h>
 
-#include <atomic>
-
 #include "status.h"
 
 namespace hbcore {
 
-Status WaitForRequest(MPI_Request* request, const std::atomic<bool>& abort,
-                      double max_sleep_us);
+Status WaitForRequest(MPI_Request* request, double max_sleep_us);
 
 // Maps an MPI error code to a status naming the call that failed.
 Status MpiStatus(int code, const char* call);

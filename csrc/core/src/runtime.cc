@@ -444,6 +444,12 @@ void Runtime::Loop() {
     force_cycle_ = controller_->RevalidateSlots(&pending_) || output.reannounce;
     if (output.shutdown) {
       HB_LOG(kDebug, "shutting down: " << output.shutdown_reason);
+      // Every rank leaves after this same cycle, so the collective drain
+      // pairs up; a failed drain only leaves a message for MPI to report.
+      Status drained = transport_->control()->Drain();
+      if (!drained.ok()) {
+        HB_LOG(kWarning, "draining wake-ups at shutdown: " << drained.message());
+      }
       FailEverything(Status::Shutdown(output.shutdown_reason));
       return;
     }

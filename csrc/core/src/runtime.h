@@ -13,6 +13,13 @@
 //     not run yet makes it run that cycle; older ones are stale duplicates.
 //  4. Several ranks may ask for the same cycle at once: the duplicates carry
 //     the same number and cause one cycle, so the cycle count stays equal.
+//  5. A wake-up must reach an idle peer while that peer only polls: it may
+//     not depend on the peer entering a collective (MPICH delivered
+//     any-source receives from other hosts only then, which stalled every
+//     multi-host job until the stall check; mpi_control_comm.h says how the
+//     MPI control plane keeps this).
+//  6. At a negotiated shutdown every rank drains the wake-ups still in
+//     flight (ControlComm::Drain), so nothing is left for MPI_Finalize.
 // While this rank waits for peers (it has tensors pending), the poll
 // interval starts at a few microseconds after each cycle and grows to at
 // most 100 us; with nothing pending it is HB_CYCLE_TIME.

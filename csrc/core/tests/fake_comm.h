@@ -75,7 +75,7 @@ class FakeComm : public ControlComm {
   }
   void SendWake(uint64_t) override {}
   bool PollWake(uint64_t*) override { return false; }
-  void Abort() override {}
+  Status Drain() override { return Status::OK(); }
 
  private:
   std::shared_ptr<Exchange> exchange_;
