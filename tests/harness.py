@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
@@ -178,6 +178,27 @@ class RankRun:
 
     def __del__(self) -> None:
         shutil.rmtree(self.out_dir, ignore_errors=True)
+
+
+def emulated_hosts(slots: Sequence[int]) -> Tuple[List[str], Dict[str, str]]:
+    """hbrun flags and environment that run a job as if on several hosts.
+
+    MPICH's fork launcher starts every rank on this machine while MPI sees
+    ``len(slots)`` nodes named hA, hB, ... with ``slots[i]`` ranks each, so
+    local and cross communicators split as on a cluster and traffic between
+    the "hosts" takes MPI's network path.
+
+    Args:
+        slots: ranks per emulated host, in rank order.
+
+    Returns:
+        (hbrun_args, env): env carries HB_TEST_HOSTS ("2,2") for rank
+        scripts that check the topology.
+    """
+    hosts = ",".join("h%s:%d" % (chr(ord("A") + i), n)
+                     for i, n in enumerate(slots))
+    return (["-H", hosts, "--mpi-args=-launcher fork"],
+            {"HB_TEST_HOSTS": ",".join(str(n) for n in slots)})
 
 
 def run_ranks(script: str, np: int, timeout: float = 60,

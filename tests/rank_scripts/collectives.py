@@ -456,6 +456,27 @@ SKIP = {("scale", "bool")}
 
 # ------------------------------------------------------------------- misc
 
+def expected_topology(size: int) -> dict:
+    """local/cross rank and size of every rank, from the host layout the
+    test launched (HB_TEST_HOSTS: slots per host, e.g. "2,2" for
+    ``-H hA:2,hB:2``; unset: one host). MPI fills hosts in order, and the
+    cross communicator groups the ranks of equal local rank by host."""
+    slots = [int(s) for s in os.environ.get("HB_TEST_HOSTS", str(size)).split(",")]
+    if sum(slots) != size:
+        raise CaseFailure("HB_TEST_HOSTS=%s does not add up to %d ranks"
+                          % (os.environ.get("HB_TEST_HOSTS"), size))
+    host = [h for h, n in enumerate(slots) for _ in range(n)]
+    local = [r - sum(slots[:host[r]]) for r in range(size)]
+    return {
+        "local ranks": local,
+        "local sizes": [slots[host[r]] for r in range(size)],
+        "cross ranks": [sum(1 for h in range(host[r]) if slots[h] > local[r])
+                        for r in range(size)],
+        "cross sizes": [sum(1 for n in slots if n > local[r])
+                        for r in range(size)],
+    }
+
+
 def misc_cases(size: int, rank: int) -> List[Case]:
     cases = []
 
@@ -473,15 +494,13 @@ def misc_cases(size: int, rank: int) -> List[Case]:
             raise CaseFailure("ranks %s" % table[:, 0].tolist())
         if set(table[:, 1].tolist()) != {size}:
             raise CaseFailure("sizes %s" % table[:, 1].tolist())
-        # One host: local == global, one "cross" group per local rank.
-        if table[:, 2].tolist() != list(range(size)):
-            raise CaseFailure("local ranks %s" % table[:, 2].tolist())
-        if set(table[:, 3].tolist()) != {size}:
-            raise CaseFailure("local sizes %s" % table[:, 3].tolist())
-        if set(table[:, 4].tolist()) != {0}:
-            raise CaseFailure("cross ranks %s" % table[:, 4].tolist())
-        if set(table[:, 5].tolist()) != {1}:
-            raise CaseFailure("cross sizes %s" % table[:, 5].tolist())
+        want = expected_topology(size)
+        for column, name in enumerate(["local ranks", "local sizes",
+                                       "cross ranks", "cross sizes"], 2):
+            got = table[:, column].tolist()
+            if got != want[name]:
+                raise CaseFailure("%s %s, expected %s" % (name, got,
+                                                          want[name]))
     cases.append(("misc/topology", topology))
 
     def threads():

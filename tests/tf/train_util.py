@@ -79,17 +79,19 @@ def _pythonpath() -> List[str]:
 
 def launch(script: str, np: int, timeout: float = 180,
            env: Optional[Mapping[str, str]] = None,
-           args: Sequence[str] = (), cache: bool = True) -> RankRun:
+           args: Sequence[str] = (), cache: bool = True,
+           hbrun_args: Sequence[str] = ()) -> RankRun:
     """Runs tests/tf/rank_scripts/<script> under hbrun -np NP (hard
     timeout) and returns the RankRun; cached per arguments."""
     full_env = {"PYTHONPATH": os.pathsep.join(_pythonpath()),
                 "TF_CPP_MIN_LOG_LEVEL": "2"}
     full_env.update(env or {})
-    key = (script, np, tuple(sorted(full_env.items())), tuple(args))
+    key = (script, np, tuple(sorted(full_env.items())), tuple(args),
+           tuple(hbrun_args))
     if cache and key in _cache:
         return _cache[key]
     run = run_ranks(os.path.join(SCRIPTS, script), np, timeout=timeout,
-                    env=full_env, args=args)
+                    env=full_env, args=args, hbrun_args=hbrun_args)
     if cache:
         _cache[key] = run
     return run

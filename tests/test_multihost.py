@@ -1,0 +1,153 @@
+"""Jobs spanning hosts, emulated on this machine (harness.emulated_hosts):
+MPICH's fork launcher starts every rank here while MPI sees two nodes, so
+the local and cross communicators split as on a cluster, the single-host
+shared-memory allreduce is off and traffic between the "hosts" takes MPI's
+network path.
+
+Layouts: 2 hosts x 2 ranks and 2 hosts x 1 rank. What runs there is a
+representative subset of the single-host suite (collectives with the
+topology checked, ordering, errors, the stall shutdown, a killed rank on
+the second host, TF training), plus 50 consecutive short jobs that must
+each finish within seconds: a lost wake-up between hosts used to hold
+such jobs until the stall inspector's timer (60 s by default).
+Every launch must also leave nothing on stderr from MPI (wake-ups still
+in flight at finalize made UCX warn).
+"""
+import os
+import re
+import sys
+
+import pytest
+
+from harness import emulated_hosts, run_ranks, script_path
+from rank_scripts import collectives
+
+LAYOUTS = {"2x2": [2, 2], "2x1": [1, 1]}
+DTYPES = ["int8", "bfloat16", "float32", "bool"]
+# A job of 4 ranks doing one allreduce takes about 1 s here; a lost
+# wake-up costs the stall check time (set to 30 s below, so a stall is
+# unmistakable).
+SHORT_JOB_S = 5.0
+SHORT_JOBS = 50
+MPI_NOISE = re.compile(r"UCX\s+WARN|was not matched|MPICH ERROR|Fatal error",
+                       re.IGNORECASE)
+
+
+def launch(script, layout, timeout, args=(), env=None):
+    hbrun_args, host_env = emulated_hosts(LAYOUTS[layout])
+    host_env.update(env or {})
+    return run_ranks(script_path(script), sum(LAYOUTS[layout]),
+                     timeout=timeout, args=args, env=host_env,
+                     hbrun_args=hbrun_args)
+
+
+def assert_no_mpi_noise(run):
+    noise = [line for line in (run.stdout + run.stderr).splitlines()
+             if MPI_NOISE.search(line)]
+    assert not noise, "MPI printed:\n%s\n%s" % ("\n".join(noise[:10]),
+                                                run.describe(2000))
+
+
+_collective_runs = {}
+
+
+def collectives_run(layout):
+    if layout not in _collective_runs:
+        _collective_runs[layout] = launch("collectives.py", layout, 180,
+                                          args=[",".join(DTYPES)])
+    return _collective_runs[layout]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_collectives_across_hosts(layout):
+    """Every collective x dtype subset, checked against numpy on every rank;
+    misc/topology checks local/cross rank and size against the layout."""
+    run = collectives_run(layout)
+    run.assert_ok()
+    size = sum(LAYOUTS[layout])
+    names = [name for name, _ in collectives.build_cases(size, 0, DTYPES)]
+    assert "misc/topology" in names
+    run.assert_cases(names)
+    assert_no_mpi_noise(run)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ordering_across_hosts(layout):
+    run = launch("ordering.py", layout, 120, args=["order", 50])
+    assert not run.timed_out, "deadlock? " + run.describe()
+    run.assert_cases(["order/round0", "order/round1"])
+    run.assert_ok()
+    assert_no_mpi_noise(run)
+
+
+def test_stress_across_hosts():
+    run = launch("ordering.py", "2x2", 180, args=["stress", 200, 7])
+    assert not run.timed_out, "deadlock? " + run.describe()
+    run.assert_ok()
+    assert not run.failed_cases(), run.failed_cases()
+
+
+def test_errors_across_hosts():
+    """Mismatches become MismatchError on every rank, across hosts too."""
+    from test_errors import CASES
+    run = launch("errors.py", "2x2", 120)
+    run.assert_ok()
+    run.assert_cases(CASES)
+    assert_no_mpi_noise(run)
+
+
+def test_stall_shutdown_across_hosts():
+    """A tensor only rank 0 submits: with the stall shutdown time set,
+    every rank's job ends with ShutdownError naming the tensor."""
+    run = launch("stall.py", "2x2", 90, args=["shutdown"],
+                 env={"HB_STALL_CHECK_TIME_SECONDS": "1",
+                      "HB_STALL_SHUTDOWN_TIME_SECONDS": "2"})
+    assert not run.timed_out, "the stall shutdown hung\n" + run.describe()
+    assert sorted(run.results) == [0, 1, 2, 3], run.describe()
+    for rank, result in run.results.items():
+        assert result["outcome"] == "raised", (rank, result)
+        assert result["error"]["type"] == "ShutdownError", (rank, result)
+        assert "lonely" in result["error"]["message"], (rank, result)
+
+
+def test_killed_rank_on_second_host_ends_the_job():
+    """Rank 3 (on hB) is SIGKILLed while the others wait for it."""
+    run = launch("failure.py", "2x2", 60, args=["sigkill", 3])
+    assert not run.timed_out, run.describe()
+    assert run.duration < 20, run.describe()
+    assert run.returncode not in (0, None), run.describe()
+    assert "rank 3 failed first" in run.stderr, run.describe()
+    assert "SIGKILL" in run.stderr, run.describe()
+
+
+def test_short_jobs_never_stall():
+    """50 jobs of one 4 MB allreduce per rank at 2 x 2: each ends within
+    SHORT_JOB_S, with the right result, and MPI prints nothing."""
+    slow = []
+    for i in range(SHORT_JOBS):
+        run = launch("short_job.py", "2x2", 60,
+                     env={"HB_STALL_CHECK_TIME_SECONDS": "30"})
+        run.assert_ok()
+        assert_no_mpi_noise(run)
+        for rank, result in run.results.items():
+            assert result["value"] == 4.0, (rank, result)
+        if run.duration >= SHORT_JOB_S:
+            slow.append("job %d: %.1f s" % (i, run.duration))
+    assert not slow, "jobs that took %s s or more: %s" % (SHORT_JOB_S, slow)
+
+
+def test_tf_training_across_hosts():
+    """N-rank Keras/tape/v1 training equals one process on the whole batch,
+    with the ranks on two hosts."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tf"))
+    from train_util import case_names, launch as tf_launch, tensorflow_missing
+    if tensorflow_missing() is not None:
+        pytest.skip(str(tensorflow_missing()))
+    hbrun_args, env = emulated_hosts(LAYOUTS["2x1"])
+    run = tf_launch("train_equivalence.py", 2, env=env, timeout=300,
+                    hbrun_args=hbrun_args)
+    run.assert_ok()
+    legacy = set(case_names("train_equivalence.py", "LEGACY_ONLY"))
+    run.assert_cases([c for c in case_names("train_equivalence.py")
+                      if c not in legacy])
+    assert_no_mpi_noise(run)
