@@ -70,5 +70,6 @@ def test_settings_that_must_agree_across_ranks(np_):
     run.assert_cases(["per-rank/HB_CACHE_CAPACITY-differs",
                       "per-rank/HB_FUSION_THRESHOLD-differs",
                       "per-rank/HB_SHM_ALLREDUCE_THRESHOLD-differs",
+                      "per-rank/HB_HIERARCHICAL_ALLREDUCE-differs",
                       "per-rank/init-after-fix"])
     run.assert_ok()

@@ -4,7 +4,8 @@ the local and cross communicators split as on a cluster, the single-host
 shared-memory allreduce is off and traffic between the "hosts" takes MPI's
 network path.
 
-Layouts: 2 hosts x 2 ranks and 2 hosts x 1 rank. What runs there is a
+Layouts: 2 hosts x 2 ranks (allreduces go hierarchical by default), 2
+hosts x 1 rank, and 2 + 1 ranks (uneven: flat MPI). What runs there is a
 representative subset of the single-host suite (collectives with the
 topology checked, ordering, errors, the stall shutdown, a killed rank on
 the second host, TF training), plus 50 consecutive short jobs that must
@@ -22,7 +23,7 @@ import pytest
 from harness import emulated_hosts, run_ranks, script_path
 from rank_scripts import collectives
 
-LAYOUTS = {"2x2": [2, 2], "2x1": [1, 1]}
+LAYOUTS = {"2x2": [2, 2], "2x1": [1, 1], "2+1": [2, 1]}
 DTYPES = ["int8", "bfloat16", "float32", "bool"]
 # A job of 4 ranks doing one allreduce takes about 1 s here; a lost
 # wake-up costs the stall check time (set to 30 s below, so a stall is
@@ -51,11 +52,12 @@ def assert_no_mpi_noise(run):
 _collective_runs = {}
 
 
-def collectives_run(layout):
-    if layout not in _collective_runs:
-        _collective_runs[layout] = launch("collectives.py", layout, 180,
-                                          args=[",".join(DTYPES)])
-    return _collective_runs[layout]
+def collectives_run(layout, env=None):
+    key = (layout, tuple(sorted((env or {}).items())))
+    if key not in _collective_runs:
+        _collective_runs[key] = launch("collectives.py", layout, 180,
+                                       args=[",".join(DTYPES)], env=env)
+    return _collective_runs[key]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -69,6 +71,44 @@ def test_collectives_across_hosts(layout):
     assert "misc/topology" in names
     run.assert_cases(names)
     assert_no_mpi_noise(run)
+
+
+@pytest.mark.parametrize("choice", ["0", "1"])
+def test_allreduce_groups_flat_and_hierarchical(choice):
+    """At 2 x 2 the allreduce groups give the numpy results whether forced
+    flat (one MPI allreduce over all ranks) or hierarchical."""
+    run = collectives_run("2x2", {"HB_HIERARCHICAL_ALLREDUCE": choice})
+    run.assert_ok()
+    names = [name for name, _ in collectives.build_cases(4, 0, DTYPES)
+             if name.startswith(("allreduce", "grouped", "inplace"))]
+    assert names
+    run.assert_cases(names)
+    assert_no_mpi_noise(run)
+
+
+@pytest.mark.parametrize("layout,choice,expect_on,warning", [
+    ("2x2", None, True, None),
+    ("2x2", "0", False, None),
+    ("2x2", "auto", True, None),
+    ("2x1", "1", False, "every host runs one rank"),
+    ("2+1", "1", False, "hosts run different numbers of ranks"),
+])
+def test_hierarchical_choice(layout, choice, expect_on, warning):
+    """Automatic by default where hosts have equal rank counts (> 1);
+    HB_HIERARCHICAL_ALLREDUCE=1 where it cannot apply says why."""
+    env = {"HB_LOG_LEVEL": "DEBUG", "HB_STALL_CHECK_TIME_SECONDS": "30"}
+    if choice is not None:
+        env["HB_HIERARCHICAL_ALLREDUCE"] = choice
+    run = launch("short_job.py", layout, 60, env=env)
+    run.assert_ok()
+    state = "on" if expect_on else "off"
+    for rank in range(run.np):
+        lines = [l for l in run.rank_lines(rank) if "hierarchical allreduce" in l]
+        assert lines and lines[0].endswith(state), (rank, lines)
+    if warning:
+        assert warning in run.stderr, run.describe()
+    else:
+        assert "HB_HIERARCHICAL_ALLREDUCE=1 ignored" not in run.stderr
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

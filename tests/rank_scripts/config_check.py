@@ -47,6 +47,9 @@ BAD = [
     ("cycle-time-huge", {"HB_CYCLE_TIME": "1e9"}, ["HB_CYCLE_TIME"]),
     ("shm-allreduce-threshold-text", {"HB_SHM_ALLREDUCE_THRESHOLD": "big"},
      ["HB_SHM_ALLREDUCE_THRESHOLD", "big"]),
+    ("horovod-hierarchical-allreduce-yes",
+     {"HOROVOD_HIERARCHICAL_ALLREDUCE": "yes"},
+     ["HOROVOD_HIERARCHICAL_ALLREDUCE", "yes"]),
     ("cache-capacity-negative", {"HB_CACHE_CAPACITY": "-5"},
      ["HB_CACHE_CAPACITY", "-5"]),
     ("stall-check-text", {"HB_STALL_CHECK_TIME_SECONDS": "soon"},
@@ -162,7 +165,8 @@ def per_rank(checker: Checker) -> None:
     rank = env_rank()
     for var, odd, normal in (("HB_CACHE_CAPACITY", "512", "1024"),
                              ("HB_FUSION_THRESHOLD", "1048576", "67108864"),
-                             ("HB_SHM_ALLREDUCE_THRESHOLD", "0", "4194304")):
+                             ("HB_SHM_ALLREDUCE_THRESHOLD", "0", "4194304"),
+                             ("HB_HIERARCHICAL_ALLREDUCE", "0", "auto")):
         def differs(var=var, odd=odd, normal=normal):
             with Env({var: odd if rank == 0 else normal}):
                 expect_config_error([var])

@@ -80,7 +80,31 @@ Status ReadNonNegativeDouble(const EnvLookup& getenv, const char* suffix,
   return Status::OK();
 }
 
+Status ReadChoice(const EnvLookup& getenv, const char* suffix, Choice* out) {
+  EnvValue v = Lookup(getenv, suffix);
+  if (!v.present) return Status::OK();
+  if (v.value == "1" || v.value == "true") {
+    *out = Choice::kOn;
+  } else if (v.value == "0" || v.value == "false") {
+    *out = Choice::kOff;
+  } else if (v.value == "auto") {
+    *out = Choice::kAuto;
+  } else {
+    return BadValue(v, "0, 1, true, false or auto");
+  }
+  return Status::OK();
+}
+
 }  // namespace
+
+const char* ChoiceName(Choice choice) {
+  switch (choice) {
+    case Choice::kAuto: return "auto";
+    case Choice::kOff: return "0";
+    case Choice::kOn: return "1";
+  }
+  return "auto";
+}
 
 Status ParseConfig(const EnvLookup& getenv, Config* config) {
   Config c;
@@ -90,6 +114,9 @@ Status ParseConfig(const EnvLookup& getenv, Config* config) {
 
   s = ReadNonNegativeInt(getenv, "SHM_ALLREDUCE_THRESHOLD", 1LL << 30,
                          &c.shm_allreduce_bytes);
+  if (!s.ok()) return s;
+
+  s = ReadChoice(getenv, "HIERARCHICAL_ALLREDUCE", &c.hierarchical_allreduce);
   if (!s.ok()) return s;
 
   s = ReadNonNegativeDouble(getenv, "CYCLE_TIME", &c.cycle_time_ms);
@@ -134,6 +161,8 @@ std::string Config::ToString() const {
   std::ostringstream out;
   out << "HB_FUSION_THRESHOLD=" << fusion_threshold_bytes << "\n"
       << "HB_SHM_ALLREDUCE_THRESHOLD=" << shm_allreduce_bytes << "\n"
+      << "HB_HIERARCHICAL_ALLREDUCE=" << ChoiceName(hierarchical_allreduce)
+      << "\n"
       << "HB_CYCLE_TIME=" << cycle_time_ms << "\n"
       << "HB_CACHE_CAPACITY=" << cache_capacity << "\n"
       << "HB_TIMELINE=" << timeline_path << "\n"

@@ -12,12 +12,21 @@
 
 namespace hbcore {
 
+// A knob that may be forced either way or left to the runtime.
+enum class Choice { kAuto, kOff, kOn };
+const char* ChoiceName(Choice choice);
+
 struct Config {
   // Largest fused allreduce buffer; 0 disables fusion.
   int64_t fusion_threshold_bytes = 128LL * 1024 * 1024;
   // Single-node jobs: fused allreduces up to this size reduce through node
   // shared memory (this much per rank); 0 always uses MPI.
   int64_t shm_allreduce_bytes = 4LL * 1024 * 1024;
+  // Jobs spanning hosts with the same number of ranks on each: fused
+  // allreduces reduce within each host through its shared memory, then
+  // across hosts between ranks of equal local rank (see
+  // mpi_shm_allreduce.h). kAuto: whenever the layout allows it.
+  Choice hierarchical_allreduce = Choice::kAuto;
   // Upper bound on how long an idle background thread sleeps between checks
   // for work announced by other ranks (milliseconds).
   double cycle_time_ms = 1.0;

@@ -83,8 +83,9 @@ std::vector<int> Displacements(const std::vector<int>& counts, bool* ok) {
 
 }  // namespace
 
-MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm)
-    : comm_(comm), shm_(std::move(shm)) {
+MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
+                       MPI_Comm cross)
+    : comm_(comm), shm_(std::move(shm)), cross_(shm_ ? cross : MPI_COMM_NULL) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   CreateHalfOps<Float16ToFloat, FloatToFloat16>(half_ops_[0]);
@@ -134,6 +135,12 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
     return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
                                " on the MPI backend");
   }
+  if (cross_ != MPI_COMM_NULL && ReduceSupported(dtype, op)) {
+    // Across hosts a lone tensor goes hierarchical too: only 1/n of it
+    // leaves each host per rank.
+    const FusedLayout layout(dtype, {FusedTensor{in, out, count, 1.0, 1.0}});
+    return AllreduceAcrossHosts(layout, op, [](const char*, std::chrono::steady_clock::time_point) {});
+  }
   const int64_t elem = DataTypeSize(dtype);
   // MPI counts are int: reduce in chunks of at most 2^30 elements.
   constexpr int64_t kChunk = int64_t{1} << 30;
@@ -158,7 +165,21 @@ Status MpiBackend::AllreduceLayout(const FusedLayout& layout, ReduceOp op,
                                " on " + DataTypeName(layout.dtype()) +
                                " in shared memory");
   }
+  if (cross_ != MPI_COMM_NULL) return AllreduceAcrossHosts(layout, op, phase);
   return shm_->Allreduce(layout, op, phase);
+}
+
+Status MpiBackend::AllreduceAcrossHosts(const FusedLayout& layout,
+                                        ReduceOp op, const PhaseFn& phase) {
+  const MPI_Datatype type = MpiType(layout.dtype());
+  const MPI_Op mpi_op = MpiOp(layout.dtype(), op);
+  const MpiShmAllreduce::ChunkFn across = [&](void* data, int64_t count) {
+    // A chunk is at most a shared-memory slot, far below MPI's int limit.
+    int rc = MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), type,
+                           mpi_op, cross_);
+    return MpiStatus(rc, "MPI_Allreduce (across hosts)");
+  };
+  return shm_->Allreduce(layout, op, phase, &across);
 }
 
 Status MpiBackend::Allgatherv(const void* in, void* out,

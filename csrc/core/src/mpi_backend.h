@@ -15,8 +15,12 @@ namespace hbcore {
 
 class MpiBackend : public Backend {
  public:
-  // `shm`, when given, reduces fused batches (AllreduceLayout).
-  MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm);
+  // `shm`, when given, reduces fused batches (AllreduceLayout). `cross`,
+  // when not MPI_COMM_NULL, connects this rank with the ranks of the same
+  // local rank on the other hosts: allreduces then go hierarchical (shm
+  // within the host, `cross` between hosts), lone ones included.
+  MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
+             MPI_Comm cross);
   ~MpiBackend() override;
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;
@@ -44,8 +48,13 @@ class MpiBackend : public Backend {
   // Returns MPI_OP_NULL for combinations MPI cannot reduce.
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
 
+  // The hierarchical allreduce of a layout (shm_ and cross_ both set).
+  Status AllreduceAcrossHosts(const FusedLayout& layout, ReduceOp op,
+                              const PhaseFn& phase);
+
   MPI_Comm comm_;
   std::unique_ptr<MpiShmAllreduce> shm_;
+  MPI_Comm cross_;
   int rank_ = 0;
   int size_ = 1;
   // [0]: float16, [1]: bfloat16; by Sum, Min, Max, Product.

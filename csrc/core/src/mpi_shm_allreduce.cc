@@ -125,7 +125,7 @@ Status MpiShmAllreduce::Barrier() {
 }
 
 Status MpiShmAllreduce::Allreduce(const FusedLayout& layout, ReduceOp op,
-                                  const PhaseFn& phase) {
+                                  const PhaseFn& phase, const ChunkFn* across) {
   const int64_t total = layout.total();
   const int64_t piece_elements = slot_bytes_ / layout.element_size();
   // The timeline gets the three steps of a batch that is one piece; for
@@ -143,7 +143,13 @@ Status MpiShmAllreduce::Allreduce(const FusedLayout& layout, ReduceOp op,
     start = Clock::now();
     Status s = Barrier();  // every slot holds what the peers need of it
     if (!s.ok()) return s;
-    CombineOwnChunk(layout, op, piece, begin, end);
+    CombineOwnChunk(layout, op, piece, begin, end, across != nullptr);
+    if (across != nullptr) {
+      char* chunk = result_ + (begin - piece) * layout.element_size();
+      s = (*across)(chunk, end - begin);
+      if (!s.ok()) return s;
+      layout.Scatter(begin, end - begin, chunk);
+    }
     s = Barrier();  // every chunk of the result area is written
     if (!s.ok()) return s;
     if (one_piece) phase("ALLREDUCE", start);
@@ -166,7 +172,7 @@ void MpiShmAllreduce::PackPeerChunks(const FusedLayout& layout, int64_t piece,
 
 void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
                                       int64_t piece, int64_t begin,
-                                      int64_t end) {
+                                      int64_t end, bool keep) {
   const DataType dtype = layout.dtype();
   const int64_t elem = layout.element_size();
   alignas(64) char acc[kBlockBytes];
@@ -186,7 +192,7 @@ void MpiShmAllreduce::CombineOwnChunk(const FusedLayout& layout, ReduceOp op,
       Reduce(acc, acc, contribution(r), m, dtype, op);
     }
     std::memcpy(result_ + offset, acc, m * elem);
-    layout.Scatter(at, m, acc);
+    if (!keep) layout.Scatter(at, m, acc);
   }
 }
 

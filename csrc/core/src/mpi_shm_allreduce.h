@@ -32,6 +32,14 @@
 // here. So no write of the next piece overtakes a read of this one,
 // whatever the chunk boundaries of either.
 //
+// Hierarchical mode (jobs spanning hosts with the same number of ranks on
+// each): in step 2, rank r first combines its whole chunk into the result
+// area, then `across` allreduces that chunk in place with the ranks of
+// local rank r on the other hosts (whose chunks cover the same fused
+// elements, since every host has the same layout and size), and only then
+// unpacks it. The cross-host traffic is spread over all local ranks, each
+// carrying 1/n of the batch.
+//
 // The segment is a POSIX shared-memory object, fully allocated up front
 // (posix_fallocate: a full /dev/shm is an error at init, never a SIGBUS
 // later) and unlinked as soon as every rank mapped it, so a job that dies
@@ -42,6 +50,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -63,12 +72,16 @@ class MpiShmAllreduce {
   MpiShmAllreduce(const MpiShmAllreduce&) = delete;
   MpiShmAllreduce& operator=(const MpiShmAllreduce&) = delete;
 
+  // Reduces `count` elements at `data` in place with the other hosts.
+  using ChunkFn = std::function<Status(void* data, int64_t count)>;
+
   // Reduces the batch (a layout of the same total() elements on every
   // rank) and writes the result into every tensor's output. For the
   // timeline, `phase` is called as each of the three steps ends when the
   // batch is one piece, else once for the whole (the steps interleave).
+  // `across`, when given, makes it hierarchical (see the class comment).
   Status Allreduce(const FusedLayout& layout, ReduceOp op,
-                   const PhaseFn& phase);
+                   const PhaseFn& phase, const ChunkFn* across = nullptr);
 
  private:
   MpiShmAllreduce() = default;
@@ -78,8 +91,10 @@ class MpiShmAllreduce {
   // result offsets are relative to the piece.
   void PackPeerChunks(const FusedLayout& layout, int64_t piece,
                       int64_t piece_end, int64_t begin, int64_t end);
+  // Combines this rank's chunk into the result area; unpacks it into its
+  // outputs as it goes unless `keep` (hierarchical: unpacked later).
   void CombineOwnChunk(const FusedLayout& layout, ReduceOp op, int64_t piece,
-                       int64_t begin, int64_t end);
+                       int64_t begin, int64_t end, bool keep);
   void UnpackPeerChunks(const FusedLayout& layout, int64_t piece,
                         int64_t piece_end, int64_t begin, int64_t end);
 

@@ -33,7 +33,7 @@ class MpiTransport : public Transport {
     }
   }
 
-  Status Init(int64_t comm, double max_sleep_us, int64_t shm_allreduce_bytes) {
+  Status Init(int64_t comm, double max_sleep_us, const Config& config) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     int provided = 0;
@@ -91,17 +91,37 @@ class MpiTransport : public Transport {
     MPI_Comm_size(cross_, &topo_.cross_size);
 
     control_ = std::make_unique<MpiControlComm>(comm_, max_sleep_us);
+    const bool single_node = topo_.local_size == topo_.size;
+    bool hierarchical = false;
+    if (!single_node) {
+      Status s = ChooseHierarchical(config, &hierarchical);
+      if (!s.ok()) return s;
+    }
     std::unique_ptr<MpiShmAllreduce> shm;
-    if (topo_.size > 1 && topo_.local_size == topo_.size) {
-      // Collective on every rank of the (single) node; a failure only
-      // costs the faster path.
-      Status s = MpiShmAllreduce::Create(local_, shm_allreduce_bytes, &shm);
+    if (topo_.size > 1 && (single_node || hierarchical)) {
+      // Collective on every rank of each node; a failure only costs the
+      // faster path, and every rank of the job learns of it below.
+      Status s = MpiShmAllreduce::Create(local_, config.shm_allreduce_bytes,
+                                         &shm);
       if (!s.ok() && s.code() != HB_ERR_UNSUPPORTED && topo_.rank == 0) {
         HB_LOG(kWarning, s.message() << "; allreduces use MPI instead "
                          "(set HB_SHM_ALLREDUCE_THRESHOLD=0 to silence this)");
       }
+      if (hierarchical) {
+        // Every node must have its segment, or no node uses one.
+        int have = shm ? 1 : 0;
+        int all = 0;
+        int rc = MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, comm_);
+        if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
+        if (!all) {
+          shm.reset();
+          hierarchical = false;
+        }
+      }
     }
-    backend_ = std::make_unique<MpiBackend>(comm_, std::move(shm));
+    topo_.hierarchical_allreduce = hierarchical;
+    backend_ = std::make_unique<MpiBackend>(
+        comm_, std::move(shm), hierarchical ? cross_ : MPI_COMM_NULL);
     return Status::OK();
   }
 
@@ -110,6 +130,33 @@ class MpiTransport : public Transport {
   Backend* cpu_backend() override { return backend_.get(); }
 
  private:
+  // Whether fused allreduces go hierarchical (the same answer on every
+  // rank): the job spans hosts, each runs the same number (> 1) of ranks,
+  // shared memory is enabled and no rank's configuration says no.
+  Status ChooseHierarchical(const Config& config, bool* hierarchical) {
+    const int wants = config.hierarchical_allreduce != Choice::kOff &&
+                      config.shm_allreduce_bytes > 0;
+    // Maxima of (local size, -local size, -wants): uniform local sizes iff
+    // the first two agree; every rank wants it iff the third is -1.
+    int mine[3] = {topo_.local_size, -topo_.local_size, -wants};
+    int max[3] = {0, 0, 0};
+    int rc = MPI_Allreduce(mine, max, 3, MPI_INT, MPI_MAX, comm_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
+    const bool uniform = max[0] == -max[1];
+    *hierarchical = uniform && topo_.local_size > 1 && max[2] == -1;
+    if (config.hierarchical_allreduce == Choice::kOn && !*hierarchical &&
+        topo_.rank == 0) {
+      HB_LOG(kWarning,
+             "HB_HIERARCHICAL_ALLREDUCE=1 ignored: "
+                 << (!uniform ? "hosts run different numbers of ranks"
+                     : topo_.local_size == 1
+                         ? "every host runs one rank"
+                         : "shared memory is disabled on some rank "
+                           "(HB_SHM_ALLREDUCE_THRESHOLD=0)"));
+    }
+    return Status::OK();
+  }
+
   Topology topo_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;
@@ -121,10 +168,10 @@ class MpiTransport : public Transport {
 }  // namespace
 
 Status CreateMpiTransport(int64_t comm, double max_sleep_us,
-                          int64_t shm_allreduce_bytes,
+                          const Config& config,
                           std::unique_ptr<Transport>* out) {
   auto transport = std::make_unique<MpiTransport>();
-  Status s = transport->Init(comm, max_sleep_us, shm_allreduce_bytes);
+  Status s = transport->Init(comm, max_sleep_us, config);
   if (!s.ok()) return s;
   *out = std::move(transport);
   return Status::OK();

@@ -61,12 +61,15 @@ Status Runtime::Create(int64_t comm, std::unique_ptr<Runtime>* out) {
 }
 
 Status Runtime::Start(int64_t comm) {
-  Status s = CreateMpiTransport(comm, kCycleWaitMaxSleepUs,
-                                config_.shm_allreduce_bytes, &transport_);
+  Status s = CreateMpiTransport(comm, kCycleWaitMaxSleepUs, config_,
+                                &transport_);
   if (!s.ok()) return s;
   const Topology& topo = transport_->topology();
   SetLogContext(config_.log_level, topo.rank);
   HB_LOG(kDebug, "effective configuration:\n" << config_.ToString());
+  HB_LOG(kDebug, "hosts: " << topo.cross_size << " x " << topo.local_size
+                 << " ranks; hierarchical allreduce "
+                 << (topo.hierarchical_allreduce ? "on" : "off"));
   if (!topo.threads_multiple) {
     HB_LOG(kWarning, "MPI does not provide MPI_THREAD_MULTIPLE; calling MPI "
                      "from other threads while hbcore runs is unsafe");
@@ -96,7 +99,9 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
   const uint64_t cache = static_cast<uint64_t>(config_.cache_capacity);
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_threshold_bytes);
   const uint64_t shm = static_cast<uint64_t>(config_.shm_allreduce_bytes);
+  const uint64_t hier = static_cast<uint64_t>(config_.hierarchical_allreduce);
   std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
+                                 hier, ~hier,
                                  timeline_ok ? ~uint64_t{0} : 0};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
@@ -108,7 +113,13 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
   if (words[0] != ~words[1]) return differs("HB_CACHE_CAPACITY", cache);
   if (words[2] != ~words[3]) return differs("HB_FUSION_THRESHOLD", fusion);
   if (words[4] != ~words[5]) return differs("HB_SHM_ALLREDUCE_THRESHOLD", shm);
-  if (words[6] == 0) {
+  if (words[6] != ~words[7]) {
+    return Status(HB_ERR_CONFIG,
+                  std::string("HB_HIERARCHICAL_ALLREDUCE must be the same on "
+                              "every rank (this rank has ") +
+                      ChoiceName(config_.hierarchical_allreduce) + ")");
+  }
+  if (words[8] == 0) {
     return Status(HB_ERR_CONFIG, "rank 0 could not open the timeline file '" +
                                      config_.timeline_path + "' (HB_TIMELINE)");
   }

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend.h"
+#include "config.h"
 #include "control_comm.h"
 #include "status.h"
 
@@ -22,6 +23,9 @@ struct Topology {
   int cross_rank = 0;
   int cross_size = 1;
   bool threads_multiple = false;
+  // Fused allreduces reduce within each host, then across hosts (see
+  // mpi_shm_allreduce.h); the same on every rank.
+  bool hierarchical_allreduce = false;
 };
 
 class Transport {
@@ -34,10 +38,14 @@ class Transport {
 
 // Initialises MPI if nobody did (MPI_THREAD_MULTIPLE requested), duplicates
 // `comm` (see hb_init: a Fortran communicator handle, or HB_COMM_WORLD) for
-// the core's private use and splits it into local and cross communicators. `max_sleep_us` caps the polling backoff.
-// When the whole job is on one node, fused allreduces of up to
-// `shm_allreduce_bytes` run through node shared memory (0: never).
-Status CreateMpiTransport(int64_t comm, double max_sleep_us, int64_t shm_allreduce_bytes,
+// the core's private use and splits it into local and cross communicators.
+// `max_sleep_us` caps the polling backoff. Fused allreduces of up to
+// config.shm_allreduce_bytes per piece run through node shared memory when
+// the whole job is on one node, and hierarchically (shared memory within
+// each host, MPI between hosts) when every host runs the same number of
+// ranks and config.hierarchical_allreduce allows it.
+Status CreateMpiTransport(int64_t comm, double max_sleep_us,
+                          const Config& config,
                           std::unique_ptr<Transport>* out);
 
 // The MPI library's version string (valid without init).

@@ -50,6 +50,19 @@ TEST(ConfigBadValuesNameTheVariable) {
   CHECK_CONTAINS(s.message(), "HB_LOG_LEVEL");
   s = ParseConfig(Env({{"HB_STALL_CHECK_DISABLE", "maybe"}}), &c);
   CHECK_CONTAINS(s.message(), "HB_STALL_CHECK_DISABLE");
+  s = ParseConfig(Env({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "yes"}}), &c);
+  CHECK_EQ(s.code(), HB_ERR_CONFIG);
+  CHECK_CONTAINS(s.message(), "HOROVOD_HIERARCHICAL_ALLREDUCE");
+}
+
+TEST(ConfigHierarchicalAllreduce) {
+  Config c;
+  CHECK(ParseConfig(Env({}), &c).ok());
+  CHECK(c.hierarchical_allreduce == Choice::kAuto);
+  CHECK(ParseConfig(Env({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}}), &c).ok());
+  CHECK(c.hierarchical_allreduce == Choice::kOn);
+  CHECK(ParseConfig(Env({{"HB_HIERARCHICAL_ALLREDUCE", "false"}}), &c).ok());
+  CHECK(c.hierarchical_allreduce == Choice::kOff);
 }
 
 TEST(ConfigStallDisable) {
