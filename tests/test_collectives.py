@@ -98,3 +98,13 @@ def test_allreduce_groups_with_mpi_fused_path(group):
     names = _case_names(SHM_SPLIT_NP, group)
     assert names, "no cases in group %s" % group
     run.assert_cases(names)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_lone_tensors_pipelined_on_one_host(np_):
+    """Large tensors of one cycle run as overlapping MPI allreduces on one
+    host too (fused ones reduce in shared memory): numpy's results."""
+    from test_multihost import PIPELINE_CASES
+    run = run_ranks(script_path("pipeline.py"), np_, timeout=120)
+    run.assert_ok()
+    run.assert_cases(PIPELINE_CASES)

@@ -111,6 +111,23 @@ def test_hierarchical_choice(layout, choice, expect_on, warning):
         assert "HB_HIERARCHICAL_ALLREDUCE=1 ignored" not in run.stderr
 
 
+PIPELINE_CASES = ["pipeline/" + c for c in ("fused-group", "multi-piece",
+                                              "mixed", "half", "lone-burst",
+                                              "joined")]
+
+
+@pytest.mark.parametrize("layout,env", [
+    ("2x1", {}), ("2+1", {}), ("2x2", {"HB_HIERARCHICAL_ALLREDUCE": "0"}),
+    ("2x2", {})])
+def test_pipelined_allreduces(layout, env):
+    """Fused batches of several pieces through the two fusion buffers, lone
+    tensors in flight together, a joined rank: numpy's results."""
+    run = launch("pipeline.py", layout, 120, env=env)
+    run.assert_ok()
+    run.assert_cases(PIPELINE_CASES)
+    assert_no_mpi_noise(run)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_ordering_across_hosts(layout):
     run = launch("ordering.py", layout, 120, args=["order", 50])

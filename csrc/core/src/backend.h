@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "fused_layout.h"
@@ -45,6 +46,26 @@ class Backend {
   // turns Average into Sum and a 1/size postscale.
   virtual Status Allreduce(const void* in, void* out, int64_t count,
                            DataType dtype, ReduceOp op) = 0;
+
+  // An allreduce started by StartAllreduce. Its buffers stay untouched by
+  // the caller until Wait returns.
+  class Pending {
+   public:
+    virtual ~Pending() = default;
+    // Lets the operation progress; true once it has completed (then Wait
+    // returns at once).
+    virtual bool Test() = 0;
+    virtual Status Wait() = 0;
+  };
+  // True when StartAllreduce overlaps with the caller's work (the executor
+  // then pipelines allreduces); the same answer on every rank.
+  virtual bool StartsAllreduces() const { return false; }
+  // Starts an allreduce that completes in (*pending)->Wait(). Every rank
+  // starts the same allreduces in the same order, interleaved with the
+  // same other collectives. The default runs it at once.
+  virtual Status StartAllreduce(const void* in, void* out, int64_t count,
+                                DataType dtype, ReduceOp op,
+                                std::unique_ptr<Pending>* pending);
   // Rank r contributes bytes_per_rank[r] bytes; out holds them in rank order.
   virtual Status Allgatherv(const void* in, void* out,
                             const std::vector<int64_t>& bytes_per_rank) = 0;

@@ -12,9 +12,11 @@
 #define HBCORE_EXECUTOR_H_
 
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "allreduce_pipeline.h"
 #include "backend.h"
 #include "fused_layout.h"
 #include "message.h"
@@ -35,12 +37,29 @@ class Executor {
   Executor(int rank, int size, std::vector<Backend*> backends,
            Timeline* timeline);
 
-  // `entries` is parallel to `responses`; results are written per tensor.
-  void Run(const std::vector<const Response*>& responses,
-           const std::vector<TensorEntry*>& entries,
-           std::vector<TensorResult>* results);
+  // One fusion batch: `entries` is parallel to `responses`.
+  struct Batch {
+    std::vector<const Response*> responses;
+    std::vector<TensorEntry*> entries;
+  };
+  // Called once per batch with its results (one per tensor).
+  using BatchDoneFn =
+      std::function<void(size_t batch, std::vector<TensorResult>* results)>;
+
+  // Runs a cycle's batches in order; the same order on every rank.
+  // Consecutive allreduce batches on a backend that starts them without
+  // blocking are pipelined (AllreducePipeline); `done` is called for every
+  // batch, in order, once its results are final.
+  void Run(const std::vector<Batch>& batches, const BatchDoneFn& done);
 
  private:
+  // Runs one batch to completion.
+  void RunOne(const std::vector<const Response*>& responses,
+              const std::vector<TensorEntry*>& entries,
+              std::vector<TensorResult>* results);
+  // Whether batch `b` goes through the pipeline (see Run).
+  bool Pipelined(const std::vector<Batch>& batches, size_t b) const;
+  static bool PipelineCandidate(const Batch& batch, const Backend* backend);
   Backend* BackendFor(int device) const;
   char* FusionBuffer(int64_t bytes);
   Status Allreduce(const std::vector<const Response*>& responses,
@@ -60,6 +79,7 @@ class Executor {
   int size_;
   std::vector<Backend*> backends_;
   Timeline* timeline_;
+  AllreducePipeline pipeline_;
   // Persistent fusion buffer, grown on demand, 64-byte aligned.
   struct FreeDeleter {
     void operator()(char* p) const { std::free(p); }

@@ -81,6 +81,32 @@ std::vector<int> Displacements(const std::vector<int>& counts, bool* ok) {
   return displs;
 }
 
+// An MPI_Iallreduce in flight. Waiting spins in MPI_Wait like a blocking
+// allreduce would: this is the data plane, where the peers are mid-cycle.
+class MpiPending : public Backend::Pending {
+ public:
+  explicit MpiPending(MPI_Request request) : request_(request) {}
+  ~MpiPending() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  bool Test() override {
+    if (request_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    rc_ = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    return done != 0 || rc_ != MPI_SUCCESS;
+  }
+  Status Wait() override {
+    if (request_ != MPI_REQUEST_NULL && rc_ == MPI_SUCCESS) {
+      rc_ = MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    }
+    return MpiStatus(rc_, "MPI_Iallreduce");
+  }
+
+ private:
+  MPI_Request request_;
+  int rc_ = MPI_SUCCESS;
+};
+
 }  // namespace
 
 MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
@@ -154,6 +180,22 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
     if (count == 0) break;
   }
+  return Status::OK();
+}
+
+Status MpiBackend::StartAllreduce(const void* in, void* out, int64_t count,
+                                  DataType dtype, ReduceOp op,
+                                  std::unique_ptr<Pending>* pending) {
+  MPI_Op mpi_op = MpiOp(dtype, op);
+  if (cross_ != MPI_COMM_NULL || mpi_op == MPI_OP_NULL || count > INT_MAX) {
+    return Backend::StartAllreduce(in, out, count, dtype, op, pending);
+  }
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_Iallreduce(in == out ? MPI_IN_PLACE : in, out,
+                          static_cast<int>(count), MpiType(dtype), mpi_op,
+                          comm_, &request);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Iallreduce");
+  *pending = std::make_unique<MpiPending>(request);
   return Status::OK();
 }
 

@@ -33,6 +33,12 @@ class MpiBackend : public Backend {
                          const PhaseFn& phase) override;
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                    ReduceOp op) override;
+  // Non-blocking allreduces on the flat path; hierarchical ones (through
+  // shared memory and barriers) run at once.
+  bool StartsAllreduces() const override { return cross_ == MPI_COMM_NULL; }
+  Status StartAllreduce(const void* in, void* out, int64_t count,
+                        DataType dtype, ReduceOp op,
+                        std::unique_ptr<Pending>* pending) override;
   Status Allgatherv(const void* in, void* out,
                     const std::vector<int64_t>& bytes_per_rank) override;
   Status Broadcast(void* buffer, int64_t bytes, int root) override;

@@ -472,30 +472,32 @@ void Runtime::Execute(const CycleOutput& cycle) {
   std::vector<FusionBatch> plan =
       PlanFusion(cycle.responses, config_.fusion_threshold_bytes);
   const auto negotiated = Clock::now();
-  std::vector<TensorResult> results;
-  for (const FusionBatch& batch : plan) {
-    std::vector<const Response*> responses;
-    std::vector<TensorEntry*> entries;
-    for (size_t i : batch) {
+  std::vector<Executor::Batch> batches(plan.size());
+  for (size_t b = 0; b < plan.size(); ++b) {
+    for (size_t i : plan[b]) {
       const Response& r = cycle.responses[i];
-      responses.push_back(&r);
+      batches[b].responses.push_back(&r);
       auto it = pending_.find(r.name);
       TensorEntry* e = it == pending_.end() ? nullptr : &it->second;
-      entries.push_back(e);
+      batches[b].entries.push_back(e);
       if (e != nullptr && timeline_.enabled()) {
         timeline_.Event(r.name, "NEGOTIATE", e->enqueued, negotiated);
       }
     }
-    executor_->Run(responses, entries, &results);
-    for (size_t k = 0; k < batch.size(); ++k) {
-      controller_->Commit(cycle, batch[k], entries[k]);
-      if (responses[k]->op == OpType::kJoin) joined_ = false;
-    }
-    Finish(entries, results);
-    for (size_t k = 0; k < batch.size(); ++k) {
-      if (entries[k] != nullptr) pending_.erase(responses[k]->name);
-    }
   }
+  // Batches finish in plan order, so the response cache changes in the
+  // same order on every rank.
+  executor_->Run(batches, [&](size_t b, std::vector<TensorResult>* results) {
+    const Executor::Batch& batch = batches[b];
+    for (size_t k = 0; k < batch.responses.size(); ++k) {
+      controller_->Commit(cycle, plan[b][k], batch.entries[k]);
+      if (batch.responses[k]->op == OpType::kJoin) joined_ = false;
+    }
+    Finish(batch.entries, *results);
+    for (size_t k = 0; k < batch.responses.size(); ++k) {
+      if (batch.entries[k] != nullptr) pending_.erase(batch.responses[k]->name);
+    }
+  });
 }
 
 void Runtime::Finish(const std::vector<TensorEntry*>& entries,

@@ -1,0 +1,105 @@
+// Pipelined allreduces on a backend that starts them without blocking
+// (Backend::StartsAllreduces): the flat MPI path, i.e. jobs spanning hosts
+// without the hierarchical path, and lone large tensors on one host.
+//
+// A batch is a FusedLayout. A batch of one tensor is reduced straight from
+// its input into its output (no copy). A fused batch travels through
+// kBuffers fusion buffers in pieces of at most kPieceBytes: piece k is
+// packed, its allreduce started, and while it is in flight piece k+1 is
+// packed into the next buffer (the packing calls Test on the oldest
+// operation between blocks, so MPI progresses it meanwhile). A buffer is
+// reused only after the piece in it has completed and been unpacked.
+//
+// Contract (cross-rank): every rank starts the same batches in the same
+// order, split into the same pieces (the split depends only on the
+// negotiated layout), so the non-blocking allreduces match up. Operations
+// complete in start order, and `done` runs for each batch, in start order,
+// when its last piece is unpacked. A caller that runs another collective
+// in between may do so (every rank does the same), but must Drain first
+// if that collective uses the same buffers' tensors.
+#ifndef HBCORE_ALLREDUCE_PIPELINE_H_
+#define HBCORE_ALLREDUCE_PIPELINE_H_
+
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend.h"
+#include "fused_layout.h"
+#include "status.h"
+
+namespace hbcore {
+
+class AllreducePipeline {
+ public:
+  using DoneFn = std::function<void(size_t batch, const Status& status)>;
+  // `phase(batch, name, start)` reports a timeline phase of a batch.
+  using BatchPhaseFn = std::function<void(size_t batch, const char* phase,
+                                          std::chrono::steady_clock::time_point start)>;
+
+  static constexpr int kBuffers = 2;
+  static constexpr int64_t kPieceBytes = int64_t{4} << 20;
+  // Operations in flight at once (lone tensors need no buffer).
+  static constexpr size_t kMaxInFlight = 8;
+
+  AllreducePipeline() = default;
+  ~AllreducePipeline() { Drain(); }
+  AllreducePipeline(const AllreducePipeline&) = delete;
+  AllreducePipeline& operator=(const AllreducePipeline&) = delete;
+
+  // Where completions are reported, until the next call; only while
+  // nothing is in flight.
+  void SetCallbacks(DoneFn done, BatchPhaseFn phase) {
+    done_ = std::move(done);
+    phase_ = std::move(phase);
+  }
+  // Starts batch `batch` (`op` is never Average; the layout's scale factors
+  // are applied). Completes older operations as buffers or the in-flight
+  // limit require. The layout must stay alive until its batch is done.
+  void Start(size_t batch, const FusedLayout* layout, ReduceOp op,
+             Backend* backend);
+  // Completes every operation started.
+  void Drain();
+
+ private:
+  struct FreeDeleter {
+    void operator()(char* p) const { std::free(p); }
+  };
+  struct Flight {
+    size_t batch = 0;
+    const FusedLayout* layout = nullptr;
+    std::unique_ptr<Backend::Pending> op;  // null: failed to start
+    Status status;
+    int buffer = -1;          // fused piece: the buffer holding it
+    int64_t begin = 0;        // fused piece: [begin, end) of the layout
+    int64_t end = 0;
+    bool last = true;         // the batch's last piece
+    bool lone = false;        // one tensor, reduced from input to output
+    std::vector<char> zeros;  // lone, no input on this rank: its stand-in
+    std::chrono::steady_clock::time_point start;
+  };
+
+  void StartLone(size_t batch, const FusedLayout* layout, ReduceOp op,
+                 Backend* backend);
+  // Gathers [begin, end) of `layout` into `dst`, letting the oldest
+  // operation progress between blocks.
+  void Pack(const FusedLayout& layout, int64_t begin, int64_t end, char* dst);
+  char* Buffer(int index, int64_t bytes);
+  void CompleteOldest();
+  void Push(Flight flight);
+
+  DoneFn done_;
+  BatchPhaseFn phase_;
+  std::deque<Flight> flights_;
+  Status batch_status_;  // first error among the finished pieces of a batch
+  std::chrono::steady_clock::time_point batch_start_;  // its first piece's
+  std::unique_ptr<char, FreeDeleter> buffers_[kBuffers];
+  int64_t buffer_bytes_[kBuffers] = {0, 0};
+  int next_buffer_ = 0;
+};
+
+}  // namespace hbcore
+
+#endif  // HBCORE_ALLREDUCE_PIPELINE_H_
