@@ -8,7 +8,6 @@ order, so a failing case does not desynchronise the next ones):
 - before-init/*   every API call raises ValueError before hvd.init()
 - <mode>/<kind>/* the op table (op_table.py) eagerly, in one tf.function
                   and in one tf.compat.v1 Session.run
-- grad/*          gradients of every op (eager tape and tf.function)
 - sparse/*        IndexedSlices allreduce (gradient of tf.gather)
 - fusion/*        grouped_allreduce of 50 tensors; 50 allreduces in one
                   tf.function (not serialised by auto control deps)
@@ -181,106 +180,11 @@ def table_graph(specs: List[op_table.Spec]) -> None:
     _results_checker("graph", specs, produce)
 
 
-# ------------------------------------------------------------------ gradients
+# ---------------------------------------------------------------- upstream
 
 def w_of(key: str, r: int, shape) -> np.ndarray:
     """Rank r's upstream-gradient weights: loss_r = sum(y * w_r)."""
     return rank_data(op_table.seed(key, "w"), r, shape, "float32")
-
-
-def grad_of(fn: Callable[[tf.Tensor], tf.Tensor], x: np.ndarray,
-            w: np.ndarray, in_function: bool) -> np.ndarray:
-    def body(x, w):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = fn(x)
-            loss = tf.reduce_sum(y * w)
-        return tape.gradient(loss, x)
-    if in_function:
-        body = tf.function(body)
-    return np_of(body(tf.constant(x), tf.constant(w)))
-
-
-def grad_cases(mode: str) -> None:
-    in_function = mode == "function"
-    size, rank = SIZE, RANK
-    f32 = "float32"
-
-    def allreduce(op, pre=1.0, post=1.0):
-        key = "grad/%s/allreduce-%s-%s" % (mode, op, pre)
-        x = rank_data(op_table.seed(key), rank, (4, 3), f32)
-        ws = [w_of(key, r, (4, 3)) for r in range(size)]
-        got = grad_of(lambda t: hvd.allreduce(
-            t, op=getattr(hvd, op), prescale_factor=pre,
-            postscale_factor=post), x, ws[rank], in_function)
-        total = np.sum(ws, axis=0) * pre * post
-        assert_close(got, (total / size if op == "Average" else total)
-                     .astype(np.float32), f32, key)
-    run("grad/%s/allreduce-sum" % mode, lambda: allreduce("Sum"))
-    run("grad/%s/allreduce-average" % mode, lambda: allreduce("Average"))
-    run("grad/%s/allreduce-scaled" % mode, lambda: allreduce("Sum", 0.5, 3.0))
-
-    def grouped():
-        key = "grad/%s/grouped" % mode
-        x = rank_data(op_table.seed(key), rank, (6,), f32)
-        ws = [w_of(key, r, (6,)) for r in range(size)]
-        got = grad_of(lambda t: tf.concat(hvd.grouped_allreduce(
-            [t[:2], t[2:]], op=hvd.Average), 0), x, ws[rank], in_function)
-        assert_close(got, np.mean(ws, axis=0).astype(np.float32), f32, key)
-    run("grad/%s/grouped_allreduce" % mode, grouped)
-
-    def allgather():
-        key = "grad/%s/allgather" % mode
-        rows = [r + 1 for r in range(size)]
-        x = rank_data(op_table.seed(key), rank, (rows[rank], 3), f32)
-        ws = [w_of(key, r, (sum(rows), 3)) for r in range(size)]
-        got = grad_of(lambda t: hvd.allgather(t), x, ws[rank], in_function)
-        start = sum(rows[:rank])
-        # Horovod 0.28: the output gradient is averaged over ranks.
-        expected = np.mean(ws, axis=0)[start:start + rows[rank]]
-        assert_close(got, expected.astype(np.float32), f32, key)
-    run("grad/%s/allgather" % mode, allgather)
-
-    def broadcast():
-        key = "grad/%s/broadcast" % mode
-        root = size - 1
-        x = rank_data(op_table.seed(key), rank, (5,), f32)
-        ws = [w_of(key, r, (5,)) for r in range(size)]
-        got = grad_of(lambda t: hvd.broadcast(t, root), x, ws[rank],
-                      in_function)
-        expected = np.mean(ws, axis=0) if rank == root else np.zeros(5)
-        assert_close(got, expected.astype(np.float32), f32, key)
-    run("grad/%s/broadcast" % mode, broadcast)
-
-    def alltoall():
-        key = "grad/%s/alltoall" % mode
-        sp = [op_table.splits_of(s, size) for s in range(size)]
-        received = [sum(sp[s][d] for s in range(size)) for d in range(size)]
-        x = rank_data(op_table.seed(key), rank, (sum(sp[rank]), 2), f32)
-        ws = [w_of(key, d, (received[d], 2)) for d in range(size)]
-        got = grad_of(lambda t: hvd.alltoall(t, splits=sp[rank])[0], x,
-                      ws[rank], in_function)
-        pieces = []
-        for d in range(size):  # rows this rank sent to d, in d's output
-            offset = sum(sp[s][d] for s in range(rank))
-            pieces.append(ws[d][offset:offset + sp[rank][d]])
-        assert_close(got, np.concatenate(pieces).astype(np.float32), f32, key)
-    run("grad/%s/alltoall" % mode, alltoall)
-
-    def reducescatter(op):
-        key = "grad/%s/reducescatter-%s" % (mode, op)
-        n = 2 * size + 1
-        blocks = [op_table.rows_of(n, size, r) for r in range(size)]
-        x = rank_data(op_table.seed(key), rank, (n, 2), f32)
-        ws = [w_of(key, r, (blocks[r][1], 2)) for r in range(size)]
-        got = grad_of(lambda t: hvd.reducescatter(t, op=getattr(hvd, op)), x,
-                      ws[rank], in_function)
-        # Horovod 0.28: allgather of the gradient, times size() for Sum.
-        expected = np.concatenate(ws) * (size if op == "Sum" else 1)
-        assert_close(got, expected.astype(np.float32), f32, key)
-    run("grad/%s/reducescatter-sum" % mode, lambda: reducescatter("Sum"))
-    run("grad/%s/reducescatter-average" % mode,
-        lambda: reducescatter("Average"))
 
 
 # --------------------------------------------------------------- IndexedSlices
@@ -760,8 +664,6 @@ def main() -> None:
     facts["eager_table_seconds"] = round(time.monotonic() - start, 2)
     table_function(specs)
     table_graph(specs)
-    for mode in ("eager", "function"):
-        grad_cases(mode)
     sparse_cases()
     fusion_cases()
     graph_cases()
