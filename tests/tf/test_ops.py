@@ -1,6 +1,7 @@
 """hbcore_tf's collectives at 2 and 3 ranks: every op x dtype x shape in
 eager mode, inside one tf.function and in one tf.compat.v1 Session.run;
-IndexedSlices; fusion; v1 hooks; errors; join; shutdown (gradients: test_gradients.py).
+fusion; v1 hooks; errors; join; shutdown (gradients: test_gradients.py;
+IndexedSlices: test_sparse.py).
 
 One hbrun launch per rank count runs tests/tf/rank_scripts/tf_ops.py
 (every rank checks each result against numpy computed from every rank's
@@ -73,14 +74,6 @@ BEFORE_INIT = ["allreduce", "grouped_allreduce", "allgather",
 def test_before_init(np_):
     """Collectives raise ValueError before init; size_op fails at run."""
     tf_run(np_).assert_cases(["before-init/" + c for c in BEFORE_INIT])
-
-
-@pytest.mark.parametrize("np_", NPS)
-def test_indexed_slices(np_):
-    tf_run(np_).assert_cases([
-        "sparse/eager-average", "sparse/eager-sum-prescaled",
-        "sparse/grouped-mixed", "sparse/function", "sparse/min-raises",
-        "graph/sparse"])
 
 
 @pytest.mark.parametrize("np_", NPS)

@@ -8,7 +8,6 @@ order, so a failing case does not desynchronise the next ones):
 - before-init/*   every API call raises ValueError before hvd.init()
 - <mode>/<kind>/* the op table (op_table.py) eagerly, in one tf.function
                   and in one tf.compat.v1 Session.run
-- sparse/*        IndexedSlices allreduce (gradient of tf.gather)
 - fusion/*        grouped_allreduce of 50 tensors; 50 allreduces in one
                   tf.function (not serialised by auto control deps)
 - graph/*         v1 gradients, broadcast_global_variables,
@@ -187,74 +186,6 @@ def w_of(key: str, r: int, shape) -> np.ndarray:
     return rank_data(op_table.seed(key, "w"), r, shape, "float32")
 
 
-# --------------------------------------------------------------- IndexedSlices
-
-def sparse_expected(key: str, op: str, factor: float = 1.0) -> np.ndarray:
-    dense = np.zeros((6, 2))
-    for r in range(SIZE):
-        for row, idx in zip(w_of(key, r, (3, 2)), _sparse_idx(r)):
-            dense[idx] += row
-    if op == "Average":
-        dense /= SIZE
-    return (dense * factor).astype(np.float32)
-
-
-def _sparse_idx(r: int) -> List[int]:
-    return [r % 6, (r + 2) % 6, r % 6]  # a duplicate index on purpose
-
-
-def sparse_grad(key: str, v: tf.Variable) -> tf.IndexedSlices:
-    with tf.GradientTape() as tape:
-        y = tf.gather(v, _sparse_idx(RANK))
-        loss = tf.reduce_sum(y * w_of(key, RANK, (3, 2)))
-    return tape.gradient(loss, v)
-
-
-def sparse_cases() -> None:
-    v = tf.Variable(tf.zeros([6, 2]))
-
-    def eager(op, pre=1.0):
-        key = "sparse/eager-%s-%s" % (op, pre)
-        g = sparse_grad(key, v)
-        _assert(isinstance(g, tf.IndexedSlices), "tf.gather grad is sparse")
-        out = hvd.allreduce(g, op=getattr(hvd, op), prescale_factor=pre)
-        _assert(isinstance(out, tf.IndexedSlices), "result is IndexedSlices")
-        _assert(out.values.shape[0] == 3 * SIZE, "values of every rank")
-        assert_close(np_of(tf.convert_to_tensor(out)),
-                     sparse_expected(key, op, pre), "float32", key)
-    run("sparse/eager-average", lambda: eager("Average"))
-    run("sparse/eager-sum-prescaled", lambda: eager("Sum", 2.0))
-
-    def mixed():
-        key = "sparse/grouped-mixed"
-        g = sparse_grad(key, v)
-        d = tf.constant(rank_data(1, RANK, (4,), "float32"))
-        dense_out, sparse_out = hvd.grouped_allreduce([d, g], op=hvd.Average)
-        _assert(isinstance(sparse_out, tf.IndexedSlices), "sparse stays")
-        assert_close(np_of(tf.convert_to_tensor(sparse_out)),
-                     sparse_expected(key, "Average"), "float32", key)
-        exp = np.mean(all_rank_data(1, SIZE, (4,), "float32"), axis=0)
-        assert_close(np_of(dense_out), exp.astype(np.float32), "float32", key)
-    run("sparse/grouped-mixed", mixed)
-
-    def in_function():
-        key = "sparse/function"
-
-        @tf.function
-        def step():
-            g = sparse_grad(key, v)
-            return tf.convert_to_tensor(hvd.allreduce(g, op=hvd.Average))
-        assert_close(np_of(step()), sparse_expected(key, "Average"),
-                     "float32", key)
-    run("sparse/function", in_function)
-
-    def min_raises():
-        g = sparse_grad("sparse/min", v)
-        expect_raises(lambda: hvd.allreduce(g, op=hvd.Min),
-                      NotImplementedError, "Sum and Average")
-    run("sparse/min-raises", min_raises)
-
-
 # --------------------------------------------------------------------- fusion
 
 def fusion_cases() -> None:
@@ -337,21 +268,6 @@ def graph_cases() -> None:
         expected = sum(mean_w[2 * r:2 * r + 2] for r in range(SIZE))
         assert_close(got, expected.astype(np.float32), "float32", key)
     run("graph/gradients", v1_gradients_equal_rows)
-
-    def sparse_v1():
-        key = "graph/sparse"
-        with tf.Graph().as_default():
-            v = tf.compat.v1.get_variable("v", initializer=tf.zeros([6, 2]))
-            y = tf.gather(v, _sparse_idx(RANK))
-            loss = tf.reduce_sum(y * w_of(key, RANK, (3, 2)))
-            (g,) = tf.compat.v1.gradients(loss, [v])
-            _assert(isinstance(g, tf.IndexedSlices), "v1 gather grad sparse")
-            out = tf.convert_to_tensor(hvd.allreduce(g))
-            with tf.compat.v1.Session() as sess:
-                sess.run(tf.compat.v1.global_variables_initializer())
-                got = sess.run(out)
-        assert_close(got, sparse_expected(key, "Average"), "float32", key)
-    run("graph/sparse", sparse_v1)
 
     root = SIZE - 1
 
@@ -664,7 +580,6 @@ def main() -> None:
     facts["eager_table_seconds"] = round(time.monotonic() - start, 2)
     table_function(specs)
     table_graph(specs)
-    sparse_cases()
     fusion_cases()
     graph_cases()
     error_cases()
