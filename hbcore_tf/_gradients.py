@@ -66,8 +66,11 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
         return result
     grads = list(grads)
     if kind == mpi_ops._ALLREDUCE:
-        # IndexedSlices stay sparse for Sum/Average (allgather path).
-        sparse_ok = reduce_op in (mpi_ops.Sum, mpi_ops.Average)
+        # IndexedSlices stay sparse for unscaled Sum/Average (the
+        # allgather path, which refuses scale factors as Horovod does);
+        # otherwise they are densified, as Horovod's gradient always does.
+        sparse_ok = (reduce_op in (mpi_ops.Sum, mpi_ops.Average)
+                     and prescale == 1.0 and postscale == 1.0)
         chosen = []
         for i in idx:
             g = grads[i]

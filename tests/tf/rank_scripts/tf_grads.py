@@ -43,6 +43,7 @@ import hbcore_tf as hvd  # noqa: E402
 MODES = ["eager", "function", "graph"]
 CASES = ["allreduce-sum", "allreduce-average", "allreduce-scaled",
          "allreduce-sparse-upstream-sum", "allreduce-sparse-upstream-average",
+         "allreduce-sparse-upstream-scaled",
          "grouped_allreduce", "allgather", "broadcast-root0",
          "broadcast-rootlast", "alltoall", "reducescatter-sum",
          "reducescatter-average"]
@@ -107,19 +108,23 @@ def case_table(mode: str) -> Dict[str, Callable[[], None]]:
         expected = total / SIZE if op == "Average" else total
         assert_close(got, expected.astype(np.float32), F32, key(case))
 
-    def sparse_upstream(case: str, op: str) -> None:
+    def sparse_upstream(case: str, op: str, pre: float = 1.0,
+                        post: float = 1.0) -> None:
         # y = allreduce(x); loss uses tf.gather(y, rows_r): the upstream
-        # gradient is IndexedSlices, reduced by the sparse (allgather) path.
+        # gradient is IndexedSlices, reduced by the sparse (allgather) path
+        # (densified first when scale factors apply).
         x = rank_data(op_table.seed(key(case)), RANK, (6, 2), F32)
         ws = weights(key(case), [(3, 2)] * SIZE)
         got = gradient(mode, lambda t: tf.gather(
-            hvd.allreduce(t, op=getattr(hvd, op)), sparse_rows(RANK)), x,
+            hvd.allreduce(t, op=getattr(hvd, op), prescale_factor=pre,
+                          postscale_factor=post), sparse_rows(RANK)), x,
             ws[RANK])
         expected = np.zeros((6, 2))
         for r in range(SIZE):
             np.add.at(expected, sparse_rows(r), ws[r])
         if op == "Average":
             expected /= SIZE
+        expected *= pre * post
         assert_close(got, expected.astype(np.float32), F32, key(case))
 
     def grouped() -> None:
@@ -185,6 +190,8 @@ def case_table(mode: str) -> Dict[str, Callable[[], None]]:
             "allreduce-sparse-upstream-sum", "Sum"),
         "allreduce-sparse-upstream-average": lambda: sparse_upstream(
             "allreduce-sparse-upstream-average", "Average"),
+        "allreduce-sparse-upstream-scaled": lambda: sparse_upstream(
+            "allreduce-sparse-upstream-scaled", "Sum", 0.5, 3.0),
         "grouped_allreduce": grouped,
         "allgather": allgather,
         "broadcast-root0": lambda: broadcast("broadcast-root0", 0),
