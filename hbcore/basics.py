@@ -167,13 +167,16 @@ def nccl_built() -> bool:
 def build_info() -> Dict[str, object]:
     """Returns what was built and found, for ``hbrun --check-build``."""
     import hbcore
+    from hbcore.tf_probe import probe
 
-    try:
-        from hbcore_tf._build import cached_library_path
-
-        tf_ops = cached_library_path() or "not built yet (built at first import of hbcore_tf)"
-    except Exception as e:  # TensorFlow missing or unusable
-        tf_ops = "unavailable: %s" % e
+    # Asked in a child process unless TensorFlow is loaded here already,
+    # so that TensorFlow's start-up log does not land in our output.
+    tf_info = probe()
+    if tf_info.get("error"):
+        tf_ops = "unavailable: %s" % tf_info["error"]
+    else:
+        tf_ops = (tf_info.get("tf_op_library") or
+                  "not built yet (built at first import of hbcore_tf)")
     return {
         "tf_op_library": tf_ops,
         "version": core.version(),

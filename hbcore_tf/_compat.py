@@ -182,10 +182,18 @@ def optimizer_variables(optimizer: Any) -> List[Any]:
 
 def model_variables(model: Any) -> List[Any]:
     """Returns every variable of a Keras model (weights and non-trainable
-    state such as BatchNorm statistics)."""
-    variables = getattr(model, "variables", None)
-    if variables is None:
-        variables = model.weights
+    state such as BatchNorm statistics) that exists now: [] for a model
+    whose weights are created at its first call (a Sequential without an
+    input shape), where tf_keras raises "Weights for model ... have not yet
+    been created" and Keras 3 returns []."""
+    try:
+        variables = getattr(model, "variables", None)
+        if variables is None:
+            variables = model.weights
+    except ValueError:
+        if getattr(model, "built", True):
+            raise  # a built model: not the "not yet created" case
+        return []
     return list(variables)
 
 

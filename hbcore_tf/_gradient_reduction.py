@@ -136,14 +136,26 @@ class GradientReducer:
         for number, members in enumerate(plan):
             name = "%s_Allreduce" % self.name if len(plan) == 1 else \
                 "%s_Allreduce_g%d" % (self.name, number)
-            reduced = grouped_allreduce(
-                [grads[i] for i in members], device_dense=self.device_dense,
-                device_sparse=self.device_sparse,
-                compression=self.compression, op=self.op,
-                prescale_factor=self.prescale,
-                postscale_factor=self.postscale, name=name)
-            for i, value in zip(members, reduced):
-                out[i] = value
+            # The predivide factors go to the dense gradients only: an
+            # IndexedSlices allreduce is an allgather (no sum to protect
+            # from overflow, and pre * post == 1), and grouped_allreduce
+            # refuses scale factors for it, as Horovod does. The split
+            # keeps the core names of one call: <name>.i / <name>_sparse.
+            dense = [i for i in members
+                     if not isinstance(grads[i], tf.IndexedSlices)]
+            sparse = [i for i in members
+                      if isinstance(grads[i], tf.IndexedSlices)]
+            for part, pre, post in ((dense, self.prescale, self.postscale),
+                                    (sparse, 1.0, 1.0)):
+                if not part:
+                    continue
+                reduced = grouped_allreduce(
+                    [grads[i] for i in part], device_dense=self.device_dense,
+                    device_sparse=self.device_sparse,
+                    compression=self.compression, op=self.op,
+                    prescale_factor=pre, postscale_factor=post, name=name)
+                for i, value in zip(part, reduced):
+                    out[i] = value
         return out
 
     def reduce(self, grads: Sequence[Any], variables: Sequence[Any]) -> List[Any]:

@@ -8,7 +8,8 @@ rank r is g_r (the upstream gradient computed locally on every rank):
                  and Product also reduce the gradient with that op, as
                  Horovod does).
 - allgather:     grad x_s = rows of rank s in Average-allreduce(g).
-- broadcast:     grad x = Average-allreduce(g) on the root, zeros elsewhere.
+- broadcast:     grad x = Average-allreduce(g) on the root, zeros elsewhere
+                 (a runtime select: every rank runs the allreduce).
 - alltoall:      grad x = alltoall(g) sent back with the received splits.
 - reducescatter: grad x = allgather(g * prescale * postscale), times
                  size() for Sum.
@@ -18,6 +19,10 @@ every rank computes the same loss and DistributedOptimizer averages the
 variable gradients. Every rank runs the same gradient collectives, so they
 are issued in the same order (eager tape) or graph (name scopes
 ``gradients/.../HbcoreCollective_grad``) on every rank.
+
+Invariant: a gradient builds the same graph on every rank. Rank-dependent
+results are selects on runtime values (``rank_op()``), never a Python
+branch on ``rank()`` that adds, drops or lets grappler prune a collective.
 """
 from typing import Any, List, Optional, Sequence
 
@@ -61,8 +66,11 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
         return result
     grads = list(grads)
     if kind == mpi_ops._ALLREDUCE:
-        # IndexedSlices stay sparse for Sum/Average (allgather path).
-        sparse_ok = reduce_op in (mpi_ops.Sum, mpi_ops.Average)
+        # IndexedSlices stay sparse for unscaled Sum/Average (the
+        # allgather path, which refuses scale factors as Horovod does);
+        # otherwise they are densified, as Horovod's gradient always does.
+        sparse_ok = (reduce_op in (mpi_ops.Sum, mpi_ops.Average)
+                     and prescale == 1.0 and postscale == 1.0)
         chosen = []
         for i in idx:
             g = grads[i]
@@ -80,9 +88,7 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
         if kind == mpi_ops._ALLGATHER:
             values = _allgather_grad([inputs[i] for i in idx], chosen)
         elif kind == mpi_ops._BROADCAST:
-            values = mpi_ops.grouped_allreduce(chosen, op=_BROADCAST_GRAD_OP)
-            if mpi_ops.rank() != op.get_attr("root_rank"):
-                values = [tf.zeros_like(v) for v in values]
+            values = _broadcast_grad(chosen, op.get_attr("root_rank"))
         elif kind == mpi_ops._REDUCESCATTER:
             factor = prescale * postscale
             if reduce_op == mpi_ops.Sum:
@@ -100,15 +106,35 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
 def _allgather_grad(inputs: List[tf.Tensor],
                     grads: List[tf.Tensor]) -> List[tf.Tensor]:
     """This rank's rows of the averaged output gradients. The per-rank
-    first dimensions come from one allgather of the local ones."""
+    first dimensions come from one allgather of the local ones; the rank
+    is read by an op, so every rank builds the same graph."""
     reduced = mpi_ops.grouped_allreduce(grads, op=_GATHER_GRAD_OP)
     local_dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
-    dims = tf.reshape(mpi_ops.allgather(local_dims), [mpi_ops.size(),
-                                                     len(inputs)])
-    r = mpi_ops.rank()
+    dims = tf.reshape(mpi_ops.allgather(local_dims), [-1, len(inputs)])
+    r = mpi_ops.rank_op()
     offsets = tf.reduce_sum(dims[:r], axis=0)
     return [g[offsets[j]:offsets[j] + dims[r, j]]
             for j, g in enumerate(reduced)]
+
+
+def _broadcast_grad(grads: List[tf.Tensor], root_rank: int
+                    ) -> List[tf.Tensor]:
+    """The averaged output gradients on the root, zeros on the other ranks.
+
+    Invariant: every rank creates AND runs the same allreduce, so the
+    rank-dependence must be a select on a value known only when the graph
+    runs (the rank op is stateful, so grappler cannot fold it). A Python
+    branch on rank() that returned zeros_like(allreduce result) or
+    result * 0 let grappler fold the zeros into a constant and prune the
+    allreduce on non-root ranks in a v1 Session: the root then waited for
+    a collective the others never submitted (or, worse, matched one of the
+    same name from a later graph).
+    """
+    reduced = mpi_ops.grouped_allreduce(grads, op=_BROADCAST_GRAD_OP)
+    is_root = tf.equal(mpi_ops.rank_op(), root_rank)
+    # tf.where, not a multiplication by a 0/1 mask: non-finite averaged
+    # gradients must still give exact zeros off the root.
+    return [tf.where(is_root, g, tf.zeros_like(g)) for g in reduced]
 
 
 @tf.RegisterGradient("HbcoreAlltoall")

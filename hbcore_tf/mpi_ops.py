@@ -161,39 +161,50 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
     return list(outputs)
 
 
-def _scale_values(values: tf.Tensor, op: int, factor: float) -> tf.Tensor:
-    """IndexedSlices values after a gather: divided by size for Average,
-    multiplied by the pre/postscale product."""
-    if values.dtype.is_floating:
-        if op == Average:
-            values = values / tf.cast(size(), values.dtype)
-        if factor != 1.0:
-            values = values * tf.cast(factor, values.dtype)
-        return values
-    if op == Average:  # integers: truncate like the core's integer Average
-        values = tf.math.truncatediv(values, tf.cast(size(), values.dtype))
-    if factor != 1.0:
-        values = tf.cast(tf.cast(values, tf.float64) * factor, values.dtype)
-    return values
+_SPARSE_SCALE_ERROR = ("Pre/postscale_factor are not supported with "
+                       "tf.IndexedSlices")
 
 
-def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], op: int,
-                      prescale_factor: float, postscale_factor: float,
-                      name: Optional[str], ignore_name_scope: bool
-                      ) -> List[tf.IndexedSlices]:
-    """Allreduce of IndexedSlices as one grouped allgather of all values and
-    indices (duplicate indices then sum up when the slices are applied)."""
+def _check_sparse_args(op: int, prescale_factor: float,
+                       postscale_factor: float) -> None:
+    """Refuses what Horovod 0.28 refuses for IndexedSlices, before any
+    collective is created (so no rank submits half of a call).
+
+    Raises:
+        NotImplementedError: op is not Sum or Average, or a scale factor
+            is not 1.0 (Horovod's type and message).
+    """
     if op not in (Sum, Average):
         raise NotImplementedError(
             "Only Sum and Average ops are supported with tf.IndexedSlices "
             "(got %s); pass sparse_as_dense=True or convert the gradient with "
             "tf.convert_to_tensor" % ReduceOp(op).name)
+    if float(prescale_factor) != 1.0 or float(postscale_factor) != 1.0:
+        raise NotImplementedError(_SPARSE_SCALE_ERROR)
+
+
+def _average_values(values: tf.Tensor) -> tf.Tensor:
+    """Gathered IndexedSlices values divided by size(): true division for
+    floating types (Horovod), truncation toward zero for integers (the
+    core's integer Average), so the dtype is kept."""
+    divisor = tf.cast(size(), values.dtype)
+    if values.dtype.is_floating or values.dtype.is_complex:
+        return values / divisor
+    return tf.truncatediv(values, divisor)
+
+
+def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], op: int,
+                      name: Optional[str], ignore_name_scope: bool
+                      ) -> List[tf.IndexedSlices]:
+    """Allreduce of IndexedSlices as one grouped allgather of all values and
+    indices (duplicate indices then sum up when the slices are applied).
+    The arguments were checked by _check_sparse_args."""
     n = len(slices)
     gathered = _collective([s.values for s in slices] +
                            [s.indices for s in slices], _ALLGATHER,
                            "HbcoreSparseAllreduce", name, ignore_name_scope)
-    factor = float(prescale_factor) * float(postscale_factor)
-    return [tf.IndexedSlices(_scale_values(gathered[i], op, factor),
+    return [tf.IndexedSlices(_average_values(gathered[i]) if op == Average
+                             else gathered[i],
                              gathered[n + i], dense_shape=s.dense_shape)
             for i, s in enumerate(slices)]
 
@@ -211,7 +222,7 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
 
     A ``tf.IndexedSlices`` is reduced by allgathering its values and indices
     (so the result has every rank's slices; Average divides the values by
-    size()).
+    size(), truncating toward zero for integer values).
 
     Args:
         tensor: tf.Tensor, tf.Variable or tf.IndexedSlices; same shape and
@@ -232,9 +243,9 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
 
     Raises:
         ValueError: hbcore is not initialized, or both average and op given.
-        NotImplementedError: op is Adasum, or Min/Max/Product on
-            IndexedSlices. (Pre/postscale factors do apply to IndexedSlices
-            values; Horovod refuses them there.)
+        NotImplementedError: op is Adasum; or ``tensor`` is an
+            IndexedSlices and op is Min/Max/Product or a scale factor is
+            not 1.0 (as Horovod).
         tf.errors.FailedPreconditionError: ranks disagree on the tensor.
         tf.errors.InvalidArgumentError: e.g. Average on bool.
     """
@@ -243,9 +254,9 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
     op = _resolve_op(average, op)
     _refuse_adasum(op, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
+        _check_sparse_args(op, prescale_factor, postscale_factor)
         with tf.device(device_sparse):
-            return _sparse_allreduce([tensor], op, prescale_factor,
-                                     postscale_factor, name,
+            return _sparse_allreduce([tensor], op, name,
                                      ignore_name_scope)[0]
     with tf.device(device_dense):
         compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
@@ -282,7 +293,8 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
         The reduced tensors, in input order.
 
     Raises:
-        As :func:`allreduce`.
+        As :func:`allreduce`; an IndexedSlices in the group with an op or
+        scale factor it does not support raises before any op is created.
     """
     _check_initialized()
     _check_process_set(process_set)
@@ -295,6 +307,8 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
                   if isinstance(t, tf.IndexedSlices)]
     dense_idx = [i for i, t in enumerate(tensors)
                  if not isinstance(t, tf.IndexedSlices)]
+    if sparse_idx:  # before the dense op exists: all or nothing
+        _check_sparse_args(op, prescale_factor, postscale_factor)
     out: List[Any] = [None] * len(tensors)
     if dense_idx:
         with tf.device(device_dense):
@@ -310,7 +324,6 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
         sparse_name = None if name is None else name + "_sparse"
         with tf.device(device_sparse):
             reduced = _sparse_allreduce([tensors[i] for i in sparse_idx], op,
-                                        prescale_factor, postscale_factor,
                                         sparse_name, ignore_name_scope)
         for i, value in zip(sparse_idx, reduced):
             out[i] = value

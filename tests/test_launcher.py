@@ -1,6 +1,8 @@
 """Tests of hbrun: flags, mpiexec command line, rank-prefixed output, and
 first-failure teardown (2 and 3 ranks)."""
+import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +129,41 @@ def test_check_build_reports_launcher():
     assert "MPI launcher:" in proc.stdout
     assert mpiexec.find_mpiexec() in proc.stdout
     assert "TensorFlow:" in proc.stdout and "NCCL" in proc.stdout
+
+
+# TensorFlow's start-up log: absl/glog-prefixed lines ("I0000 00:00:...
+# port.cc:153] oneDNN custom operations are on ...") and their companions.
+_TF_LOG = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d|oneDNN|cpu_feature_guard|"
+                     r"absl::InitializeLog|To enable the following "
+                     r"instructions|cuda drivers|cuDNN|cuFFT|cuBLAS|TF-TRT")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                    reason="TensorFlow is not installed")
+def test_check_build_output_has_no_tensorflow_log_lines():
+    """The report is only its own lines, even with TF_CPP_MIN_LOG_LEVEL
+    unset (TF 2.21 prints its oneDNN line regardless of it), and still
+    says where the TF op library is (or that it is not built yet)."""
+    env = {k: v for k, v in os.environ.items()
+           if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = hbrun("--check-build", env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    noise = [line for line in (proc.stdout + proc.stderr).splitlines()
+             if _TF_LOG.search(line)]
+    assert noise == [], "TensorFlow log lines in the report:\n" + "\n".join(
+        noise)
+    assert proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "hbcore build check", lines
+    report = {}
+    for line in lines[1:]:
+        match = re.match(r"^  ([^:]+(?:\([^)]*\))?):\s+(\S.*)$", line)
+        assert match, "not a report line: %r" % line
+        report[match.group(1)] = match.group(2)
+    tf_ops = report["TF op library"]
+    assert tf_ops.endswith(".so") or tf_ops.startswith("not built yet"), \
+        tf_ops
+    assert report["TensorFlow"][0].isdigit(), report["TensorFlow"]
 
 
 # ------------------------------------------------------ hosts and mpiexec

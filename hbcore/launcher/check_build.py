@@ -2,7 +2,9 @@
 
 Everything here is looked up lazily and each item fails on its own line
 ("not available: <reason>"), so the report works on a half-built install,
-which is exactly when it is needed.
+which is exactly when it is needed. TensorFlow is never imported into this
+process (hbcore.tf_probe asks a child), so its start-up log lines do not
+interleave with the report.
 """
 
 import importlib.metadata
@@ -59,8 +61,14 @@ def _tensorflow() -> str:
             return "%s (%s)" % (importlib.metadata.version(name), name)
         except importlib.metadata.PackageNotFoundError:
             continue
-    import tensorflow
-    return tensorflow.__version__
+    # Never "import tensorflow" here: its start-up log would interleave
+    # with the report. The probe asks a child process.
+    from hbcore.tf_probe import probe
+
+    info = probe()
+    if info.get("tensorflow"):
+        return str(info["tensorflow"])
+    raise RuntimeError(info.get("error") or "version unknown")
 
 
 def _nccl_runtime() -> str:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional, Union
 import tensorflow as tf
 
 from hbcore_tf import _compat
-from hbcore_tf.functions import broadcast_variables
+from hbcore_tf.functions import allgather_object, broadcast_variables
 from hbcore_tf.mpi_ops import Average, grouped_allreduce, size
 
 _Callback = _compat.callback_base()
@@ -28,10 +28,18 @@ class BroadcastGlobalVariablesCallback(_Callback):
     same state (random initialisation or a checkpoint restored on the root
     only).
 
-    It broadcasts when training begins (model weights and the optimizer
-    variables that exist then) and again at the end of the first batch
-    (Horovod's moment, when every optimizer slot exists). Put it first in
-    the callback list.
+    It broadcasts when training begins, if every rank holds the same
+    variables then, and at the end of the first batch (Horovod's moment:
+    the model's weights and every optimizer slot exist by then, even for a
+    model built at its first call, such as a Sequential without an input
+    shape). Put it first in the callback list.
+
+    Cross-rank contract: each broadcast is preceded by one small allgather
+    of every rank's variable shapes and dtypes, which every rank runs
+    whatever it holds, and every rank decides from the same gathered list
+    whether to broadcast. So a broadcast is submitted by all ranks or by
+    none, even when the variables exist on some ranks only (e.g. an
+    optimizer restored on the root only).
 
     Args:
         root_rank: the rank whose values everyone receives.
@@ -57,25 +65,53 @@ class BroadcastGlobalVariablesCallback(_Callback):
                 out.append(var)
         return out
 
-    def _broadcast(self) -> None:
+    def _broadcast(self, required: bool) -> bool:
+        """Broadcasts the variables if every rank holds the same list.
+
+        Args:
+            required: raise when the ranks' variables differ (after the
+                first batch they must agree); otherwise skip quietly.
+
+        Returns:
+            Whether the variables were broadcast.
+
+        Raises:
+            ValueError: ``required`` and the ranks hold different
+                variables (raised on every rank alike).
+        """
         variables = self._variables()
+        signature = [(tuple(var.shape.as_list()),
+                      tf.as_dtype(var.dtype).base_dtype.name)
+                     for var in variables]
+        signatures = allgather_object(signature)
+        if any(other != signatures[0] for other in signatures):
+            if not required:
+                return False
+            counts = ", ".join("rank %d: %d" % (r, len(s))
+                               for r, s in enumerate(signatures))
+            raise ValueError(
+                "BroadcastGlobalVariablesCallback: the ranks hold different "
+                "model/optimizer variables after the first batch (variables "
+                "per rank: %s); every rank must build the same model and "
+                "optimizer" % counts)
         if not variables:
-            return
+            return False
         with tf.device(self.device):
             if tf.executing_eagerly():
                 broadcast_variables(variables, root_rank=self.root_rank)
             else:  # tf_keras in a v1 graph: run it in Keras' session
                 op = broadcast_variables(variables, root_rank=self.root_rank)
                 _compat.keras_module().backend.get_session().run(op)
+        return True
 
     def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
-        self._broadcast()
+        self._broadcast(required=False)
 
     def on_batch_end(self, batch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
         if self.broadcast_done:
             return
-        self._broadcast()
+        self._broadcast(required=True)
         self.broadcast_done = True
 
 

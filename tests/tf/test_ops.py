@@ -1,6 +1,7 @@
 """hbcore_tf's collectives at 2 and 3 ranks: every op x dtype x shape in
 eager mode, inside one tf.function and in one tf.compat.v1 Session.run;
-gradients; IndexedSlices; fusion; v1 hooks; errors; join; shutdown.
+fusion; v1 hooks; errors; join; shutdown (gradients: test_gradients.py;
+IndexedSlices: test_sparse.py).
 
 One hbrun launch per rank count runs tests/tf/rank_scripts/tf_ops.py
 (every rank checks each result against numpy computed from every rank's
@@ -67,30 +68,12 @@ BEFORE_INIT = ["allreduce", "grouped_allreduce", "allgather",
                "grouped_allgather", "broadcast", "alltoall", "reducescatter",
                "join", "barrier", "broadcast_object", "rank", "size",
                "size_op", "is_initialized"]
-GRADS = ["allreduce-sum", "allreduce-average", "allreduce-scaled",
-         "grouped_allreduce", "allgather", "broadcast", "alltoall",
-         "reducescatter-sum", "reducescatter-average"]
 
 
 @pytest.mark.parametrize("np_", NPS)
 def test_before_init(np_):
     """Collectives raise ValueError before init; size_op fails at run."""
     tf_run(np_).assert_cases(["before-init/" + c for c in BEFORE_INIT])
-
-
-@pytest.mark.parametrize("mode", ["eager", "function"])
-@pytest.mark.parametrize("np_", NPS)
-def test_gradients(np_, mode):
-    """Gradients of every op match the analytic (Horovod 0.28) value."""
-    tf_run(np_).assert_cases(["grad/%s/%s" % (mode, c) for c in GRADS])
-
-
-@pytest.mark.parametrize("np_", NPS)
-def test_indexed_slices(np_):
-    tf_run(np_).assert_cases([
-        "sparse/eager-average", "sparse/eager-sum-prescaled",
-        "sparse/grouped-mixed", "sparse/function", "sparse/min-raises",
-        "graph/sparse"])
 
 
 @pytest.mark.parametrize("np_", NPS)

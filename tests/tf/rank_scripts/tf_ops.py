@@ -8,8 +8,6 @@ order, so a failing case does not desynchronise the next ones):
 - before-init/*   every API call raises ValueError before hvd.init()
 - <mode>/<kind>/* the op table (op_table.py) eagerly, in one tf.function
                   and in one tf.compat.v1 Session.run
-- grad/*          gradients of every op (eager tape and tf.function)
-- sparse/*        IndexedSlices allreduce (gradient of tf.gather)
 - fusion/*        grouped_allreduce of 50 tensors; 50 allreduces in one
                   tf.function (not serialised by auto control deps)
 - graph/*         v1 gradients, broadcast_global_variables,
@@ -181,174 +179,11 @@ def table_graph(specs: List[op_table.Spec]) -> None:
     _results_checker("graph", specs, produce)
 
 
-# ------------------------------------------------------------------ gradients
+# ---------------------------------------------------------------- upstream
 
 def w_of(key: str, r: int, shape) -> np.ndarray:
     """Rank r's upstream-gradient weights: loss_r = sum(y * w_r)."""
     return rank_data(op_table.seed(key, "w"), r, shape, "float32")
-
-
-def grad_of(fn: Callable[[tf.Tensor], tf.Tensor], x: np.ndarray,
-            w: np.ndarray, in_function: bool) -> np.ndarray:
-    def body(x, w):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = fn(x)
-            loss = tf.reduce_sum(y * w)
-        return tape.gradient(loss, x)
-    if in_function:
-        body = tf.function(body)
-    return np_of(body(tf.constant(x), tf.constant(w)))
-
-
-def grad_cases(mode: str) -> None:
-    in_function = mode == "function"
-    size, rank = SIZE, RANK
-    f32 = "float32"
-
-    def allreduce(op, pre=1.0, post=1.0):
-        key = "grad/%s/allreduce-%s-%s" % (mode, op, pre)
-        x = rank_data(op_table.seed(key), rank, (4, 3), f32)
-        ws = [w_of(key, r, (4, 3)) for r in range(size)]
-        got = grad_of(lambda t: hvd.allreduce(
-            t, op=getattr(hvd, op), prescale_factor=pre,
-            postscale_factor=post), x, ws[rank], in_function)
-        total = np.sum(ws, axis=0) * pre * post
-        assert_close(got, (total / size if op == "Average" else total)
-                     .astype(np.float32), f32, key)
-    run("grad/%s/allreduce-sum" % mode, lambda: allreduce("Sum"))
-    run("grad/%s/allreduce-average" % mode, lambda: allreduce("Average"))
-    run("grad/%s/allreduce-scaled" % mode, lambda: allreduce("Sum", 0.5, 3.0))
-
-    def grouped():
-        key = "grad/%s/grouped" % mode
-        x = rank_data(op_table.seed(key), rank, (6,), f32)
-        ws = [w_of(key, r, (6,)) for r in range(size)]
-        got = grad_of(lambda t: tf.concat(hvd.grouped_allreduce(
-            [t[:2], t[2:]], op=hvd.Average), 0), x, ws[rank], in_function)
-        assert_close(got, np.mean(ws, axis=0).astype(np.float32), f32, key)
-    run("grad/%s/grouped_allreduce" % mode, grouped)
-
-    def allgather():
-        key = "grad/%s/allgather" % mode
-        rows = [r + 1 for r in range(size)]
-        x = rank_data(op_table.seed(key), rank, (rows[rank], 3), f32)
-        ws = [w_of(key, r, (sum(rows), 3)) for r in range(size)]
-        got = grad_of(lambda t: hvd.allgather(t), x, ws[rank], in_function)
-        start = sum(rows[:rank])
-        # Horovod 0.28: the output gradient is averaged over ranks.
-        expected = np.mean(ws, axis=0)[start:start + rows[rank]]
-        assert_close(got, expected.astype(np.float32), f32, key)
-    run("grad/%s/allgather" % mode, allgather)
-
-    def broadcast():
-        key = "grad/%s/broadcast" % mode
-        root = size - 1
-        x = rank_data(op_table.seed(key), rank, (5,), f32)
-        ws = [w_of(key, r, (5,)) for r in range(size)]
-        got = grad_of(lambda t: hvd.broadcast(t, root), x, ws[rank],
-                      in_function)
-        expected = np.mean(ws, axis=0) if rank == root else np.zeros(5)
-        assert_close(got, expected.astype(np.float32), f32, key)
-    run("grad/%s/broadcast" % mode, broadcast)
-
-    def alltoall():
-        key = "grad/%s/alltoall" % mode
-        sp = [op_table.splits_of(s, size) for s in range(size)]
-        received = [sum(sp[s][d] for s in range(size)) for d in range(size)]
-        x = rank_data(op_table.seed(key), rank, (sum(sp[rank]), 2), f32)
-        ws = [w_of(key, d, (received[d], 2)) for d in range(size)]
-        got = grad_of(lambda t: hvd.alltoall(t, splits=sp[rank])[0], x,
-                      ws[rank], in_function)
-        pieces = []
-        for d in range(size):  # rows this rank sent to d, in d's output
-            offset = sum(sp[s][d] for s in range(rank))
-            pieces.append(ws[d][offset:offset + sp[rank][d]])
-        assert_close(got, np.concatenate(pieces).astype(np.float32), f32, key)
-    run("grad/%s/alltoall" % mode, alltoall)
-
-    def reducescatter(op):
-        key = "grad/%s/reducescatter-%s" % (mode, op)
-        n = 2 * size + 1
-        blocks = [op_table.rows_of(n, size, r) for r in range(size)]
-        x = rank_data(op_table.seed(key), rank, (n, 2), f32)
-        ws = [w_of(key, r, (blocks[r][1], 2)) for r in range(size)]
-        got = grad_of(lambda t: hvd.reducescatter(t, op=getattr(hvd, op)), x,
-                      ws[rank], in_function)
-        # Horovod 0.28: allgather of the gradient, times size() for Sum.
-        expected = np.concatenate(ws) * (size if op == "Sum" else 1)
-        assert_close(got, expected.astype(np.float32), f32, key)
-    run("grad/%s/reducescatter-sum" % mode, lambda: reducescatter("Sum"))
-    run("grad/%s/reducescatter-average" % mode,
-        lambda: reducescatter("Average"))
-
-
-# --------------------------------------------------------------- IndexedSlices
-
-def sparse_expected(key: str, op: str, factor: float = 1.0) -> np.ndarray:
-    dense = np.zeros((6, 2))
-    for r in range(SIZE):
-        for row, idx in zip(w_of(key, r, (3, 2)), _sparse_idx(r)):
-            dense[idx] += row
-    if op == "Average":
-        dense /= SIZE
-    return (dense * factor).astype(np.float32)
-
-
-def _sparse_idx(r: int) -> List[int]:
-    return [r % 6, (r + 2) % 6, r % 6]  # a duplicate index on purpose
-
-
-def sparse_grad(key: str, v: tf.Variable) -> tf.IndexedSlices:
-    with tf.GradientTape() as tape:
-        y = tf.gather(v, _sparse_idx(RANK))
-        loss = tf.reduce_sum(y * w_of(key, RANK, (3, 2)))
-    return tape.gradient(loss, v)
-
-
-def sparse_cases() -> None:
-    v = tf.Variable(tf.zeros([6, 2]))
-
-    def eager(op, pre=1.0):
-        key = "sparse/eager-%s-%s" % (op, pre)
-        g = sparse_grad(key, v)
-        _assert(isinstance(g, tf.IndexedSlices), "tf.gather grad is sparse")
-        out = hvd.allreduce(g, op=getattr(hvd, op), prescale_factor=pre)
-        _assert(isinstance(out, tf.IndexedSlices), "result is IndexedSlices")
-        _assert(out.values.shape[0] == 3 * SIZE, "values of every rank")
-        assert_close(np_of(tf.convert_to_tensor(out)),
-                     sparse_expected(key, op, pre), "float32", key)
-    run("sparse/eager-average", lambda: eager("Average"))
-    run("sparse/eager-sum-prescaled", lambda: eager("Sum", 2.0))
-
-    def mixed():
-        key = "sparse/grouped-mixed"
-        g = sparse_grad(key, v)
-        d = tf.constant(rank_data(1, RANK, (4,), "float32"))
-        dense_out, sparse_out = hvd.grouped_allreduce([d, g], op=hvd.Average)
-        _assert(isinstance(sparse_out, tf.IndexedSlices), "sparse stays")
-        assert_close(np_of(tf.convert_to_tensor(sparse_out)),
-                     sparse_expected(key, "Average"), "float32", key)
-        exp = np.mean(all_rank_data(1, SIZE, (4,), "float32"), axis=0)
-        assert_close(np_of(dense_out), exp.astype(np.float32), "float32", key)
-    run("sparse/grouped-mixed", mixed)
-
-    def in_function():
-        key = "sparse/function"
-
-        @tf.function
-        def step():
-            g = sparse_grad(key, v)
-            return tf.convert_to_tensor(hvd.allreduce(g, op=hvd.Average))
-        assert_close(np_of(step()), sparse_expected(key, "Average"),
-                     "float32", key)
-    run("sparse/function", in_function)
-
-    def min_raises():
-        g = sparse_grad("sparse/min", v)
-        expect_raises(lambda: hvd.allreduce(g, op=hvd.Min),
-                      NotImplementedError, "Sum and Average")
-    run("sparse/min-raises", min_raises)
 
 
 # --------------------------------------------------------------------- fusion
@@ -433,21 +268,6 @@ def graph_cases() -> None:
         expected = sum(mean_w[2 * r:2 * r + 2] for r in range(SIZE))
         assert_close(got, expected.astype(np.float32), "float32", key)
     run("graph/gradients", v1_gradients_equal_rows)
-
-    def sparse_v1():
-        key = "graph/sparse"
-        with tf.Graph().as_default():
-            v = tf.compat.v1.get_variable("v", initializer=tf.zeros([6, 2]))
-            y = tf.gather(v, _sparse_idx(RANK))
-            loss = tf.reduce_sum(y * w_of(key, RANK, (3, 2)))
-            (g,) = tf.compat.v1.gradients(loss, [v])
-            _assert(isinstance(g, tf.IndexedSlices), "v1 gather grad sparse")
-            out = tf.convert_to_tensor(hvd.allreduce(g))
-            with tf.compat.v1.Session() as sess:
-                sess.run(tf.compat.v1.global_variables_initializer())
-                got = sess.run(out)
-        assert_close(got, sparse_expected(key, "Average"), "float32", key)
-    run("graph/sparse", sparse_v1)
 
     root = SIZE - 1
 
@@ -760,9 +580,6 @@ def main() -> None:
     facts["eager_table_seconds"] = round(time.monotonic() - start, 2)
     table_function(specs)
     table_graph(specs)
-    for mode in ("eager", "function"):
-        grad_cases(mode)
-    sparse_cases()
     fusion_cases()
     graph_cases()
     error_cases()

@@ -1,0 +1,52 @@
+"""Gradients of every hbcore_tf collective at 2 and 3 ranks, in eager mode,
+in a tf.function and in a tf.compat.v1 Session.run (grappler on), against
+numpy (tests/tf/rank_scripts/tf_grads.py).
+
+Every collective a gradient creates must run on every rank: a gradient
+that lets grappler prune its collective on some ranks (the broadcast
+gradient did, on non-root ranks) leaves the others waiting. The stall
+shutdown below turns such a hang into failed cases within seconds.
+"""
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))                  # harness
+
+from harness import run_ranks  # noqa: E402
+from train_util import case_names  # noqa: E402
+
+NPS = [2, 3]
+SCRIPT = os.path.join(HERE, "rank_scripts", "tf_grads.py")
+MODES = case_names("tf_grads.py", "MODES")
+CASES = case_names("tf_grads.py", "CASES")
+TIMEOUT_S = 240
+ENV = {
+    "HB_STALL_CHECK_TIME_SECONDS": "5",
+    "HB_STALL_SHUTDOWN_TIME_SECONDS": "30",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+}
+
+_runs = {}
+
+
+def grads_run(np_):
+    """The launch for np_ ranks, run once per test session."""
+    if np_ not in _runs:
+        _runs[np_] = run_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=ENV)
+    return _runs[np_]
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_job_exits_cleanly(np_):
+    grads_run(np_).assert_ok()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("np_", NPS)
+def test_gradients(np_, mode):
+    """Every op's gradient (broadcast with root 0 and root size - 1)
+    matches Horovod 0.28's analytic value on every rank."""
+    grads_run(np_).assert_cases(["grad/%s/%s" % (mode, c) for c in CASES])
