@@ -15,28 +15,16 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))                  # harness
 
-from harness import run_ranks  # noqa: E402
-from train_util import case_names  # noqa: E402
+from train_util import case_names, op_launch  # noqa: E402
 
 NPS = [2, 3]
-SCRIPT = os.path.join(HERE, "rank_scripts", "tf_grads.py")
 MODES = case_names("tf_grads.py", "MODES")
 CASES = case_names("tf_grads.py", "CASES")
-TIMEOUT_S = 240
-ENV = {
-    "HB_STALL_CHECK_TIME_SECONDS": "5",
-    "HB_STALL_SHUTDOWN_TIME_SECONDS": "30",
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-}
-
-_runs = {}
 
 
 def grads_run(np_):
     """The launch for np_ ranks, run once per test session."""
-    if np_ not in _runs:
-        _runs[np_] = run_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=ENV)
-    return _runs[np_]
+    return op_launch("tf_grads.py", np_)
 
 
 @pytest.mark.parametrize("np_", NPS)

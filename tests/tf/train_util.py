@@ -97,6 +97,19 @@ def launch(script: str, np: int, timeout: float = 180,
     return run
 
 
+# For launches of op-level rank scripts: a desynchronised case becomes an
+# error within seconds instead of a hang that only the hard timeout ends.
+STALL_FAST_ENV = {
+    "HB_STALL_CHECK_TIME_SECONDS": "5",
+    "HB_STALL_SHUTDOWN_TIME_SECONDS": "30",
+}
+
+
+def op_launch(script: str, np: int, timeout: float = 240) -> RankRun:
+    """launch() of an op-level rank script with STALL_FAST_ENV; cached."""
+    return launch(script, np, timeout=timeout, env=STALL_FAST_ENV)
+
+
 # --- timeline -------------------------------------------------------------------
 
 def load_trace(path: str) -> List[dict]:

@@ -56,6 +56,9 @@ void AllreducePipeline::Start(size_t batch, const FusedLayout* layout,
     } else {
       f.start = Clock::now();
       Pack(*layout, f.begin, f.end, buffer);
+      if (f.begin == 0 && f.last) {
+        phase_(batch, "MEMCPY_IN_FUSION_BUFFER", f.start);
+      }
       f.status = backend->StartAllreduce(buffer, buffer, f.end - f.begin,
                                          layout->dtype(), op, &f.op);
     }
