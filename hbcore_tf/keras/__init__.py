@@ -28,6 +28,10 @@ from hbcore_tf.keras import callbacks
 from hbcore_tf.optimizers import DistributedOptimizer as _DistributedOptimizer
 from hbcore_tf.optimizers import _Settings, distributed_keras_class
 from hbcore_tf.process_sets import global_process_set
+from hbcore_tf.sync_batch_norm import layer_class as _sync_bn_class
+
+# hvd.SyncBatchNormalization of the Keras this module serves.
+SyncBatchNormalization = _sync_bn_class()
 
 
 def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
@@ -145,6 +149,7 @@ __all__ = [
     "local_rank", "cross_size", "cross_rank", "mpi_threads_supported",
     "mpi_built", "nccl_built", "Average", "Sum", "Adasum", "Min", "Max",
     "Product", "Compression", "DistributedOptimizer",
+    "SyncBatchNormalization",
     "broadcast_global_variables", "allreduce", "allgather", "broadcast",
     "load_model", "callbacks", "broadcast_object", "allgather_object",
 ]
