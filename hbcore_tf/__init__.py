@@ -42,8 +42,8 @@ from hbcore import __version__
 
 def __getattr__(name: str):
     # SyncBatchNormalization subclasses the BatchNormalization of the Keras
-    # in use; it is built on first access so that importing hbcore_tf does
-    # not import Keras.
+    # in use; it is built (and registered for serialization) on first
+    # access, so importing hbcore_tf never imports tf_keras by itself.
     if name == "SyncBatchNormalization":
         from hbcore_tf import sync_batch_norm
 

@@ -203,7 +203,7 @@ def layer_class(legacy: Optional[bool] = None) -> type:
 
 
 def __getattr__(name: str) -> Any:
-    # Built on first use: importing hbcore_tf must not import Keras.
+    # Built on first use, for the Keras in use (see layer_class).
     if name == "SyncBatchNormalization":
         return layer_class()
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
