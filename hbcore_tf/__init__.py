@@ -5,6 +5,7 @@
     y = hvd.allreduce(x)                     # Average over all ranks
     opt = hvd.DistributedOptimizer(opt)
     hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+    bn = hvd.SyncBatchNormalization()       # statistics of the global batch
 
 Names, signatures, defaults and semantics follow horovod.tensorflow 0.28.
 The ops run on the hbcore core (one per process, shared with the numpy API
@@ -37,3 +38,14 @@ from hbcore_tf.gradient_tape import (DistributedGradientTape,
 from hbcore_tf.optimizers import DistributedOptimizer
 
 from hbcore import __version__
+
+
+def __getattr__(name: str):
+    # SyncBatchNormalization subclasses the BatchNormalization of the Keras
+    # in use; it is built (and registered for serialization) on first
+    # access, so importing hbcore_tf never imports tf_keras by itself.
+    if name == "SyncBatchNormalization":
+        from hbcore_tf import sync_batch_norm
+
+        return sync_batch_norm.layer_class()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

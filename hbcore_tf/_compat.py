@@ -14,7 +14,7 @@ callbacks) asks this module instead of testing versions itself:
 - the Callback base class, load_model and the built-in optimizer classes
   of the Keras in use;
 - how variables are unwrapped (a Keras 3 ``keras.Variable`` holds a
-  ``tf.Variable`` in ``.value``).
+  ``tf.Variable`` in ``.value``), and what counts as a Keras layer.
 
 Optimizers are classified by their class, not by the environment, so a
 process may use Keras 3 and tf_keras optimizers side by side.
@@ -152,6 +152,46 @@ def build_optimizer(optimizer: Any, family: str, variables: List[Any]) -> None:
 
 def is_keras_family(family: str) -> bool:
     return family in (KERAS3, TF_KERAS, TF_KERAS_LEGACY)
+
+
+# --- layers ------------------------------------------------------------------
+
+def is_keras_layer(obj: Any) -> bool:
+    """Returns whether ``obj`` is a Keras 3 or a tf_keras layer (tf_keras
+    is only checked when something imported it already)."""
+    import sys
+
+    try:
+        import keras
+
+        if isinstance(obj, keras.layers.Layer):
+            return True
+    except ImportError:  # pragma: no cover - Keras 3 not installed
+        pass
+    tf_keras = sys.modules.get("tf_keras")
+    return tf_keras is not None and isinstance(obj, tf_keras.layers.Layer)
+
+
+def local_layer_variables(local_layers: Any) -> List[Any]:
+    """The trainable variables of ``local_layers`` (None, one Keras layer,
+    or a collection of them), for PartialDistributedGradientTape and
+    PartialDistributedOptimizer.
+
+    Raises:
+        ValueError: an element is not a Keras layer (Horovod's message).
+    """
+    if local_layers is None:
+        return []
+    if is_keras_layer(local_layers):
+        local_layers = [local_layers]
+    try:
+        local_layers = list(local_layers)
+    except TypeError:
+        local_layers = [local_layers]
+    if not all(is_keras_layer(layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer "
+                         "type.")
+    return [var for layer in local_layers for var in layer.trainable_weights]
 
 
 # --- variables -----------------------------------------------------------------

@@ -61,7 +61,8 @@ class GradientReducer:
         device_dense, device_sparse: passed to grouped_allreduce.
         process_set: only the global set is supported.
         scale_local_gradients: multiply gradients of local variables (see
-            register_local) by 1/size when op is Average.
+            register_local) by 1/size (with any op, as Horovod does: the
+            loss of each rank is one share of the global loss).
 
     Raises:
         ValueError: bad groups, or gradient_predivide_factor with op != Average.
@@ -176,13 +177,16 @@ class GradientReducer:
         for i, (grad, var) in enumerate(zip(grads, variables)):
             if grad is None:
                 continue
+            if self.is_local(var):
+                # As Horovod 0.28: a local gradient is returned as computed
+                # (no sparse_as_dense), divided by size() whenever
+                # scale_local_gradients is set, whatever the reduce op.
+                if self.scale_local_gradients:
+                    out[i] = _scale(grad, 1.0 / size())
+                continue
             if self.sparse_as_dense and isinstance(grad, tf.IndexedSlices):
                 grad = tf.convert_to_tensor(grad)
                 out[i] = grad
-            if self.is_local(var):
-                if self.scale_local_gradients and self.op == Average:
-                    out[i] = _scale(grad, 1.0 / size())
-                continue
             work.append(grad)
             positions.append(i)
         if not work:

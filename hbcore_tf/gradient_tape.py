@@ -11,11 +11,11 @@ eager code and inside tf.function alike.
     tape = hvd.DistributedGradientTape(tape)
     grads = tape.gradient(loss, model.trainable_variables)
 """
-from typing import Any, Dict, Iterable
+from typing import Any, Dict
 
 import tensorflow as tf
 
-from hbcore_tf import process_sets
+from hbcore_tf import _compat, process_sets
 from hbcore_tf._gradient_reduction import GradientReducer
 from hbcore_tf.compression import Compression
 from hbcore_tf.mpi_ops import Average
@@ -27,14 +27,24 @@ class _DistributedTapeMixin:
     _hb_reducer: GradientReducer
 
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
+                 use_generic_names: bool = False,
                  unconnected_gradients: Any = tf.UnconnectedGradients.NONE
                  ) -> Any:
         """Computes gradients like tf.GradientTape.gradient and averages
-        them over all ranks (gradients of local sources stay local).
+        them over all ranks; gradients of local sources are not reduced
+        (divided by size() when scale_local_gradients).
+
+        Args:
+            target, sources, output_gradients, unconnected_gradients: as in
+                tf.GradientTape.gradient.
+            use_generic_names: accepted for Horovod compatibility (its
+                positional place is Horovod's). hbcore's collective names
+                never depend on tensor names, so it changes nothing.
 
         Returns:
             The reduced gradients, in the structure of ``sources``.
         """
+        del use_generic_names  # names are rank-independent already
         grads = super().gradient(target, sources, output_gradients,
                                  unconnected_gradients)
         flat_sources = tf.nest.flatten(sources)
@@ -43,8 +53,9 @@ class _DistributedTapeMixin:
         return tf.nest.pack_sequence_as(grads, reduced)
 
     def register_local_source(self, source: Any) -> None:
-        """Keeps the gradient of ``source`` (a variable) local: it is not
-        allreduced (e.g. a model-parallel layer)."""
+        """Registers ``source`` (a variable) as local to this rank: its
+        gradient is not allreduced (e.g. a model-parallel layer) and is
+        divided by size() when scale_local_gradients is set."""
         self._hb_reducer.register_local(source)
 
 
@@ -102,8 +113,8 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         groups: None (one fused collective per gradient() call), an integer
             k, or a list of lists of variables (one collective per list).
         process_set: only the global set is supported.
-        scale_local_gradients: scale gradients of local sources by 1/size
-            when averaging.
+        scale_local_gradients: divide gradients of local sources (see
+            ``register_local_source``) by size().
 
     Returns:
         A tape of a subclass of ``type(gradtape)`` (same name) sharing its
@@ -123,23 +134,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
     return _wrap(gradtape, reducer)
 
 
-def _layer_variables(local_layers: Any) -> Iterable[Any]:
-    if local_layers is None:
-        return []
-    layers = local_layers if isinstance(local_layers, (list, tuple)) else [
-        local_layers]
-    variables = []
-    for layer in layers:
-        weights = getattr(layer, "trainable_weights", None)
-        if weights is None:
-            raise ValueError("local_layers must be Keras layers (or a list of "
-                             "them), got %s" % type(layer).__name__)
-        variables.extend(weights)
-    return variables
-
-
 def PartialDistributedGradientTape(gradtape: tf.GradientTape,
-                                   local_layers: Any = None,
                                    device_dense: str = "",
                                    device_sparse: str = "",
                                    compression: Any = Compression.none,
@@ -149,17 +144,19 @@ def PartialDistributedGradientTape(gradtape: tf.GradientTape,
                                    num_groups: int = 0, groups: Any = None,
                                    process_set: Any =
                                    process_sets.global_process_set,
+                                   local_layers: Any = None,
                                    scale_local_gradients: bool = True
                                    ) -> tf.GradientTape:
     """Like DistributedGradientTape, but the gradients of ``local_layers``'
     trainable variables are not allreduced (model-parallel layers whose
-    weights differ per rank).
+    weights differ per rank). Arguments in Horovod 0.28's order.
 
     Args:
         gradtape: the tape to wrap.
-        local_layers: a Keras layer or a list of layers kept local.
-        scale_local_gradients: scale the local gradients by 1/size when
-            averaging (their loss is one rank's share of the global loss).
+        local_layers: None, a Keras layer, or a collection of Keras layers
+            (Keras 3 or tf_keras) whose gradients stay local.
+        scale_local_gradients: divide the local gradients by size() (their
+            loss is one rank's share of the global loss).
         (others as in DistributedGradientTape)
 
     Returns:
@@ -167,14 +164,17 @@ def PartialDistributedGradientTape(gradtape: tf.GradientTape,
         ``register_local_source``.
 
     Raises:
-        ValueError: local_layers holds something that is not a layer.
+        ValueError: local_layers holds something that is not a Keras layer
+            (Horovod's message), or as DistributedGradientTape.
+        NotImplementedError: as DistributedGradientTape.
     """
+    local_vars = _compat.local_layer_variables(local_layers)
     tape = DistributedGradientTape(
         gradtape, device_dense=device_dense, device_sparse=device_sparse,
         compression=compression, sparse_as_dense=sparse_as_dense, op=op,
         gradient_predivide_factor=gradient_predivide_factor,
         num_groups=num_groups, groups=groups, process_set=process_set,
         scale_local_gradients=scale_local_gradients)
-    for variable in _layer_variables(local_layers):
+    for variable in local_vars:
         tape.register_local_source(variable)
     return tape

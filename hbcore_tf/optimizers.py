@@ -200,8 +200,9 @@ def _tf_keras_methods(base: type, family: str) -> dict:
 
 
 def _register_local_var(self, var: Any) -> None:
-    """Keeps ``var``'s gradient local: it is not allreduced (e.g. a
-    model-parallel layer)."""
+    """Registers ``var`` as local to this rank: its gradient is not
+    allreduced (e.g. a model-parallel layer) and is divided by size() when
+    scale_local_gradients is set."""
     self._hb_runtime.reducer.register_local(var)
 
 
@@ -303,7 +304,8 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
         return applied.op
 
     def register_local_var(self, var: Any) -> None:
-        """Keeps ``var``'s gradient local (not allreduced)."""
+        """Registers ``var`` as local: its gradient is not allreduced (and
+        is divided by size() when scale_local_gradients is set)."""
         self._hb_runtime.reducer.register_local(var)
 
     def get_slot(self, *args: Any, **kwargs: Any) -> Any:
@@ -365,8 +367,8 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
             of lists of variables (one collective per list; other variables
             one each).
         process_set: only the global set is supported.
-        scale_local_gradients: scale gradients of variables registered with
-            ``register_local_var`` by 1/size when averaging.
+        scale_local_gradients: divide gradients of variables registered
+            with ``register_local_var`` by size() (with any op, as Horovod).
         bucket_cap_mb: SageMaker alias: the fusion threshold in MiB. Read at
             ``init()``: effective only when set before hvd.init() (see
             apply_bucket_cap_mb).

@@ -28,6 +28,10 @@ from hbcore_tf.keras import callbacks
 from hbcore_tf.optimizers import DistributedOptimizer as _DistributedOptimizer
 from hbcore_tf.optimizers import _Settings, distributed_keras_class
 from hbcore_tf.process_sets import global_process_set
+from hbcore_tf.sync_batch_norm import layer_class as _sync_bn_class
+
+# hvd.SyncBatchNormalization of the Keras this module serves.
+SyncBatchNormalization = _sync_bn_class()
 
 
 def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
@@ -66,6 +70,54 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         num_groups=num_groups, groups=groups, process_set=process_set,
         scale_local_gradients=scale_local_gradients,
         bucket_cap_mb=bucket_cap_mb)
+
+
+def PartialDistributedOptimizer(optimizer: Any, name: Optional[str] = None,
+                                device_dense: str = "",
+                                device_sparse: str = "",
+                                compression: Any = Compression.none,
+                                sparse_as_dense: bool = False,
+                                gradient_predivide_factor: float = 1.0,
+                                op: Any = Average,
+                                backward_passes_per_step: int = 1,
+                                average_aggregated_gradients: bool = False,
+                                groups: Any = None,
+                                process_set: Any = global_process_set,
+                                local_layers: Any = None,
+                                scale_local_gradients: bool = True) -> Any:
+    """DistributedOptimizer whose gradients of ``local_layers``' trainable
+    variables are not allreduced (model-parallel layers whose weights
+    differ per rank); Horovod 0.28's signature.
+
+    Args:
+        optimizer: a Keras 3 or tf_keras optimizer.
+        local_layers: None, a Keras layer, or a collection of Keras layers
+            whose variables are registered with ``register_local_var``.
+        scale_local_gradients: divide the local gradients by size() (their
+            loss is one rank's share of the global loss).
+        (others as in hbcore_tf.DistributedOptimizer)
+
+    Returns:
+        The distributed optimizer, with the layers' variables registered as
+        local (more can be added with ``register_local_var``).
+
+    Raises:
+        ValueError: local_layers holds something that is not a Keras layer
+            (Horovod's message), or as DistributedOptimizer.
+    """
+    local_vars = _compat.local_layer_variables(local_layers)
+    wrapped = DistributedOptimizer(
+        optimizer, name=name, device_dense=device_dense,
+        device_sparse=device_sparse, compression=compression,
+        sparse_as_dense=sparse_as_dense,
+        gradient_predivide_factor=gradient_predivide_factor, op=op,
+        backward_passes_per_step=backward_passes_per_step,
+        average_aggregated_gradients=average_aggregated_gradients,
+        groups=groups, process_set=process_set,
+        scale_local_gradients=scale_local_gradients)
+    for variable in local_vars:
+        wrapped.register_local_var(variable)
+    return wrapped
 
 
 def broadcast_global_variables(root_rank: int) -> Any:
@@ -145,6 +197,7 @@ __all__ = [
     "local_rank", "cross_size", "cross_rank", "mpi_threads_supported",
     "mpi_built", "nccl_built", "Average", "Sum", "Adasum", "Min", "Max",
     "Product", "Compression", "DistributedOptimizer",
+    "PartialDistributedOptimizer", "SyncBatchNormalization",
     "broadcast_global_variables", "allreduce", "allgather", "broadcast",
     "load_model", "callbacks", "broadcast_object", "allgather_object",
 ]
