@@ -30,6 +30,7 @@ from hbcore import (Adasum, Average, Max, Min, NotInitializedError, Product,
                     mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
                     rank, shutdown, size)
 
+from hbcore._native import core
 from hbcore_tf import _build, _naming
 from hbcore_tf.compression import Compression
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
@@ -38,8 +39,13 @@ from hbcore_tf.process_sets import check as _check_process_set
 
 _lib = tf.load_op_library(_build.op_library_path())
 
-# Core op codes (hb_op_type in csrc/core/include/hbcore/c_api.h).
-_ALLREDUCE, _ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER = 0, 1, 2, 3, 4
+# Core op codes (hb_op_type in csrc/core/include/hbcore/c_api.h), as the
+# core module exports them.
+_ALLREDUCE = core.HB_ALLREDUCE
+_ALLGATHER = core.HB_ALLGATHER
+_BROADCAST = core.HB_BROADCAST
+_ALLTOALL = core.HB_ALLTOALL
+_REDUCESCATTER = core.HB_REDUCESCATTER
 
 # The name every rank's join uses (the same as hbcore.join, so numpy and TF
 # joins pair up).

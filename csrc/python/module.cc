@@ -108,7 +108,12 @@ void Done(void* user, int status, const char* message, const hb_result* r) {
     case HB_ERR_UNSUPPORTED: type = "UnsupportedError"; break;
     default: break;
   }
-  PyErr_SetString(exc.attr(type).ptr(), message.c_str());
+  // The instance keeps the core's code (mpi4py style), e.g.
+  // err.status == hbcore._native.core.HB_ERR_MISMATCH.
+  py::object cls = exc.attr(type);
+  py::object error = cls(message);
+  error.attr("status") = code;
+  PyErr_SetObject(cls.ptr(), error.ptr());
   throw py::error_already_set();
 }
 
@@ -137,6 +142,8 @@ DtypeTable& Dtypes() {
 }
 
 // What the handle's wait() returns (hbcore.ops picks one per operation).
+// A front-end notion, not the core's: defined here only, and exported to
+// Python as RESULT_* module constants (see ExportConstants).
 enum ResultKind {
   kResultGiven = 0,             // the object passed at submit
   kResultOutput = 1,            // the core-allocated output of the one request
@@ -563,10 +570,66 @@ PyMethodDef g_submit_defs[] = {
      "(tuples of submit_one's first 10 arguments) in one hb_enqueue"},
 };
 
+// The numbers that cross the core's boundary, exported under their C API
+// names (hbcore/c_api.h) so the Python layers never repeat them: op codes
+// (HB_ALLREDUCE...), dtype codes (HB_FLOAT32...), reduce ops
+// (HB_REDUCE_SUM...), status codes (HB_OK, HB_ERR_*) and HB_DEVICE_CPU,
+// plus this module's result kinds (RESULT_*).
+void ExportConstants(py::module_& m) {
+#define HB_EXPORT(name) m.attr(#name) = static_cast<int>(name)
+  HB_EXPORT(HB_ALLREDUCE);
+  HB_EXPORT(HB_ALLGATHER);
+  HB_EXPORT(HB_BROADCAST);
+  HB_EXPORT(HB_ALLTOALL);
+  HB_EXPORT(HB_REDUCESCATTER);
+  HB_EXPORT(HB_BARRIER);
+  HB_EXPORT(HB_JOIN);
+
+  HB_EXPORT(HB_UINT8);
+  HB_EXPORT(HB_INT8);
+  HB_EXPORT(HB_UINT16);
+  HB_EXPORT(HB_INT16);
+  HB_EXPORT(HB_INT32);
+  HB_EXPORT(HB_INT64);
+  HB_EXPORT(HB_FLOAT16);
+  HB_EXPORT(HB_FLOAT32);
+  HB_EXPORT(HB_FLOAT64);
+  HB_EXPORT(HB_BOOL);
+  HB_EXPORT(HB_BFLOAT16);
+
+  HB_EXPORT(HB_REDUCE_AVERAGE);
+  HB_EXPORT(HB_REDUCE_SUM);
+  HB_EXPORT(HB_REDUCE_ADASUM);
+  HB_EXPORT(HB_REDUCE_MIN);
+  HB_EXPORT(HB_REDUCE_MAX);
+  HB_EXPORT(HB_REDUCE_PRODUCT);
+
+  HB_EXPORT(HB_OK);
+  HB_EXPORT(HB_ERR_INVALID_ARGUMENT);
+  HB_EXPORT(HB_ERR_MISMATCH);
+  HB_EXPORT(HB_ERR_NOT_INITIALIZED);
+  HB_EXPORT(HB_ERR_SHUTDOWN);
+  HB_EXPORT(HB_ERR_DUPLICATE_NAME);
+  HB_EXPORT(HB_ERR_INTERNAL);
+  HB_EXPORT(HB_ERR_CONFIG);
+  HB_EXPORT(HB_ERR_UNSUPPORTED);
+
+  HB_EXPORT(HB_DEVICE_CPU);
+  HB_EXPORT(HB_COMM_WORLD);
+#undef HB_EXPORT
+  m.attr("RESULT_GIVEN") = static_cast<int>(kResultGiven);
+  m.attr("RESULT_OUTPUT") = static_cast<int>(kResultOutput);
+  m.attr("RESULT_OUTPUT_AND_SPLITS") = static_cast<int>(kResultOutputAndSplits);
+  m.attr("RESULT_OUTPUTS") = static_cast<int>(kResultOutputs);
+  m.attr("RESULT_NONE") = static_cast<int>(kResultNone);
+  m.attr("RESULT_LAST_JOINED_RANK") = static_cast<int>(kResultLastJoinedRank);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hbcore native core (libhbcore.so) bindings";
+  ExportConstants(m);
 
   m.def(
       "init",
