@@ -21,7 +21,8 @@ __version__ = "0.1.0"
 _EXPORTS: Dict[str, str] = {}
 for _module, _names in {
     "hbcore.basics": (
-        "init shutdown is_initialized rank size local_rank local_size "
+        "init check_config shutdown is_initialized rank size local_rank "
+        "local_size "
         "cross_rank cross_size mpi_threads_supported mpi_built mpi_enabled "
         "gloo_built gloo_enabled nccl_built build_info"),
     "hbcore.ops": (
@@ -35,7 +36,7 @@ for _module, _names in {
     "hbcore.objects": "broadcast_object allgather_object",
     "hbcore.exceptions": (
         "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
-        "NotInitializedError ShutdownError"),
+        "NotInitializedError ShutdownError ConfigError"),
     "hbcore.launcher.run_fn": "run",
 }.items():
     for _name in _names.split():

@@ -18,7 +18,7 @@ local argument (root rank, splits, dtype) and ``tf.errors.AbortedError``
 once the runtime shut down on any rank. Calls before :func:`init` raise
 ``ValueError`` (:class:`hbcore.NotInitializedError`) in Python.
 """
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 # hbcore first: it loads libmpi and libhbcore, which the op library links to.
 import hbcore
@@ -84,7 +84,8 @@ _run_collectives_unordered()
 
 # --- process -----------------------------------------------------------------
 
-def init(comm: Any = None, process_sets: Any = None) -> None:
+def init(comm: Any = None, process_sets: Any = None,
+         config: Optional[Mapping[str, Any]] = None) -> None:
     """Initializes hbcore (idempotent): MPI, the core's communicator and its
     background thread.
 
@@ -93,18 +94,21 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
             MPI_COMM_WORLD ranks, or an mpi4py communicator; see
             :func:`hbcore.init`.
         process_sets: must be None or empty (only the global set exists).
+        config: knob name -> value, overriding HB_* / HOROVOD_* variables
+            (an hbcore extension; see :func:`hbcore.init`).
 
     Raises:
         NotImplementedError: ``process_sets`` was given.
         TypeError, ValueError: ``comm`` is not a valid communicator or list
-            of ranks.
-        hbcore.exceptions.ConfigError: an HB_* / HOROVOD_* variable is invalid.
+            of ranks, or ``config`` is not a mapping.
+        hbcore.exceptions.ConfigError: a ``config`` entry or an HB_* /
+            HOROVOD_* variable is invalid.
     """
     if process_sets:
         raise NotImplementedError(
             "hbcore_tf.init(process_sets=...) is not supported: hbcore has "
             "only the global process set")
-    hbcore.init(comm)
+    hbcore.init(comm, config=config)
 
 
 def ddl_built() -> bool:

@@ -43,7 +43,7 @@ def core():
 
 def test_header_has_the_expected_enums():
     assert set(header_enums()) >= {"hb_status_code", "hb_dtype", "hb_op_type",
-                                   "hb_reduce_op"}
+                                   "hb_reduce_op", "hb_knob_type"}
 
 
 @pytest.mark.parametrize("enum", sorted(header_enums()))

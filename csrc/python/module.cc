@@ -573,7 +573,8 @@ PyMethodDef g_submit_defs[] = {
 // The numbers that cross the core's boundary, exported under their C API
 // names (hbcore/c_api.h) so the Python layers never repeat them: op codes
 // (HB_ALLREDUCE...), dtype codes (HB_FLOAT32...), reduce ops
-// (HB_REDUCE_SUM...), status codes (HB_OK, HB_ERR_*) and HB_DEVICE_CPU,
+// (HB_REDUCE_SUM...), status codes (HB_OK, HB_ERR_*), knob types
+// (HB_KNOB_*), HB_DEVICE_CPU and HB_COMM_WORLD,
 // plus this module's result kinds (RESULT_*).
 void ExportConstants(py::module_& m) {
 #define HB_EXPORT(name) m.attr(#name) = static_cast<int>(name)
@@ -614,6 +615,12 @@ void ExportConstants(py::module_& m) {
   HB_EXPORT(HB_ERR_CONFIG);
   HB_EXPORT(HB_ERR_UNSUPPORTED);
 
+  HB_EXPORT(HB_KNOB_INTEGER);
+  HB_EXPORT(HB_KNOB_NUMBER);
+  HB_EXPORT(HB_KNOB_STRING);
+  HB_EXPORT(HB_KNOB_BOOL);
+  HB_EXPORT(HB_KNOB_LOG_LEVEL);
+
   HB_EXPORT(HB_DEVICE_CPU);
   HB_EXPORT(HB_COMM_WORLD);
 #undef HB_EXPORT
@@ -633,16 +640,59 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "init",
-      [](int64_t comm) {
+      [](int64_t comm,
+         const std::vector<std::pair<std::string, std::string>>& config) {
+        std::vector<hb_config_entry> entries;
+        for (const auto& c : config) {
+          entries.push_back({c.first.c_str(), c.second.c_str()});
+        }
         char err[1024] = {0};
         int code;
         {
           py::gil_scoped_release release;
-          code = hb_init(comm, err, sizeof(err));
+          code = hb_init(comm, entries.data(), static_cast<int>(entries.size()),
+                         err, sizeof(err));
         }
         if (code != HB_OK) RaiseFor(code, err);
       },
-      py::arg("comm") = HB_COMM_WORLD);
+      py::arg("comm") = HB_COMM_WORLD,
+      py::arg("config") = std::vector<std::pair<std::string, std::string>>(),
+      "init(comm, config): hb_init with (knob name, value text) overrides");
+  m.def(
+      "check_config",
+      [](const std::vector<std::pair<std::string, std::string>>& config) {
+        std::vector<hb_config_entry> entries;
+        for (const auto& c : config) {
+          entries.push_back({c.first.c_str(), c.second.c_str()});
+        }
+        char err[1024] = {0};
+        const int code = hb_check_config(
+            entries.data(), static_cast<int>(entries.size()), err, sizeof(err));
+        if (code != HB_OK) RaiseFor(code, err);
+      },
+      "check_config(config): validates (knob name, value text) overrides "
+      "with the core's parser, without reading the environment");
+  m.def(
+      "knobs",
+      [] {
+        int count = 0;
+        const hb_knob* knobs = hb_knobs(&count);
+        py::list out;
+        for (int i = 0; i < count; ++i) {
+          const hb_knob& k = knobs[i];
+          py::dict d;
+          d["name"] = k.name;
+          d["env"] = k.env;
+          d["type"] = k.type;
+          d["default"] = k.default_value;
+          d["min"] = k.min;
+          d["max"] = k.max;
+          d["unit"] = k.unit;
+          out.append(d);
+        }
+        return out;
+      },
+      "knobs() -> the core's knob table (hb_knobs), one dict per knob");
   m.def("shutdown", [] {
     py::gil_scoped_release release;
     hb_shutdown();
