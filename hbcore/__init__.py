@@ -36,7 +36,7 @@ for _module, _names in {
     "hbcore.objects": "broadcast_object allgather_object",
     "hbcore.exceptions": (
         "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
-        "NotInitializedError ShutdownError ConfigError"),
+        "NotInitializedError ShutdownError ConfigError WaitTimeoutError"),
     "hbcore.launcher.run_fn": "run",
 }.items():
     for _name in _names.split():

@@ -57,6 +57,13 @@ class ShutdownError(HbcoreError):
     the message says where the first failure happened."""
 
 
+class WaitTimeoutError(HbcoreError, TimeoutError):
+    """``Handle.wait(timeout=...)`` / ``synchronize(handle, timeout=...)``
+    ran out of time. Raised by the Python front end, not by the core: the
+    operation is not cancelled, and a later wait or synchronize returns its
+    result (or its error)."""
+
+
 class UnsupportedError(HbcoreError, NotImplementedError):
     """A valid request this build cannot serve (e.g. Adasum, GPU buffers
     without a GPU backend)."""

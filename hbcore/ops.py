@@ -152,14 +152,27 @@ def _request(name: str, op: int, array: np.ndarray,
             allocate)
 
 
-def synchronize(handle: Handle) -> Any:
+def synchronize(handle: Handle, timeout: Optional[float] = None) -> Any:
     """Waits for an ``_async`` operation and returns its result.
 
+    Args:
+        handle: what the ``_async`` call returned.
+        timeout: seconds to wait at most; None waits as long as it takes.
+
+    Returns:
+        The operation's result (see the blocking twin of the call).
+
     Raises:
+        WaitTimeoutError: (a ``TimeoutError``) ``timeout`` passed first. The
+            operation is not cancelled: synchronize or ``handle.wait()``
+            again for its result.
+        ValueError: ``timeout`` is negative, infinite or NaN.
         MismatchError: ranks disagreed about the tensor.
         ShutdownError: the runtime shut down before it completed.
     """
-    return handle.wait()
+    if timeout is None:
+        return handle.wait()
+    return handle.wait(timeout)
 
 
 def poll(handle: Handle) -> bool:

@@ -12,9 +12,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -197,16 +199,28 @@ class Handle {
     return true;
   }
 
-  // Blocks (without the GIL) until every part is done; raises the first
-  // failed part's error (again on every call); else returns the result,
-  // computed once.
-  py::object Wait() {
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  // Blocks (without the GIL) until every part is done, or for at most
+  // `timeout_s` seconds when it is >= 0; raises the first failed part's
+  // error (again on every call); else returns the result, computed once.
+  // A wait that times out raises WaitTimeoutError and changes nothing: the
+  // operation stays in flight and a later wait still gets its result.
+  py::object Wait(double timeout_s = -1) {
     if (!finished_) {
       if (!Poll()) {
+        Deadline deadline = std::chrono::steady_clock::now();
+        if (timeout_s > 0) {
+          // Capped at a day, so the time point cannot overflow.
+          deadline += std::chrono::duration_cast<Deadline::duration>(
+              std::chrono::duration<double>(std::min(timeout_s, 86400.0)));
+        }
         // This thread is done submitting for now: the core need not wait
         // for more of the burst before negotiating what is queued.
         hb_flush();
-        if (!SpinUntilDone()) Block();
+        if (!SpinUntilDone() && !Block(timeout_s < 0 ? nullptr : &deadline)) {
+          RaiseTimeout(timeout_s);
+        }
       }
       // Another thread waiting on this handle may have finished it while
       // this one slept: the result (e.g. a core-allocated output, which can
@@ -239,20 +253,48 @@ class Handle {
     return false;
   }
 
-  void Block() const {
+  // Returns false when `deadline` (if any) passed with a part unfinished.
+  bool Block(const Deadline* deadline) const {
     // Not py::gil_scoped_release: if the interpreter finalizes while this
     // thread waits (a daemon thread at exit), taking the GIL back ends the
     // thread by unwinding, which must not pass through a noexcept
     // destructor. Such a thread instead parks until the process is gone.
     PyThreadState* saved = PyEval_SaveThread();
+    bool done = true;
     for (const Part& p : *this) {
       std::unique_lock<std::mutex> lock(p.state->mu);
-      p.state->cv.wait(lock, [&p] { return p.Done(); });
+      auto finished = [&p] { return p.Done(); };
+      if (deadline == nullptr) {
+        p.state->cv.wait(lock, finished);
+      } else if (!p.state->cv.wait_until(lock, *deadline, finished)) {
+        done = false;
+        break;
+      }
     }
     if (IsFinalizing()) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
     PyEval_RestoreThread(saved);
+    return done;
+  }
+
+  [[noreturn]] void RaiseTimeout(double timeout_s) const {
+    size_t pending = 0;
+    for (const Part& p : *this) pending += p.Done() ? 0 : 1;
+    std::string what = "'" + py::str(name_).cast<std::string>() + "'";
+    if (count_ > 1) {
+      what = "group of " + std::to_string(count_) + " tensors starting with " +
+             what + " (" + std::to_string(pending) + " unfinished)";
+    }
+    const std::string message =
+        "wait(timeout=" + py::repr(py::float_(timeout_s)).cast<std::string>() +
+        "): " +
+        what + " did not finish in time; it is still in flight: wait or "
+        "synchronize again for its result";
+    py::object cls =
+        py::module_::import("hbcore.exceptions").attr("WaitTimeoutError");
+    PyErr_SetObject(cls.ptr(), cls(message).ptr());
+    throw py::error_already_set();
   }
 
   py::object MakeResult() {
@@ -280,6 +322,11 @@ class Handle {
     }
   }
 
+ public:
+  // The first request's name, for messages.
+  void set_name(py::object name) { name_ = std::move(name); }
+
+ private:
   Part single_;
   std::vector<Part> group_;
   size_t count_;
@@ -287,6 +334,7 @@ class Handle {
   py::object given_;
   bool finished_ = false;
   py::object result_;
+  py::object name_;
 };
 
 // --- the Handle type --------------------------------------------------------
@@ -349,15 +397,54 @@ PyObject* HandlePoll(PyObject* self, PyObject*) {
   return PyBool_FromLong(HandleOf(self).Poll());
 }
 
-PyObject* HandleWait(PyObject* self, PyObject*) {
-  return Guarded([self] { return HandleOf(self).Wait().release().ptr(); });
+double ToDouble(PyObject* o);  // float(o), defined with the submission code
+
+// wait(timeout=None): METH_FASTCALL | METH_KEYWORDS, so the common call
+// without arguments stays cheap.
+PyObject* HandleWait(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                     PyObject* kwnames) {
+  return Guarded([&] {
+    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1) {
+      throw py::type_error("wait() takes at most one argument (timeout)");
+    }
+    PyObject* timeout = nargs == 1 ? args[0] : nullptr;
+    if (nkw == 1) {
+      if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
+                                           "timeout") != 0) {
+        throw py::type_error("wait() got an unexpected keyword argument");
+      }
+      timeout = args[0];
+    }
+    double seconds = -1;
+    if (timeout != nullptr && timeout != Py_None) {
+      if (!PyNumber_Check(timeout)) {
+        throw py::type_error(
+            std::string("wait(timeout=...) takes a number of seconds, got ") +
+            Py_TYPE(timeout)->tp_name);
+      }
+      seconds = ToDouble(timeout);
+      if (!(seconds >= 0) || std::isinf(seconds)) {
+        throw py::value_error(
+            "wait(timeout=...) takes None or a finite number of seconds "
+            ">= 0");
+      }
+    }
+    return HandleOf(self).Wait(seconds).release().ptr();
+  });
 }
 
 PyMethodDef g_handle_methods[] = {
     {"poll", HandlePoll, METH_NOARGS,
      "True when the operation finished (wait() will not block)."},
-    {"wait", HandleWait, METH_NOARGS,
-     "Blocks until the operation finished; returns its result."},
+    {"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                 &HandleWait)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "wait(timeout=None): blocks until the operation finished and returns\n"
+     "its result. With a timeout (seconds), raises\n"
+     "hbcore.exceptions.WaitTimeoutError (a TimeoutError) if it has not\n"
+     "finished by then; the operation stays in flight, and a later wait()\n"
+     "or synchronize() returns its result."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -517,6 +604,7 @@ PyObject* SubmitOne(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     hb_request request;
     Scratch scratch;
     Prepare(args, &request, handle.begin(), &scratch);
+    handle.set_name(py::reinterpret_borrow<py::object>(args[0]));
     Enqueue(&request, handle);
     return obj.release().ptr();
   });
@@ -550,6 +638,7 @@ PyObject* Submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       PyObject* fields[10];
       for (int k = 0; k < 10; ++k) fields[k] = PyTuple_GET_ITEM(item, k);
       Prepare(fields, &requests[i], part + i, &scratch[i]);
+      if (i == 0) handle.set_name(py::reinterpret_borrow<py::object>(fields[0]));
     }
     Enqueue(requests.data(), handle);
     return obj.release().ptr();
