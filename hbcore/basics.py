@@ -214,26 +214,6 @@ def mpi_threads_supported() -> bool:
     return bool(_checked(core.mpi_threads_supported()))
 
 
-def mpi_enabled() -> bool:
-    """Returns True: MPI is hbcore's control plane."""
-    return True
-
-
-def mpi_built() -> bool:
-    """Returns True: hbcore is always built with MPI."""
-    return True
-
-
-def gloo_enabled() -> bool:
-    """Returns False: hbcore has no Gloo controller."""
-    return False
-
-
-def gloo_built() -> bool:
-    """Returns False: hbcore has no Gloo controller."""
-    return False
-
-
 def nccl_built() -> bool:
     """Returns whether this build can serve GPU buffers through NCCL."""
     return core.nccl_built()

@@ -25,10 +25,13 @@ import hbcore
 import tensorflow as tf
 # Re-exported: horovod.tensorflow.mpi_ops offers these names too.
 from hbcore import (Adasum, Average, Max, Min, NotInitializedError, Product,
-                    ReduceOp, Sum, cross_rank, cross_size, gloo_built,
-                    gloo_enabled, is_initialized, local_rank, local_size,
-                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+                    ReduceOp, Sum, cross_rank, cross_size, is_initialized,
+                    local_rank, local_size, mpi_threads_supported, nccl_built,
                     rank, shutdown, size)
+# Build probes that exist only for Horovod compatibility: one module.
+from hbcore._compat_names import (ccl_built, cuda_built, ddl_built,
+                                  gloo_built, gloo_enabled, mpi_built,
+                                  mpi_enabled, rocm_built)
 
 from hbcore._native import core
 from hbcore_tf import _build, _naming
@@ -109,26 +112,6 @@ def init(comm: Any = None, process_sets: Any = None,
             "hbcore_tf.init(process_sets=...) is not supported: hbcore has "
             "only the global process set")
     hbcore.init(comm, config=config)
-
-
-def ddl_built() -> bool:
-    """Returns False: hbcore has no IBM DDL support."""
-    return False
-
-
-def ccl_built() -> bool:
-    """Returns False: hbcore has no oneCCL support."""
-    return False
-
-
-def cuda_built() -> bool:
-    """Returns whether GPU buffers can be served (through NCCL)."""
-    return nccl_built()
-
-
-def rocm_built() -> bool:
-    """Returns False: hbcore has no ROCm support."""
-    return False
 
 
 # --- helpers -----------------------------------------------------------------
