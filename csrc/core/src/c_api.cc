@@ -17,8 +17,8 @@
 
 namespace {
 
-// The one runtime object (see DESIGN.md): created by hb_init, destroyed by
-// hb_shutdown. The mutex orders init/shutdown against each other and
+// The one runtime object (docs/architecture.md, "The one runtime object"):
+// created by hb_init, destroyed by hb_shutdown. The mutex orders init/shutdown against each other and
 // against readers of the pointer.
 std::mutex g_mu;
 std::unique_ptr<hbcore::Runtime> g_runtime;

@@ -4,9 +4,12 @@
  *
  * Contract:
  *  - hb_init() creates the one runtime of this process (idempotent); every
- *    other call except hb_version, hb_mpi_library_version and hb_nccl_built
- *    needs it. hb_init is collective over the communicator it is given:
- *    every rank of it calls it.
+ *    other call except hb_version, hb_mpi_library_version, hb_nccl_built,
+ *    hb_knobs and hb_check_config needs it. hb_init is collective over the
+ *    communicator it is given: every rank of it calls it.
+ *  - Every number that crosses this boundary (status, dtype, op and
+ *    reduce-op codes, knob types) is defined here and nowhere else; front
+ *    ends use these names (the Python module exports them).
  *  - hb_enqueue() validates what can be checked locally and returns at once;
  *    it never waits for other ranks. The request's `done` callback is called
  *    exactly once, from the core's background thread, for every request that
