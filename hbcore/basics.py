@@ -224,9 +224,8 @@ def build_info() -> Dict[str, object]:
     import hbcore
 
     try:
-        from hbcore_tf._build import cached_library_path
-
-        tf_ops = cached_library_path() or "not built yet (built at first import of hbcore_tf)"
+        tf_ops = _tf_build_module().cached_library_path() or (
+            "not built yet (built at first import of hbcore_tf)")
     except Exception as e:  # TensorFlow missing or unusable
         tf_ops = "unavailable: %s" % e
     return {
@@ -238,6 +237,23 @@ def build_info() -> Dict[str, object]:
         "nccl_built": core.nccl_built(),
         "package_dir": hbcore.__path__[0],
     }
+
+
+def _tf_build_module() -> Any:
+    """hbcore_tf/_build.py, loaded on its own: importing it as
+    ``hbcore_tf._build`` would run ``hbcore_tf/__init__``, which loads (and
+    if needed compiles) the op library that build_info only looks for."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("hbcore_tf")  # does not import it
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("hbcore_tf is not installed")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_build.py")
+    build_spec = importlib.util.spec_from_file_location("_hbcore_tf_build",
+                                                        path)
+    module = importlib.util.module_from_spec(build_spec)
+    build_spec.loader.exec_module(module)
+    return module
 
 
 class _ExitOnUncaught:

@@ -137,6 +137,21 @@ def test_check_build_reports_launcher():
     assert "TensorFlow:" in proc.stdout and "NCCL" in proc.stdout
 
 
+def test_check_build_compiles_nothing(tmp_path):
+    """--check-build only looks for the TF op library: with an empty cache
+    it reports 'not built yet' (or TF unavailable) and leaves it empty."""
+    cache = tmp_path / "ops-cache"
+    cache.mkdir()
+    proc = hbrun("--check-build",
+                 env=dict(os.environ, HB_TF_OPS_CACHE=str(cache)))
+    assert proc.returncode == 0, proc.stderr
+    line = [l for l in proc.stdout.splitlines() if "TF op library:" in l]
+    assert len(line) == 1, proc.stdout
+    assert "not built yet" in line[0] or "unavailable" in line[0], line
+    assert "compiling" not in proc.stderr
+    assert list(cache.iterdir()) == []
+
+
 # ------------------------------------------------------ hosts and mpiexec
 
 def test_parse_hosts_and_hostfile(tmp_path):
