@@ -756,8 +756,8 @@ def shutdown_cases() -> None:
 def main() -> None:
     before_init()
     # Rank 0 writes the timeline (read at the end); set programmatically.
-    hvd.init(config={"timeline": os.path.join(OUT_DIR, "timeline.json")}
-             if OUT_DIR else None)
+    timeline = os.path.join(OUT_DIR, "timeline.json") if OUT_DIR else ""
+    hvd.init(config={"timeline": timeline})
     specs = op_table.build_specs(SIZE, RANK)
     facts["specs"] = len(specs)
     start = time.monotonic()
@@ -775,7 +775,7 @@ def main() -> None:
     shutdown_cases()
     if RANK == 0 and OUT_DIR:
         try:
-            facts["timeline"] = timeline_facts(os.environ["HB_TIMELINE"])
+            facts["timeline"] = timeline_facts(timeline)
         except Exception as exc:  # noqa: BLE001 - reported to pytest
             facts["timeline_error"] = "%s: %s" % (type(exc).__name__, exc)
     facts["cases"] = len(check.results)
