@@ -21,9 +21,12 @@ __version__ = "0.1.0"
 _EXPORTS: Dict[str, str] = {}
 for _module, _names in {
     "hbcore.basics": (
-        "init shutdown is_initialized rank size local_rank local_size "
-        "cross_rank cross_size mpi_threads_supported mpi_built mpi_enabled "
-        "gloo_built gloo_enabled nccl_built build_info"),
+        "init check_config shutdown is_initialized rank size local_rank "
+        "local_size cross_rank cross_size mpi_threads_supported nccl_built "
+        "build_info"),
+    "hbcore._compat_names": (
+        "mpi_built mpi_enabled gloo_built gloo_enabled ccl_built ddl_built "
+        "rocm_built cuda_built"),
     "hbcore.ops": (
         "ReduceOp Average Sum Adasum Min Max Product Handle synchronize poll "
         "allreduce allreduce_async allreduce_ allreduce_async_ "
@@ -35,7 +38,7 @@ for _module, _names in {
     "hbcore.objects": "broadcast_object allgather_object",
     "hbcore.exceptions": (
         "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
-        "NotInitializedError ShutdownError"),
+        "NotInitializedError ShutdownError ConfigError WaitTimeoutError"),
     "hbcore.launcher.run_fn": "run",
 }.items():
     for _name in _names.split():

@@ -2,20 +2,84 @@
 import atexit
 import os
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from hbcore._native import MPI_LIBRARY, core
 from hbcore.exceptions import NotInitializedError
+from hbcore.knobs import value_text
 
 _NOT_INITIALIZED = "hbcore has not been initialized; use hbcore.init()."
 
+# Knob values that a library set up before init() (DistributedOptimizer's
+# bucket_cap_mb): the next init() applies them beneath its own ``config``.
+# Set only through defer_config, which validates them.
+_deferred: Dict[str, str] = {}
 
-def init(comm: Optional[Any] = None) -> None:
+
+def _config_entries(config: Optional[Mapping[str, Any]]
+                    ) -> List[Tuple[str, str]]:
+    """(name, value text) pairs for the core; None values are left out."""
+    if config is None:
+        return []
+    if not isinstance(config, Mapping):
+        raise TypeError("config must be a mapping of knob name to value, "
+                        "not %s" % type(config).__name__)
+    entries = []
+    for name, value in config.items():
+        if not isinstance(name, str):
+            raise TypeError("config keys are knob names (str), got %r"
+                            % (name,))
+        if value is not None:
+            entries.append((name, value_text(name, value)))
+    return entries
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """Validates knob values with the core's parser, without init and
+    without reading the environment.
+
+    Args:
+        config: knob name (see :data:`hbcore.knobs.KNOBS`, e.g.
+            ``"fusion_threshold"``) -> value.
+
+    Raises:
+        TypeError: ``config`` is not a mapping, or a value has a type no
+            knob takes.
+        ConfigError: an unknown name, or a value the knob does not accept;
+            the message names the knob and its variable.
+    """
+    core.check_config(_config_entries(config))
+
+
+def defer_config(config: Mapping[str, Any]) -> None:
+    """Validates knob values and has the next :func:`init` apply them, under
+    the values passed to that init's ``config`` and over the environment.
+    For libraries that configure the runtime before the user calls init
+    (``DistributedOptimizer(bucket_cap_mb=...)``); nothing is written to
+    ``os.environ``.
+
+    Args:
+        config: knob name -> value; a None value removes an earlier one.
+
+    Raises:
+        TypeError, ConfigError: as :func:`check_config`.
+    """
+    check_config(config)
+    for name, value in config.items():
+        if value is None:
+            _deferred.pop(name, None)
+        else:
+            _deferred[name] = value_text(name, value)
+
+
+def init(comm: Optional[Any] = None,
+         config: Optional[Mapping[str, Any]] = None) -> None:
     """Starts the runtime of this process: MPI (if nobody did), the private
     communicator and the background thread. Idempotent: while the runtime
-    runs, further calls return at once, whatever ``comm`` they pass.
+    runs, further calls return at once, whatever ``comm`` and ``config``
+    they pass.
 
     Args:
         comm: the processes to run over, as in Horovod. None: every rank of
@@ -24,27 +88,38 @@ def init(comm: Optional[Any] = None) -> None:
             using or free the one passed. A list of ranks of
             MPI_COMM_WORLD: those ranks, in that order (this rank must be
             one of them; only they call init with this list).
+        config: knob name -> value, e.g. ``{"fusion_threshold": 1 << 20,
+            "cycle_time": 0.5, "timeline": "tl.json"}``
+            (:data:`hbcore.knobs.KNOBS` lists the names). These override the
+            HB_* / HOROVOD_* variables; a None value leaves a knob to them.
+            The core validates them with the same parser as the
+            environment. Knobs that must agree across ranks (fusion and
+            shared-memory thresholds, cache capacity) are checked at init.
 
     Raises:
         TypeError: ``comm`` is neither None, a list of ranks nor an mpi4py
-            communicator.
+            communicator; or ``config`` is not a mapping of str to values.
         ValueError: a rank in the list is out of range or repeated, or this
             rank is not in it.
         InvalidArgumentError: the communicator is MPI_COMM_NULL or an
             intercommunicator.
-        ConfigError: an HB_* / HOROVOD_* variable has an invalid value.
+        ConfigError: a ``config`` entry or an HB_* / HOROVOD_* variable has
+            an invalid value, or a ``config`` name is unknown.
         InternalError: MPI could not be initialised.
     """
+    entries = dict(_deferred)
+    entries.update(_config_entries(config))
+    overrides = sorted(entries.items())
     if comm is None:
-        core.init()
+        core.init(core.HB_COMM_WORLD, overrides)
     elif isinstance(comm, (list, tuple, range)):
         sub = _communicator_of_ranks(comm)
         try:
-            core.init(sub.py2f())
+            core.init(sub.py2f(), overrides)
         finally:
             sub.Free()
     elif callable(getattr(comm, "py2f", None)):
-        core.init(comm.py2f())
+        core.init(comm.py2f(), overrides)
     else:
         raise TypeError("init(comm=...) takes None, a list of ranks or an "
                         "mpi4py communicator, not %s" % type(comm).__name__)
@@ -137,26 +212,6 @@ def cross_size() -> int:
 def mpi_threads_supported() -> bool:
     """Returns whether MPI runs with MPI_THREAD_MULTIPLE."""
     return bool(_checked(core.mpi_threads_supported()))
-
-
-def mpi_enabled() -> bool:
-    """Returns True: MPI is hbcore's control plane."""
-    return True
-
-
-def mpi_built() -> bool:
-    """Returns True: hbcore is always built with MPI."""
-    return True
-
-
-def gloo_enabled() -> bool:
-    """Returns False: hbcore has no Gloo controller."""
-    return False
-
-
-def gloo_built() -> bool:
-    """Returns False: hbcore has no Gloo controller."""
-    return False
 
 
 def nccl_built() -> bool:

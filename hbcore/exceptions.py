@@ -1,15 +1,26 @@
 """Exception types raised by hbcore.
 
-Every error the native core reports maps onto exactly one class here (the
-table lives in csrc/python/module.cc, RaiseFor). Framework adapters map these
-classes onto their own types; hbcore_tf, like Horovod, raises
-``tf.errors.FailedPreconditionError`` for :class:`MismatchError` and
-``tf.errors.InvalidArgumentError`` for :class:`InvalidArgumentError`.
+Every status code the native core reports (``hb_status_code`` in
+csrc/core/include/hbcore/c_api.h) maps onto exactly one class here; the one
+table lives in csrc/python/module.cc (RaiseFor), which also stores the code
+on the instance as ``status``. The TensorFlow op library maps the same codes
+onto TF's types in its own table; hbcore_tf, like Horovod, raises
+``tf.errors.FailedPreconditionError`` for a mismatch and
+``tf.errors.InvalidArgumentError`` for an invalid argument.
 """
+from typing import Optional
 
 
 class HbcoreError(RuntimeError):
-    """Base class of every error raised by the hbcore runtime."""
+    """Base class of every error raised by the hbcore runtime.
+
+    Attributes:
+        status: the core's status code (``hb_status_code``; compare with
+            ``hbcore._native.core.HB_ERR_*``) when the core reported the
+            error, else None.
+    """
+
+    status: Optional[int] = None
 
 
 # Horovod's name for a failure of the runtime; kept so ``except`` clauses
@@ -44,6 +55,13 @@ class MismatchError(HbcoreError):
 class ShutdownError(HbcoreError):
     """The runtime shut down (on this or another rank, or after a stall);
     the message says where the first failure happened."""
+
+
+class WaitTimeoutError(HbcoreError, TimeoutError):
+    """``Handle.wait(timeout=...)`` / ``synchronize(handle, timeout=...)``
+    ran out of time. Raised by the Python front end, not by the core: the
+    operation is not cancelled, and a later wait or synchronize returns its
+    result (or its error)."""
 
 
 class UnsupportedError(HbcoreError, NotImplementedError):

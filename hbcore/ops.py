@@ -20,13 +20,13 @@ from hbcore.exceptions import InvalidArgumentError
 
 
 class ReduceOp(enum.IntEnum):
-    """Reduction operations (Horovod's numbering)."""
-    AVERAGE = 0
-    SUM = 1
-    ADASUM = 2
-    MIN = 3
-    MAX = 4
-    PRODUCT = 5
+    """Reduction operations (Horovod's numbering, hb_reduce_op in c_api.h)."""
+    AVERAGE = core.HB_REDUCE_AVERAGE
+    SUM = core.HB_REDUCE_SUM
+    ADASUM = core.HB_REDUCE_ADASUM
+    MIN = core.HB_REDUCE_MIN
+    MAX = core.HB_REDUCE_MAX
+    PRODUCT = core.HB_REDUCE_PRODUCT
 
 
 Average = ReduceOp.AVERAGE
@@ -36,25 +36,38 @@ Min = ReduceOp.MIN
 Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
 
-# Core op codes (hb_op_type in c_api.h).
-_ALLREDUCE, _ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER, _BARRIER, _JOIN = range(7)
+# Core op codes (hb_op_type in c_api.h, exported by the core module).
+_ALLREDUCE = core.HB_ALLREDUCE
+_ALLGATHER = core.HB_ALLGATHER
+_BROADCAST = core.HB_BROADCAST
+_ALLTOALL = core.HB_ALLTOALL
+_REDUCESCATTER = core.HB_REDUCESCATTER
+_BARRIER = core.HB_BARRIER
+_JOIN = core.HB_JOIN
 
 _DTYPE_CODES: Dict[Any, int] = {
-    np.dtype(np.uint8): 0, np.dtype(np.int8): 1, np.dtype(np.uint16): 2,
-    np.dtype(np.int16): 3, np.dtype(np.int32): 4, np.dtype(np.int64): 5,
-    np.dtype(np.float16): 6, np.dtype(np.float32): 7, np.dtype(np.float64): 8,
-    np.dtype(np.bool_): 9,
+    np.dtype(np.uint8): core.HB_UINT8, np.dtype(np.int8): core.HB_INT8,
+    np.dtype(np.uint16): core.HB_UINT16, np.dtype(np.int16): core.HB_INT16,
+    np.dtype(np.int32): core.HB_INT32, np.dtype(np.int64): core.HB_INT64,
+    np.dtype(np.float16): core.HB_FLOAT16,
+    np.dtype(np.float32): core.HB_FLOAT32,
+    np.dtype(np.float64): core.HB_FLOAT64, np.dtype(np.bool_): core.HB_BOOL,
 }
 try:  # bfloat16 arrays come from ml_dtypes (installed with TensorFlow)
     import ml_dtypes
 
-    _DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = 10
+    _DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = core.HB_BFLOAT16
 except ImportError:  # pragma: no cover - bfloat16 then unsupported
     pass
 core.register_dtypes(list(_DTYPE_CODES.items()))
 
 # What a handle's wait() returns (ResultKind in csrc/python/module.cc).
-_GIVEN, _OUTPUT, _OUTPUT_AND_SPLITS, _OUTPUTS, _NOTHING, _LAST_JOINED_RANK = range(6)
+_GIVEN = core.RESULT_GIVEN
+_OUTPUT = core.RESULT_OUTPUT
+_OUTPUT_AND_SPLITS = core.RESULT_OUTPUT_AND_SPLITS
+_OUTPUTS = core.RESULT_OUTPUTS
+_NOTHING = core.RESULT_NONE
+_LAST_JOINED_RANK = core.RESULT_LAST_JOINED_RANK
 
 _JOIN_NAME = "hbcore.join"
 _counters: Dict[str, "itertools.count[int]"] = {}
@@ -139,14 +152,27 @@ def _request(name: str, op: int, array: np.ndarray,
             allocate)
 
 
-def synchronize(handle: Handle) -> Any:
+def synchronize(handle: Handle, timeout: Optional[float] = None) -> Any:
     """Waits for an ``_async`` operation and returns its result.
 
+    Args:
+        handle: what the ``_async`` call returned.
+        timeout: seconds to wait at most; None waits as long as it takes.
+
+    Returns:
+        The operation's result (see the blocking twin of the call).
+
     Raises:
+        WaitTimeoutError: (a ``TimeoutError``) ``timeout`` passed first. The
+            operation is not cancelled: synchronize or ``handle.wait()``
+            again for its result.
+        ValueError: ``timeout`` is negative, infinite or NaN.
         MismatchError: ranks disagreed about the tensor.
         ShutdownError: the runtime shut down before it completed.
     """
-    return handle.wait()
+    if timeout is None:
+        return handle.wait()
+    return handle.wait(timeout)
 
 
 def poll(handle: Handle) -> bool:

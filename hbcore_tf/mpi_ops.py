@@ -18,18 +18,22 @@ local argument (root rank, splits, dtype) and ``tf.errors.AbortedError``
 once the runtime shut down on any rank. Calls before :func:`init` raise
 ``ValueError`` (:class:`hbcore.NotInitializedError`) in Python.
 """
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 # hbcore first: it loads libmpi and libhbcore, which the op library links to.
 import hbcore
 import tensorflow as tf
 # Re-exported: horovod.tensorflow.mpi_ops offers these names too.
 from hbcore import (Adasum, Average, Max, Min, NotInitializedError, Product,
-                    ReduceOp, Sum, cross_rank, cross_size, gloo_built,
-                    gloo_enabled, is_initialized, local_rank, local_size,
-                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
+                    ReduceOp, Sum, cross_rank, cross_size, is_initialized,
+                    local_rank, local_size, mpi_threads_supported, nccl_built,
                     rank, shutdown, size)
+# Build probes that exist only for Horovod compatibility: one module.
+from hbcore._compat_names import (ccl_built, cuda_built, ddl_built,
+                                  gloo_built, gloo_enabled, mpi_built,
+                                  mpi_enabled, rocm_built)
 
+from hbcore._native import core
 from hbcore_tf import _build, _naming
 from hbcore_tf.compression import Compression
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
@@ -38,8 +42,13 @@ from hbcore_tf.process_sets import check as _check_process_set
 
 _lib = tf.load_op_library(_build.op_library_path())
 
-# Core op codes (hb_op_type in csrc/core/include/hbcore/c_api.h).
-_ALLREDUCE, _ALLGATHER, _BROADCAST, _ALLTOALL, _REDUCESCATTER = 0, 1, 2, 3, 4
+# Core op codes (hb_op_type in csrc/core/include/hbcore/c_api.h), as the
+# core module exports them.
+_ALLREDUCE = core.HB_ALLREDUCE
+_ALLGATHER = core.HB_ALLGATHER
+_BROADCAST = core.HB_BROADCAST
+_ALLTOALL = core.HB_ALLTOALL
+_REDUCESCATTER = core.HB_REDUCESCATTER
 
 # The name every rank's join uses (the same as hbcore.join, so numpy and TF
 # joins pair up).
@@ -78,7 +87,8 @@ _run_collectives_unordered()
 
 # --- process -----------------------------------------------------------------
 
-def init(comm: Any = None, process_sets: Any = None) -> None:
+def init(comm: Any = None, process_sets: Any = None,
+         config: Optional[Mapping[str, Any]] = None) -> None:
     """Initializes hbcore (idempotent): MPI, the core's communicator and its
     background thread.
 
@@ -87,38 +97,21 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
             MPI_COMM_WORLD ranks, or an mpi4py communicator; see
             :func:`hbcore.init`.
         process_sets: must be None or empty (only the global set exists).
+        config: knob name -> value, overriding HB_* / HOROVOD_* variables
+            (an hbcore extension; see :func:`hbcore.init`).
 
     Raises:
         NotImplementedError: ``process_sets`` was given.
         TypeError, ValueError: ``comm`` is not a valid communicator or list
-            of ranks.
-        hbcore.exceptions.ConfigError: an HB_* / HOROVOD_* variable is invalid.
+            of ranks, or ``config`` is not a mapping.
+        hbcore.exceptions.ConfigError: a ``config`` entry or an HB_* /
+            HOROVOD_* variable is invalid.
     """
     if process_sets:
         raise NotImplementedError(
             "hbcore_tf.init(process_sets=...) is not supported: hbcore has "
             "only the global process set")
-    hbcore.init(comm)
-
-
-def ddl_built() -> bool:
-    """Returns False: hbcore has no IBM DDL support."""
-    return False
-
-
-def ccl_built() -> bool:
-    """Returns False: hbcore has no oneCCL support."""
-    return False
-
-
-def cuda_built() -> bool:
-    """Returns whether GPU buffers can be served (through NCCL)."""
-    return nccl_built()
-
-
-def rocm_built() -> bool:
-    """Returns False: hbcore has no ROCm support."""
-    return False
+    hbcore.init(comm, config=config)
 
 
 # --- helpers -----------------------------------------------------------------

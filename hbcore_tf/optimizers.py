@@ -22,7 +22,6 @@ hbcore_tf._gradient_reduction); with ``backward_passes_per_step`` > 1 they
 are accumulated locally and reduced every N passes
 (hbcore_tf._local_aggregation).
 """
-import os
 import warnings
 from typing import Any, List, Optional, Sequence
 
@@ -110,10 +109,11 @@ def _current_fusion_threshold() -> Optional[int]:
 def apply_bucket_cap_mb(bucket_cap_mb: float) -> None:
     """Maps SageMaker's ``bucket_cap_mb`` onto the fusion threshold.
 
-    The core reads HB_FUSION_THRESHOLD at ``init()``: before init this sets
-    it; after init it can only warn when the running value differs (then
-    pass ``hbrun --fusion-threshold-mb`` or create the optimizer before
-    ``hvd.init()``).
+    The core reads its configuration at ``init()``: before init this defers
+    ``fusion_threshold`` to the next init (``hbcore.basics.defer_config``;
+    the environment is left alone); after init it can only warn when the
+    running value differs (then pass ``hvd.init(config=...)``, ``hbrun
+    --fusion-threshold-mb`` or create the optimizer before ``hvd.init()``).
 
     Raises:
         ValueError: bucket_cap_mb is negative.
@@ -121,10 +121,10 @@ def apply_bucket_cap_mb(bucket_cap_mb: float) -> None:
     if bucket_cap_mb < 0:
         raise ValueError("bucket_cap_mb must be >= 0, got %r" % bucket_cap_mb)
     wanted = int(bucket_cap_mb * 1024 * 1024)
-    import hbcore
+    import hbcore.basics
 
     if not hbcore.is_initialized():
-        os.environ["HB_FUSION_THRESHOLD"] = str(wanted)
+        hbcore.basics.defer_config({"fusion_threshold": wanted})
         return
     current = _current_fusion_threshold()
     if current is not None and current != wanted:
@@ -132,8 +132,8 @@ def apply_bucket_cap_mb(bucket_cap_mb: float) -> None:
             "bucket_cap_mb=%s has no effect: hbcore is already initialized "
             "with a fusion threshold of %d bytes, and the threshold is read "
             "at init(). Create the DistributedOptimizer before hvd.init(), "
-            "set HB_FUSION_THRESHOLD=%d, or launch with hbrun "
-            "--fusion-threshold-mb." % (bucket_cap_mb, current, wanted),
+            "pass hvd.init(config={'fusion_threshold': %d}), or launch with "
+            "hbrun --fusion-threshold-mb." % (bucket_cap_mb, current, wanted),
             stacklevel=3)
 
 

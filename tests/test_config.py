@@ -1,6 +1,8 @@
-"""Configuration: bad HB_* / HOROVOD_* values fail init with ConfigError
-naming the variable; valid values and HOROVOD_ aliases are accepted; the
-settings that must agree across ranks are checked at init.
+"""Configuration: bad HB_* / HOROVOD_* values and bad init(config=...)
+entries fail init with ConfigError naming the variable or knob; valid
+values, HOROVOD_ aliases and programmatic values (which win over the
+environment) are accepted; the settings that must agree across ranks are
+checked at init.
 
 The single-process cases run without a launcher (hbcore.init() makes a
 singleton MPI job), all in one process: a bad value fails before MPI is
@@ -9,7 +11,7 @@ touched, so the process can try the next one.
 import pytest
 
 from harness import run_python, run_ranks, run_single, script_path
-from rank_scripts.config_check import BAD, GOOD
+from rank_scripts.config_check import BAD, BAD_CONFIG, GOOD, GOOD_CONFIG
 
 SCRIPT = script_path("config_check.py")
 _runs = {}
@@ -26,12 +28,14 @@ def test_singleton_run_completes():
     run.assert_ok()
 
 
-@pytest.mark.parametrize("case", [c[0] for c in BAD] + ["timeline-unwritable"])
+@pytest.mark.parametrize("case", [c[0] for c in BAD + BAD_CONFIG]
+                         + ["timeline-unwritable"])
 def test_bad_value_fails_init(case):
     singleton_run().assert_cases(["bad/" + case])
 
 
-@pytest.mark.parametrize("case", [c[0] for c in GOOD])
+@pytest.mark.parametrize("case", [c[0] for c in GOOD + GOOD_CONFIG]
+                         + ["config-deferred"])
 def test_good_values_accepted(case):
     singleton_run().assert_cases(["good/" + case])
 
@@ -71,5 +75,6 @@ def test_settings_that_must_agree_across_ranks(np_):
                       "per-rank/HB_FUSION_THRESHOLD-differs",
                       "per-rank/HB_SHM_ALLREDUCE_THRESHOLD-differs",
                       "per-rank/HB_HIERARCHICAL_ALLREDUCE-differs",
+                      "per-rank/config-differs",
                       "per-rank/init-after-fix"])
     run.assert_ok()

@@ -5,8 +5,9 @@ tensor and the missing ranks. With HB_STALL_SHUTDOWN_TIME_SECONDS=2 as
 well, the stall ends the job: rank 0's synchronize raises ShutdownError
 naming the tensor and the missing ranks, the other ranks' next collective
 raises ShutdownError too, and nothing hangs.
-(The rank script sleeps on the other ranks; what is asserted is the text,
-not the timing.)
+(In warn mode the other ranks stay away for 3.5 s, the stall under test;
+in shutdown mode they wait for rank 0's error through a marker file. What
+is asserted is the text, not the timing.)
 """
 import re
 

@@ -12,9 +12,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -108,7 +110,12 @@ void Done(void* user, int status, const char* message, const hb_result* r) {
     case HB_ERR_UNSUPPORTED: type = "UnsupportedError"; break;
     default: break;
   }
-  PyErr_SetString(exc.attr(type).ptr(), message.c_str());
+  // The instance keeps the core's code (mpi4py style), e.g.
+  // err.status == hbcore._native.core.HB_ERR_MISMATCH.
+  py::object cls = exc.attr(type);
+  py::object error = cls(message);
+  error.attr("status") = code;
+  PyErr_SetObject(cls.ptr(), error.ptr());
   throw py::error_already_set();
 }
 
@@ -137,6 +144,8 @@ DtypeTable& Dtypes() {
 }
 
 // What the handle's wait() returns (hbcore.ops picks one per operation).
+// A front-end notion, not the core's: defined here only, and exported to
+// Python as RESULT_* module constants (see ExportConstants).
 enum ResultKind {
   kResultGiven = 0,             // the object passed at submit
   kResultOutput = 1,            // the core-allocated output of the one request
@@ -190,16 +199,28 @@ class Handle {
     return true;
   }
 
-  // Blocks (without the GIL) until every part is done; raises the first
-  // failed part's error (again on every call); else returns the result,
-  // computed once.
-  py::object Wait() {
+  using Deadline = std::chrono::steady_clock::time_point;
+
+  // Blocks (without the GIL) until every part is done, or for at most
+  // `timeout_s` seconds when it is >= 0; raises the first failed part's
+  // error (again on every call); else returns the result, computed once.
+  // A wait that times out raises WaitTimeoutError and changes nothing: the
+  // operation stays in flight and a later wait still gets its result.
+  py::object Wait(double timeout_s = -1) {
     if (!finished_) {
       if (!Poll()) {
+        Deadline deadline = std::chrono::steady_clock::now();
+        if (timeout_s > 0) {
+          // Capped at a day, so the time point cannot overflow.
+          deadline += std::chrono::duration_cast<Deadline::duration>(
+              std::chrono::duration<double>(std::min(timeout_s, 86400.0)));
+        }
         // This thread is done submitting for now: the core need not wait
         // for more of the burst before negotiating what is queued.
         hb_flush();
-        if (!SpinUntilDone()) Block();
+        if (!SpinUntilDone() && !Block(timeout_s < 0 ? nullptr : &deadline)) {
+          RaiseTimeout(timeout_s);
+        }
       }
       // Another thread waiting on this handle may have finished it while
       // this one slept: the result (e.g. a core-allocated output, which can
@@ -232,20 +253,48 @@ class Handle {
     return false;
   }
 
-  void Block() const {
+  // Returns false when `deadline` (if any) passed with a part unfinished.
+  bool Block(const Deadline* deadline) const {
     // Not py::gil_scoped_release: if the interpreter finalizes while this
     // thread waits (a daemon thread at exit), taking the GIL back ends the
     // thread by unwinding, which must not pass through a noexcept
     // destructor. Such a thread instead parks until the process is gone.
     PyThreadState* saved = PyEval_SaveThread();
+    bool done = true;
     for (const Part& p : *this) {
       std::unique_lock<std::mutex> lock(p.state->mu);
-      p.state->cv.wait(lock, [&p] { return p.Done(); });
+      auto finished = [&p] { return p.Done(); };
+      if (deadline == nullptr) {
+        p.state->cv.wait(lock, finished);
+      } else if (!p.state->cv.wait_until(lock, *deadline, finished)) {
+        done = false;
+        break;
+      }
     }
     if (IsFinalizing()) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
     PyEval_RestoreThread(saved);
+    return done;
+  }
+
+  [[noreturn]] void RaiseTimeout(double timeout_s) const {
+    size_t pending = 0;
+    for (const Part& p : *this) pending += p.Done() ? 0 : 1;
+    std::string what = "'" + py::str(name_).cast<std::string>() + "'";
+    if (count_ > 1) {
+      what = "group of " + std::to_string(count_) + " tensors starting with " +
+             what + " (" + std::to_string(pending) + " unfinished)";
+    }
+    const std::string message =
+        "wait(timeout=" + py::repr(py::float_(timeout_s)).cast<std::string>() +
+        "): " +
+        what + " did not finish in time; it is still in flight: wait or "
+        "synchronize again for its result";
+    py::object cls =
+        py::module_::import("hbcore.exceptions").attr("WaitTimeoutError");
+    PyErr_SetObject(cls.ptr(), cls(message).ptr());
+    throw py::error_already_set();
   }
 
   py::object MakeResult() {
@@ -273,6 +322,11 @@ class Handle {
     }
   }
 
+ public:
+  // The first request's name, for messages.
+  void set_name(py::object name) { name_ = std::move(name); }
+
+ private:
   Part single_;
   std::vector<Part> group_;
   size_t count_;
@@ -280,6 +334,7 @@ class Handle {
   py::object given_;
   bool finished_ = false;
   py::object result_;
+  py::object name_;
 };
 
 // --- the Handle type --------------------------------------------------------
@@ -342,15 +397,54 @@ PyObject* HandlePoll(PyObject* self, PyObject*) {
   return PyBool_FromLong(HandleOf(self).Poll());
 }
 
-PyObject* HandleWait(PyObject* self, PyObject*) {
-  return Guarded([self] { return HandleOf(self).Wait().release().ptr(); });
+double ToDouble(PyObject* o);  // float(o), defined with the submission code
+
+// wait(timeout=None): METH_FASTCALL | METH_KEYWORDS, so the common call
+// without arguments stays cheap.
+PyObject* HandleWait(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                     PyObject* kwnames) {
+  return Guarded([&] {
+    const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw > 1) {
+      throw py::type_error("wait() takes at most one argument (timeout)");
+    }
+    PyObject* timeout = nargs == 1 ? args[0] : nullptr;
+    if (nkw == 1) {
+      if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
+                                           "timeout") != 0) {
+        throw py::type_error("wait() got an unexpected keyword argument");
+      }
+      timeout = args[0];
+    }
+    double seconds = -1;
+    if (timeout != nullptr && timeout != Py_None) {
+      if (!PyNumber_Check(timeout)) {
+        throw py::type_error(
+            std::string("wait(timeout=...) takes a number of seconds, got ") +
+            Py_TYPE(timeout)->tp_name);
+      }
+      seconds = ToDouble(timeout);
+      if (!(seconds >= 0) || std::isinf(seconds)) {
+        throw py::value_error(
+            "wait(timeout=...) takes None or a finite number of seconds "
+            ">= 0");
+      }
+    }
+    return HandleOf(self).Wait(seconds).release().ptr();
+  });
 }
 
 PyMethodDef g_handle_methods[] = {
     {"poll", HandlePoll, METH_NOARGS,
      "True when the operation finished (wait() will not block)."},
-    {"wait", HandleWait, METH_NOARGS,
-     "Blocks until the operation finished; returns its result."},
+    {"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                 &HandleWait)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "wait(timeout=None): blocks until the operation finished and returns\n"
+     "its result. With a timeout (seconds), raises\n"
+     "hbcore.exceptions.WaitTimeoutError (a TimeoutError) if it has not\n"
+     "finished by then; the operation stays in flight, and a later wait()\n"
+     "or synchronize() returns its result."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -510,6 +604,7 @@ PyObject* SubmitOne(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     hb_request request;
     Scratch scratch;
     Prepare(args, &request, handle.begin(), &scratch);
+    handle.set_name(py::reinterpret_borrow<py::object>(args[0]));
     Enqueue(&request, handle);
     return obj.release().ptr();
   });
@@ -543,6 +638,7 @@ PyObject* Submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       PyObject* fields[10];
       for (int k = 0; k < 10; ++k) fields[k] = PyTuple_GET_ITEM(item, k);
       Prepare(fields, &requests[i], part + i, &scratch[i]);
+      if (i == 0) handle.set_name(py::reinterpret_borrow<py::object>(fields[0]));
     }
     Enqueue(requests.data(), handle);
     return obj.release().ptr();
@@ -563,23 +659,130 @@ PyMethodDef g_submit_defs[] = {
      "(tuples of submit_one's first 10 arguments) in one hb_enqueue"},
 };
 
+// The numbers that cross the core's boundary, exported under their C API
+// names (hbcore/c_api.h) so the Python layers never repeat them: op codes
+// (HB_ALLREDUCE...), dtype codes (HB_FLOAT32...), reduce ops
+// (HB_REDUCE_SUM...), status codes (HB_OK, HB_ERR_*), knob types
+// (HB_KNOB_*), HB_DEVICE_CPU and HB_COMM_WORLD,
+// plus this module's result kinds (RESULT_*).
+void ExportConstants(py::module_& m) {
+#define HB_EXPORT(name) m.attr(#name) = static_cast<int>(name)
+  HB_EXPORT(HB_ALLREDUCE);
+  HB_EXPORT(HB_ALLGATHER);
+  HB_EXPORT(HB_BROADCAST);
+  HB_EXPORT(HB_ALLTOALL);
+  HB_EXPORT(HB_REDUCESCATTER);
+  HB_EXPORT(HB_BARRIER);
+  HB_EXPORT(HB_JOIN);
+
+  HB_EXPORT(HB_UINT8);
+  HB_EXPORT(HB_INT8);
+  HB_EXPORT(HB_UINT16);
+  HB_EXPORT(HB_INT16);
+  HB_EXPORT(HB_INT32);
+  HB_EXPORT(HB_INT64);
+  HB_EXPORT(HB_FLOAT16);
+  HB_EXPORT(HB_FLOAT32);
+  HB_EXPORT(HB_FLOAT64);
+  HB_EXPORT(HB_BOOL);
+  HB_EXPORT(HB_BFLOAT16);
+
+  HB_EXPORT(HB_REDUCE_AVERAGE);
+  HB_EXPORT(HB_REDUCE_SUM);
+  HB_EXPORT(HB_REDUCE_ADASUM);
+  HB_EXPORT(HB_REDUCE_MIN);
+  HB_EXPORT(HB_REDUCE_MAX);
+  HB_EXPORT(HB_REDUCE_PRODUCT);
+
+  HB_EXPORT(HB_OK);
+  HB_EXPORT(HB_ERR_INVALID_ARGUMENT);
+  HB_EXPORT(HB_ERR_MISMATCH);
+  HB_EXPORT(HB_ERR_NOT_INITIALIZED);
+  HB_EXPORT(HB_ERR_SHUTDOWN);
+  HB_EXPORT(HB_ERR_DUPLICATE_NAME);
+  HB_EXPORT(HB_ERR_INTERNAL);
+  HB_EXPORT(HB_ERR_CONFIG);
+  HB_EXPORT(HB_ERR_UNSUPPORTED);
+
+  HB_EXPORT(HB_KNOB_INTEGER);
+  HB_EXPORT(HB_KNOB_NUMBER);
+  HB_EXPORT(HB_KNOB_STRING);
+  HB_EXPORT(HB_KNOB_BOOL);
+  HB_EXPORT(HB_KNOB_LOG_LEVEL);
+  HB_EXPORT(HB_KNOB_CHOICE);
+
+  HB_EXPORT(HB_DEVICE_CPU);
+  HB_EXPORT(HB_COMM_WORLD);
+#undef HB_EXPORT
+  m.attr("RESULT_GIVEN") = static_cast<int>(kResultGiven);
+  m.attr("RESULT_OUTPUT") = static_cast<int>(kResultOutput);
+  m.attr("RESULT_OUTPUT_AND_SPLITS") = static_cast<int>(kResultOutputAndSplits);
+  m.attr("RESULT_OUTPUTS") = static_cast<int>(kResultOutputs);
+  m.attr("RESULT_NONE") = static_cast<int>(kResultNone);
+  m.attr("RESULT_LAST_JOINED_RANK") = static_cast<int>(kResultLastJoinedRank);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hbcore native core (libhbcore.so) bindings";
+  ExportConstants(m);
 
   m.def(
       "init",
-      [](int64_t comm) {
+      [](int64_t comm,
+         const std::vector<std::pair<std::string, std::string>>& config) {
+        std::vector<hb_config_entry> entries;
+        for (const auto& c : config) {
+          entries.push_back({c.first.c_str(), c.second.c_str()});
+        }
         char err[1024] = {0};
         int code;
         {
           py::gil_scoped_release release;
-          code = hb_init(comm, err, sizeof(err));
+          code = hb_init(comm, entries.data(), static_cast<int>(entries.size()),
+                         err, sizeof(err));
         }
         if (code != HB_OK) RaiseFor(code, err);
       },
-      py::arg("comm") = HB_COMM_WORLD);
+      py::arg("comm") = HB_COMM_WORLD,
+      py::arg("config") = std::vector<std::pair<std::string, std::string>>(),
+      "init(comm, config): hb_init with (knob name, value text) overrides");
+  m.def(
+      "check_config",
+      [](const std::vector<std::pair<std::string, std::string>>& config) {
+        std::vector<hb_config_entry> entries;
+        for (const auto& c : config) {
+          entries.push_back({c.first.c_str(), c.second.c_str()});
+        }
+        char err[1024] = {0};
+        const int code = hb_check_config(
+            entries.data(), static_cast<int>(entries.size()), err, sizeof(err));
+        if (code != HB_OK) RaiseFor(code, err);
+      },
+      "check_config(config): validates (knob name, value text) overrides "
+      "with the core's parser, without reading the environment");
+  m.def(
+      "knobs",
+      [] {
+        int count = 0;
+        const hb_knob* knobs = hb_knobs(&count);
+        py::list out;
+        for (int i = 0; i < count; ++i) {
+          const hb_knob& k = knobs[i];
+          py::dict d;
+          d["name"] = k.name;
+          d["env"] = k.env;
+          d["type"] = k.type;
+          d["default"] = k.default_value;
+          d["min"] = k.min;
+          d["max"] = k.max;
+          d["unit"] = k.unit;
+          out.append(d);
+        }
+        return out;
+      },
+      "knobs() -> the core's knob table (hb_knobs), one dict per knob");
   m.def("shutdown", [] {
     py::gil_scoped_release release;
     hb_shutdown();

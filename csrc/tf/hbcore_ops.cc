@@ -345,7 +345,7 @@ class TopologyOp : public tensorflow::OpKernel {
 };
 
 Status CollectiveShape(InferenceContext* c) {
-  int op = 0;
+  int op = HB_ALLREDUCE;
   TF_RETURN_IF_ERROR(c->GetAttr("op", &op));
   for (int i = 0; i < c->num_outputs(); ++i) {
     ShapeHandle in = c->input(i);
@@ -373,8 +373,8 @@ REGISTER_OP("HbcoreCollective")
     .Input("names: string")
     .Output("outputs: T")
     .Attr("T: list(" HB_TF_TYPES ") >= 1")
-    .Attr("op: int")
-    .Attr("reduce_op: int = 1")
+    .Attr("op: int")  // hb_op_type
+    .Attr(absl::StrCat("reduce_op: int = ", HB_REDUCE_SUM))  // hb_reduce_op
     .Attr("root_rank: int = 0")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")

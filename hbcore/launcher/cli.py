@@ -4,22 +4,23 @@
     hbrun -np 8 -H host1:4,host2:4 --timeline-filename tl.json python train.py
     hbrun --check-build
 
-Flags follow horovodrun.  Tuning flags become HB_* variables on every rank;
-everything else of the environment is passed through as well.
+Flags follow horovodrun.  Tuning flags come from the knob table
+(hbcore/knobs.py, checked against the core's) and become HB_* variables on
+every rank; everything else of the environment is passed through as well.
 """
 
 import argparse
+import math
 import os
 import shlex
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from hbcore.knobs import CHOICES, KNOBS, LOG_LEVELS, Knob
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
                                    total_slots)
 from hbcore.launcher.supervisor import launch
-
-LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
 
 EPILOG = """\
 output:
@@ -34,25 +35,29 @@ failures:
   launcher stops all other ranks (SIGTERM, then SIGKILL after a few
   seconds) and prints one line on stderr naming the first rank that
   failed, e.g.
-    {prog}: rank 1 failed first: exited with code 3 [host h1, pid 4242]; stopped the remaining ranks
-    {prog}: rank 2 failed first: killed by signal SIGKILL (9) [host h1, pid 4243]; stopped the remaining ranks
+    {{prog}}: rank 1 failed first: exited with code 3 [host h1, pid 4242]; stopped the remaining ranks
+    {{prog}}: rank 2 failed first: killed by signal SIGKILL (9) [host h1, pid 4243]; stopped the remaining ranks
   Exit status: 0 if every rank exited 0, else the first failing rank's exit
   code, or 128 + signal number if it was killed by a signal (130 when the
   launcher itself gets Ctrl-C).
 
 environment:
-  --fusion-threshold-mb -> HB_FUSION_THRESHOLD (bytes), --cycle-time-ms ->
-  HB_CYCLE_TIME, --cache-capacity -> HB_CACHE_CAPACITY, --timeline-filename
-  -> HB_TIMELINE, --stall-check-warning-time-seconds ->
-  HB_STALL_CHECK_TIME_SECONDS, --stall-check-shutdown-time-seconds ->
-  HB_STALL_SHUTDOWN_TIME_SECONDS, --log-level -> HB_LOG_LEVEL.
+{flags}
   HB_MPIEXEC selects the hydra mpiexec to use (default: the one next to
   this Python, then PATH).
-"""
+""".format(flags="\n".join(
+    "  %s -> %s%s" % (k.flag.option, k.env,
+                      " (%s)" % k.unit if k.flag.scale != 1 else "")
+    for k in KNOBS if k.flag))
+
+
+def _format_number(value: float) -> str:
+    # "1" rather than "1.0" for whole numbers; full precision otherwise.
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def _number(text: str, kind: type, minimum: float, inclusive: bool,
-            what: str):
+            what: str, maximum: float = math.inf):
     try:
         value = kind(text)
     except ValueError:
@@ -60,7 +65,8 @@ def _number(text: str, kind: type, minimum: float, inclusive: bool,
             "expected %s, got %r" % (what, text)) from None
     if value != value or value in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
-    if value < minimum or (not inclusive and value == minimum):
+    if (value < minimum or (not inclusive and value == minimum)
+            or value > maximum):
         raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
     return value
 
@@ -69,50 +75,74 @@ def _positive_int(text: str) -> int:
     return _number(text, int, 0, False, "an integer >= 1")
 
 
-def _non_negative_int(text: str) -> int:
-    return _number(text, int, 0, True, "an integer >= 0")
+def _flag_type(knob: Knob) -> Callable[[str], Any]:
+    """The argparse type of a knob's flag: the knob's own type and range
+    (divided by the flag's scale), so hbrun refuses what the core would."""
+    flag = knob.flag
+    assert flag is not None
+    if knob.type == "log_level":
+        accepted = LOG_LEVELS + ("WARN",)
+
+        def level(text: str) -> str:
+            if text.upper() not in accepted:
+                raise argparse.ArgumentTypeError(
+                    "expected one of %s, got %r" % ("/".join(LOG_LEVELS),
+                                                    text))
+            return text.upper()
+        return level
+    if knob.type == "bool":
+        def boolean(text: str) -> str:
+            if text not in ("0", "1", "true", "false"):
+                raise argparse.ArgumentTypeError(
+                    "expected 0, 1, true or false, got %r" % text)
+            return text
+        return boolean
+    if knob.type == "choice":
+        def choice(text: str) -> str:
+            if text not in CHOICES:
+                raise argparse.ArgumentTypeError(
+                    "expected one of %s, got %r" % (", ".join(CHOICES), text))
+            return text
+        return choice
+    if knob.type == "string":
+        return str
+    low, high = knob.min / flag.scale, knob.max / flag.scale
+    kind = int if knob.type == "integer" and flag.scale == 1 else float
+    what = "%s %s %s" % ("an integer" if kind is int else "a number",
+                         ">" if flag.positive else ">=", _format_number(low))
+    if high != math.inf:
+        what += " and <= %s" % _format_number(high)
+    return lambda text: _number(text, kind, low, not flag.positive, what,
+                                high)
 
 
-def _positive_float(text: str) -> float:
-    return _number(text, float, 0.0, False, "a number > 0")
-
-
-def _non_negative_float(text: str) -> float:
-    return _number(text, float, 0.0, True, "a number >= 0")
-
-
-def _log_level(text: str) -> str:
-    if text.upper() not in LOG_LEVELS:
-        raise argparse.ArgumentTypeError(
-            "expected one of %s, got %r" % ("/".join(LOG_LEVELS), text))
-    return text.upper()
+def _dest(knob: Knob) -> str:
+    """The argparse attribute of a knob's flag (``--log-level`` ->
+    ``log_level``)."""
+    assert knob.flag is not None
+    return knob.flag.option.lstrip("-").replace("-", "_")
 
 
 def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
-    """Adds the flags that map onto HB_* variables, and the output flags.
+    """Adds the flags that set knobs (one per knob of
+    :data:`hbcore.knobs.KNOBS` that has a flag), and the output flags.
 
     Args:
         parser: The parser to extend (hbrun's or ``python -m hbcore.run``'s).
     """
     tuning = parser.add_argument_group("tuning (set HB_* on every rank)")
-    tuning.add_argument("--fusion-threshold-mb", type=_non_negative_float,
-                        metavar="MB",
-                        help="fusion buffer size in MiB (0 disables fusion)")
-    tuning.add_argument("--cycle-time-ms", type=_positive_float, metavar="MS",
-                        help="background cycle time in milliseconds")
-    tuning.add_argument("--cache-capacity", type=_non_negative_int,
-                        metavar="N",
-                        help="response cache entries (0 disables the cache)")
-    tuning.add_argument("--timeline-filename", metavar="FILE",
-                        help="write a Chrome trace timeline to FILE")
-    tuning.add_argument("--stall-check-warning-time-seconds",
-                        type=_non_negative_float, metavar="S",
-                        help="warn about tensors stalled this long")
-    tuning.add_argument("--stall-check-shutdown-time-seconds",
-                        type=_non_negative_float, metavar="S",
-                        help="fail when a tensor stalls this long (0: never)")
-    tuning.add_argument("--log-level", type=_log_level, metavar="LEVEL",
-                        help="one of " + ", ".join(LOG_LEVELS))
+    for knob in KNOBS:
+        if knob.flag is not None:
+            if knob.flag.const is not None:
+                # A switch, as in horovodrun: no value of its own.
+                tuning.add_argument(knob.flag.option, action="store_const",
+                                    const=knob.flag.const,
+                                    help="%s (%s=%s)" % (knob.help, knob.env,
+                                                         knob.flag.const))
+                continue
+            tuning.add_argument(knob.flag.option, type=_flag_type(knob),
+                                metavar=knob.flag.metavar,
+                                help="%s (%s)" % (knob.help, knob.env))
     launcher = parser.add_argument_group("launcher")
     launcher.add_argument("--output-filename", metavar="DIR",
                           help="also write each rank's output to "
@@ -156,11 +186,6 @@ def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
     return parser
 
 
-def _format_number(value: float) -> str:
-    # "1" rather than "1.0" for whole numbers; full precision otherwise.
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
 def flags_to_env(args: argparse.Namespace) -> Dict[str, str]:
     """Maps parsed tuning flags onto HB_* environment variables.
 
@@ -172,24 +197,21 @@ def flags_to_env(args: argparse.Namespace) -> Dict[str, str]:
         the ranks' own environment (or the core's default) applies.
     """
     env = {}
-    if args.fusion_threshold_mb is not None:
-        env["HB_FUSION_THRESHOLD"] = str(
-            int(round(args.fusion_threshold_mb * 1024 * 1024)))
-    if args.cycle_time_ms is not None:
-        env["HB_CYCLE_TIME"] = _format_number(args.cycle_time_ms)
-    if args.cache_capacity is not None:
-        env["HB_CACHE_CAPACITY"] = str(args.cache_capacity)
-    if args.timeline_filename is not None:
-        # Absolute, so a rank that changes directory writes the same file.
-        env["HB_TIMELINE"] = os.path.abspath(args.timeline_filename)
-    if args.stall_check_warning_time_seconds is not None:
-        env["HB_STALL_CHECK_TIME_SECONDS"] = _format_number(
-            args.stall_check_warning_time_seconds)
-    if args.stall_check_shutdown_time_seconds is not None:
-        env["HB_STALL_SHUTDOWN_TIME_SECONDS"] = _format_number(
-            args.stall_check_shutdown_time_seconds)
-    if args.log_level is not None:
-        env["HB_LOG_LEVEL"] = args.log_level
+    for knob in KNOBS:
+        if knob.flag is None:
+            continue
+        value = getattr(args, _dest(knob))
+        if value is None:
+            continue
+        if knob.type == "integer":
+            env[knob.env] = str(int(round(value * knob.flag.scale)))
+        elif knob.type == "number":
+            env[knob.env] = _format_number(value * knob.flag.scale)
+        elif knob.unit == "path":
+            # Absolute, so a rank that changes directory writes the same file.
+            env[knob.env] = os.path.abspath(value)
+        else:
+            env[knob.env] = value
     return env
 
 

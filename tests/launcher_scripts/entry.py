@@ -1,6 +1,6 @@
 """Runs a launcher entry point for the tests: ``entry.py hbrun ARGS...`` is
 ``hbrun ARGS...``, ``entry.py run ARGS...`` is ``python -m hbcore.run ARGS...``
-(both work even while the native core does not import; see hbcore_path.py).
+(the launcher never loads the native core; see hbcore_path.py).
 """
 import importlib
 import os

@@ -1,32 +1,21 @@
-"""Makes ``hbcore.launcher`` importable for the launcher tests, even while
-``hbcore/__init__.py`` cannot import the native core (not built yet, or
-being rebuilt).
+"""Imports the hbcore under test for the launcher tests: this checkout when
+it is built in place, else the installed package (see tests/under_test.py).
 
-The launcher itself never needs the core; these tests check the launcher,
-so they should not fail for a reason that belongs to another layer.  When
-the real package imports, it is used as is.
+``import hbcore`` never loads the native core (the package loads it on
+first use of a name that needs it), so the launcher works even where the
+core cannot load. A package that does not import at all is a real failure:
+it is raised here, so the tests that need it fail instead of skipping.
 """
-import glob
 import os
 import sys
-import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from under_test import checkout_is_built  # noqa: E402
 
 
-def import_hbcore_package() -> bool:
-    """Imports hbcore from this checkout; returns False if a stub package
-    had to stand in for hbcore/__init__.py."""
-    built = glob.glob(os.path.join(ROOT, "hbcore", "_core*.so"))
-    if built and ROOT not in sys.path:  # else: the installed package
+def import_hbcore_package() -> None:
+    """Imports hbcore (this checkout's when it is built)."""
+    if checkout_is_built() and ROOT not in sys.path:
         sys.path.insert(0, ROOT)
-    try:
-        import hbcore  # noqa: F401
-        return True
-    except ImportError:
-        for name in [n for n in sys.modules if n == "hbcore" or n.startswith("hbcore.")]:
-            del sys.modules[name]
-        stub = types.ModuleType("hbcore")
-        stub.__path__ = [os.path.join(ROOT, "hbcore")]
-        sys.modules["hbcore"] = stub
-        return False
+    import hbcore  # noqa: F401

@@ -23,8 +23,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (DTYPE_NAMES, CaseFailure, Checker, all_rank_data,  # noqa: E402
-                    assert_close, env_rank, exc_info, expect_raises, is_float,
-                    rank_data, reduce_expected, report, wait_poll)
+                    assert_close, await_peers, env_rank, exc_info,
+                    expect_raises, is_float, rank_data, reduce_expected,
+                    report, signal_peers, wait_poll)
 
 hb = None  # hbcore, imported in main() (importing this module needs no MPI)
 
@@ -522,10 +523,15 @@ def misc_cases(size: int, rank: int) -> List[Case]:
 
     def barrier():
         out_dir = os.environ["HB_TEST_OUT"]
-        # Later ranks arrive later: without a real barrier rank 0 would look
-        # before the others wrote their marker.
-        time.sleep(0.15 * rank)
+        # The last rank arrives last: it writes its marker only once every
+        # other rank has written its own and is about to enter the barrier
+        # (a marker-file handshake), so without a real barrier the others
+        # would look before it arrived.
+        if rank == size - 1:
+            await_peers(["barrier-entering.%d" % r for r in range(size - 1)])
         open(os.path.join(out_dir, "barrier.%d" % rank), "w").close()
+        if rank != size - 1:
+            signal_peers("barrier-entering.%d" % rank)
         result = hb.barrier()
         if result is not None:
             raise CaseFailure("barrier() returned %r" % (result,))
@@ -668,7 +674,12 @@ def misc_cases(size: int, rank: int) -> List[Case]:
                                               if r != joiner]), "int32",
                          "allgather with a joined rank (no rows from it)")
             if rank == 0:
-                time.sleep(0.5)  # rank 0 joins last
+                # Rank 0 joins last: an allreduce only it submits completes
+                # once every other rank has joined (joined ranks count as
+                # having submitted every tensor, with zeros).
+                probe = hb.allreduce(x[0], name="join.probe", op=hb.Sum)
+                assert_close(probe, x[0], "float32", "allreduce submitted "
+                             "only by rank 0 while the others are joined")
             last = hb.join()
         if last != 0:
             raise CaseFailure("join() returned %r on rank %d, expected 0 "
@@ -693,7 +704,11 @@ def misc_cases(size: int, rank: int) -> List[Case]:
             assert_close(out, x[size - 1], "int64", "broadcast while rank 0 "
                          "is joined")
             if rank == size - 1:
-                time.sleep(0.5)
+                # The last rank joins last (see join above).
+                probe = hb.allreduce(x[rank], name="join2.probe", op=hb.Sum)
+                assert_close(probe, x[rank], "int64", "allreduce submitted "
+                             "only by the last rank while the others are "
+                             "joined")
             last = hb.join()
         if last != size - 1:
             raise CaseFailure("join() returned %r on rank %d, expected %d"
@@ -704,22 +719,16 @@ def misc_cases(size: int, rank: int) -> List[Case]:
     cases.append(("misc/join-coordinator-first", join_coordinator_first))
 
     def poll_before_peer():
-        out_dir = os.environ["HB_TEST_OUT"]
-        marker = os.path.join(out_dir, "polled")
         x = all_rank_data(_seed("poll"), size, (4,), "float32")
         if rank == 0:
             h = hb.allreduce_async(x[0], name="misc.poll", op=hb.Sum)
             first = hb.poll(h)
-            open(marker, "w").close()  # only now the others submit
+            signal_peers("polled")  # only now the others submit
             if first:
                 raise CaseFailure("poll() True before the other ranks "
                                   "submitted the tensor")
         else:
-            deadline = time.monotonic() + 30
-            while not os.path.exists(marker):
-                if time.monotonic() > deadline:
-                    raise CaseFailure("rank 0 never polled")
-                time.sleep(0.005)
+            await_peers(["polled"])
             h = hb.allreduce_async(x[rank], name="misc.poll", op=hb.Sum)
         wait_poll(h, hb.poll)
         assert_close(hb.synchronize(h), reduce_expected(x, "float32", "Sum"),

@@ -7,6 +7,8 @@
 - rank_data(): the rank-seeded data every rank can recompute for any other
   rank, so expected values come from numpy, never from hbcore.
 - assert_close(): dtype-aware comparison.
+- signal_peers() / await_peers(): marker-file handshakes that order ranks
+  without sleeps and without hbcore.
 
 Nothing here imports hbcore at module level, so the pytest side can import
 the case tables of the rank scripts without starting MPI.
@@ -275,6 +277,38 @@ def expect_raises(fn: Callable[[], Any], exc_type: type,
         raise CaseFailure("expected %s, got %s: %s" % (
             exc_type.__name__, type(exc).__name__, exc))
     raise CaseFailure("expected %s, nothing raised" % exc_type.__name__)
+
+
+# ---------------------------------------------------------------- handshakes
+#
+# Ranks order themselves through marker files in $HB_TEST_OUT (fresh for
+# every launch), never through sleeps and never through hbcore itself (the
+# thing under test): a rank that must act after its peers waits for their
+# markers.
+
+def signal_peers(name: str) -> None:
+    """Creates the marker ``name`` (e.g. ``"timed-out.1"``)."""
+    if not OUT_DIR:
+        raise RuntimeError("handshakes need HB_TEST_OUT (run under the "
+                           "test harness)")
+    _write_atomic(os.path.join(OUT_DIR, "marker." + name), "")
+
+
+def await_peers(names: Sequence[str], timeout: float = 60.0) -> None:
+    """Returns once every marker in ``names`` exists; CaseFailure after
+    ``timeout`` seconds (a peer failed before it signalled)."""
+    if not OUT_DIR:
+        raise RuntimeError("handshakes need HB_TEST_OUT (run under the "
+                           "test harness)")
+    deadline = time.monotonic() + timeout
+    paths = [os.path.join(OUT_DIR, "marker." + n) for n in names]
+    while True:
+        missing = [n for n, p in zip(names, paths) if not os.path.exists(p)]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise CaseFailure("peers never signalled %s" % missing)
+        time.sleep(0.002)  # polls the marker files; orders nothing
 
 
 def wait_poll(handle: Any, poll: Callable[[Any], bool],

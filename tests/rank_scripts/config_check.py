@@ -1,4 +1,5 @@
-"""Rank script: configuration from HB_* / HOROVOD_* variables.
+"""Rank script: configuration from HB_* / HOROVOD_* variables and from
+hbcore.init(config=...).
 
     python config_check.py singleton     (no launcher: a singleton MPI job)
     hbrun -np N python config_check.py per-rank
@@ -23,9 +24,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (CaseFailure, Checker, env_rank, env_size,  # noqa: E402
-                    exc_info, report)
+                    exc_info, expect_raises, report)
 
 import hbcore as hb  # noqa: E402
+import hbcore.basics  # noqa: E402,F401  (hb.basics.defer_config)
 from hbcore import exceptions as hx  # noqa: E402
 
 # (case, {var: value}, fragments the message must contain)
@@ -83,6 +85,40 @@ GOOD = [
 ]
 
 
+# Programmatic configuration, hbcore.init(config=...): (case, config,
+# environment, fragments the ConfigError must contain).
+BAD_CONFIG = [
+    ("config-fusion-threshold-text", {"fusion_threshold": "abc"}, {},
+     ["config key 'fusion_threshold' (HB_FUSION_THRESHOLD)", "'abc'"]),
+    ("config-cycle-time-negative", {"cycle_time": -1}, {},
+     ["config key 'cycle_time' (HB_CYCLE_TIME)", "'-1'"]),
+    ("config-cache-capacity-bool", {"cache_capacity": True}, {},
+     ["config key 'cache_capacity'", "'true'"]),
+    ("config-unknown-knob", {"fusion_treshold": 1}, {},
+     ["unknown configuration knob 'fusion_treshold'"]),
+    # A good override does not hide a bad variable of another knob.
+    ("config-does-not-hide-bad-env", {"cycle_time": 2},
+     {"HB_CACHE_CAPACITY": "-5"}, ["HB_CACHE_CAPACITY", "-5"]),
+]
+
+# (case, config, environment, lines expected in the effective configuration)
+GOOD_CONFIG = [
+    ("config-values-applied",
+     {"fusion_threshold": 4096, "cycle_time": 0.25, "cache_capacity": 64,
+      "stall_check_disable": True, "log_level": "error"},
+     {}, ["HB_FUSION_THRESHOLD=4096", "HB_CYCLE_TIME=0.25",
+          "HB_CACHE_CAPACITY=64", "HB_STALL_CHECK_TIME_SECONDS=0",
+          "HB_LOG_LEVEL=ERROR"]),
+    # The override wins over a variable, even a bad one, and the alias.
+    ("config-wins-over-env", {"fusion_threshold": 8192},
+     {"HB_FUSION_THRESHOLD": "abc", "HOROVOD_FUSION_THRESHOLD": "1"},
+     ["HB_FUSION_THRESHOLD=8192"]),
+    # None leaves the knob to the environment.
+    ("config-none-leaves-env", {"cycle_time": None},
+     {"HOROVOD_CYCLE_TIME": "3"}, ["HB_CYCLE_TIME=3"]),
+]
+
+
 class Env:
     """Sets variables for the duration of a with block."""
 
@@ -109,9 +145,9 @@ def config_string() -> str:
     return core.config_string() if hasattr(core, "config_string") else ""
 
 
-def expect_config_error(fragments):
+def expect_config_error(fragments, config=None):
     try:
-        hb.init()
+        hb.init(config=config)
     except Exception as exc:  # noqa: BLE001
         info = exc_info(exc)
         if type(exc) is not hx.ConfigError:
@@ -127,6 +163,19 @@ def expect_config_error(fragments):
         return
     hb.shutdown()
     raise CaseFailure("init() accepted the bad value")
+
+
+def expect_lines(lines) -> None:
+    """The effective configuration has every line of ``lines``, and a
+    singleton allreduce works with it."""
+    text = config_string()
+    missing = [l for l in lines if l not in text.splitlines()]
+    if missing:
+        raise CaseFailure("effective configuration lacks %s:\n%s"
+                          % (missing, text))
+    out = hb.allreduce(np.arange(3.0), op=hb.Sum)
+    if out.tolist() != [0.0, 1.0, 2.0]:
+        raise CaseFailure("singleton allreduce gave %s" % out)
 
 
 def singleton(checker: Checker) -> None:
@@ -153,6 +202,47 @@ def singleton(checker: Checker) -> None:
                 hb.shutdown()
         checker.run("good/" + name, good)
 
+    for name, config, env, fragments in BAD_CONFIG:
+        def bad(config=config, env=env, fragments=fragments):
+            with Env(env):
+                expect_config_error(fragments, config)
+        checker.run("bad/" + name, bad)
+    for name, config, env, lines in GOOD_CONFIG:
+        def good_config(config=config, env=env, lines=lines):
+            with Env(env):
+                hb.init(config=config)
+            try:
+                expect_lines(lines)
+            finally:
+                hb.shutdown()
+        checker.run("good/" + name, good_config)
+
+    def deferred():
+        # What a library deferred (DistributedOptimizer(bucket_cap_mb=...))
+        # applies at the next init, beneath init's own config, and never
+        # touches os.environ.
+        before = dict(os.environ)
+        hb.basics.defer_config({"cache_capacity": 32, "cycle_time": 4})
+        try:
+            if dict(os.environ) != before:
+                raise CaseFailure("defer_config changed os.environ")
+            hb.init(config={"cycle_time": 2})
+            try:
+                expect_lines(["HB_CACHE_CAPACITY=32", "HB_CYCLE_TIME=2"])
+            finally:
+                hb.shutdown()
+        finally:
+            hb.basics.defer_config({"cache_capacity": None,
+                                    "cycle_time": None})
+        hb.init()
+        try:
+            expect_lines(["HB_CACHE_CAPACITY=1024", "HB_CYCLE_TIME=1"])
+        finally:
+            hb.shutdown()
+        expect_raises(lambda: hb.basics.defer_config({"cycle_time": "soon"}),
+                      hx.ConfigError, "config key 'cycle_time'", "'soon'")
+    checker.run("good/config-deferred", deferred)
+
     def bad_timeline():
         with Env({"HB_TIMELINE": "/nonexistent-dir/sub/tl.json"}):
             expect_config_error(["HB_TIMELINE", "/nonexistent-dir/sub/tl.json"])
@@ -171,6 +261,12 @@ def per_rank(checker: Checker) -> None:
             with Env({var: odd if rank == 0 else normal}):
                 expect_config_error([var])
         checker.run("per-rank/%s-differs" % var, differs)
+
+    def config_differs():
+        # The same agreement check covers programmatic values.
+        expect_config_error(["HB_FUSION_THRESHOLD", "same on every rank"],
+                            {"fusion_threshold": 4096 if rank == 0 else 8192})
+    checker.run("per-rank/config-differs", config_differs)
 
     def fixed():
         with Env({"HB_CACHE_CAPACITY": "256"}):

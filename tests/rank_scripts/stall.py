@@ -4,13 +4,15 @@
     hbrun -np N python stall.py shutdown   (... and
                                             HB_STALL_SHUTDOWN_TIME_SECONDS=2)
 
-warn: rank 0 submits 'lonely' async and synchronizes; the others sleep
-SLEEP_S seconds (long enough for warnings to be logged), then shut down.
+warn: rank 0 submits 'lonely' async and synchronizes; the others stay
+away WARN_STALL_S seconds (long enough for warnings to be logged), then
+shut down.
 Rank 0's synchronize then fails with ShutdownError (another rank shut down).
 
 shutdown: same, but the stall shutdown ends the job: rank 0's synchronize
-raises ShutdownError naming the tensor and the missing ranks; the others,
-after their sleep, call allreduce and must get ShutdownError too.
+raises ShutdownError naming the tensor and the missing ranks; the others
+wait until rank 0 has seen that error (a marker-file handshake), then call
+allreduce and must get ShutdownError too.
 
 Every rank reports what it got (exception type and message, timings); in
 shutdown mode every rank then calls init() again and runs an allreduce.
@@ -22,14 +24,15 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import env_rank, exc_info, report  # noqa: E402
+from common import (await_peers, env_rank, exc_info, report,  # noqa: E402
+                    signal_peers)
 
 import hbcore as hb  # noqa: E402
 
-# warn: long enough for warnings at 1, 2 and 3 s; shutdown: past the 2 s
-# stall shutdown (if that is late, the allreduce is pending when it comes
-# and fails the same way).
-SLEEP_S = {"warn": 3.5, "shutdown": 2.5}
+# warn: the stall the warnings are about lasts this long, enough for
+# warnings at 1, 2 and 3 s. (A duration under test, not an ordering: the
+# shutdown mode orders its ranks by a handshake.)
+WARN_STALL_S = 3.5
 
 
 def main() -> None:
@@ -46,8 +49,13 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             result["outcome"] = "raised"
             result["error"] = exc_info(exc)
+        if mode == "shutdown":
+            signal_peers("stall-ended")
     else:
-        time.sleep(SLEEP_S[mode])
+        if mode == "shutdown":
+            await_peers(["stall-ended"])
+        else:
+            time.sleep(WARN_STALL_S)
         if mode == "shutdown":
             try:
                 hb.allreduce(np.ones(4, np.float32), name="after-stall")

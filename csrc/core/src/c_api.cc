@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "config.h"
 #include "runtime.h"
 #include "transport.h"
 
@@ -16,8 +17,8 @@
 
 namespace {
 
-// The one runtime object (see DESIGN.md): created by hb_init, destroyed by
-// hb_shutdown. The mutex orders init/shutdown against each other and
+// The one runtime object (docs/architecture.md, "The one runtime object"):
+// created by hb_init, destroyed by hb_shutdown. The mutex orders init/shutdown against each other and
 // against readers of the pointer.
 std::mutex g_mu;
 std::unique_ptr<hbcore::Runtime> g_runtime;
@@ -27,6 +28,23 @@ void CopyError(const std::string& text, char* err, size_t err_len) {
   size_t n = std::min(text.size(), err_len - 1);
   std::memcpy(err, text.data(), n);
   err[n] = '\0';
+}
+
+// Copies hb_init's or hb_check_config's entries; false (with `err` set)
+// for a null name or value.
+bool ToOverrides(const hb_config_entry* config, int count,
+                 hbcore::ConfigOverrides* out, char* err, size_t err_len) {
+  for (int i = 0; i < count; ++i) {
+    if (config == nullptr || config[i].name == nullptr ||
+        config[i].value == nullptr) {
+      CopyError("configuration entry " + std::to_string(i) +
+                    " has no name or no value",
+                err, err_len);
+      return false;
+    }
+    out->emplace_back(config[i].name, config[i].value);
+  }
+  return true;
 }
 
 template <typename F>
@@ -39,7 +57,23 @@ int WithTopology(F field) {
 
 extern "C" {
 
-int hb_init(int64_t comm, char* err, size_t err_len) {
+const hb_knob* hb_knobs(int* count) { return hbcore::Knobs(count); }
+
+int hb_check_config(const hb_config_entry* config, int count, char* err,
+                    size_t err_len) {
+  hbcore::ConfigOverrides overrides;
+  if (!ToOverrides(config, count, &overrides, err, err_len)) {
+    return HB_ERR_CONFIG;
+  }
+  hbcore::Config parsed;
+  hbcore::Status s = hbcore::ParseConfig(
+      [](const char*) -> const char* { return nullptr; }, overrides, &parsed);
+  if (!s.ok()) CopyError(s.message(), err, err_len);
+  return s.code();
+}
+
+int hb_init(int64_t comm, const hb_config_entry* config, int config_count,
+            char* err, size_t err_len) {
   std::unique_ptr<hbcore::Runtime> stale;
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_runtime && !g_runtime->stopped()) return HB_OK;
@@ -47,7 +81,13 @@ int hb_init(int64_t comm, char* err, size_t err_len) {
   // expected to call init again after such a shutdown.
   stale.swap(g_runtime);
   stale.reset();
-  hbcore::Status s = hbcore::Runtime::Create(comm, &g_runtime);
+  hbcore::ConfigOverrides overrides;
+  if (!ToOverrides(config, config_count, &overrides, err, err_len)) {
+    return HB_ERR_CONFIG;
+  }
+  hbcore::Config parsed;
+  hbcore::Status s = hbcore::ReadConfig(overrides, &parsed);
+  if (s.ok()) s = hbcore::Runtime::Create(comm, parsed, &g_runtime);
   if (!s.ok()) {
     CopyError(s.message(), err, err_len);
     return s.code();

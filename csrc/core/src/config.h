@@ -1,11 +1,15 @@
-// Runtime configuration: every HB_* knob (HOROVOD_* accepted as an alias) is
-// read and validated here, once, at init. Nothing else reads the environment.
+// Runtime configuration: every knob is defined once, in the table behind
+// hb_knobs (config.cc), and read and validated here, once, at init, from
+// programmatic overrides (hb_init's config), HB_* variables or their
+// HOROVOD_* aliases. Nothing else in the core reads the environment.
 #ifndef HBCORE_CONFIG_H_
 #define HBCORE_CONFIG_H_
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "logging.h"
 #include "status.h"
@@ -44,11 +48,27 @@ struct Config {
   std::string ToString() const;
 };
 
-// Reads the environment through `getenv` (injectable for tests). A value
-// that does not parse, or is out of range, yields HB_ERR_CONFIG naming the
-// variable and the value.
+// The knob table (hb_knobs): name, variable, type, default, bounds, unit.
+const hb_knob* Knobs(int* count);
+
+// Programmatic overrides: (knob name, value as text), as hb_init takes them.
+using ConfigOverrides = std::vector<std::pair<std::string, std::string>>;
+
+// Reads every knob from `overrides`, else the environment through `getenv`
+// (injectable for tests; the HB_ name wins over the HOROVOD_ alias; an
+// empty variable counts as unset), else the table's default. A value that
+// does not parse or is out of range, or an unknown or repeated override
+// name, yields HB_ERR_CONFIG naming the knob, where it came from and the
+// value.
 using EnvLookup = std::function<const char*(const char*)>;
-Status ParseConfig(const EnvLookup& getenv, Config* config);
+Status ParseConfig(const EnvLookup& getenv, const ConfigOverrides& overrides,
+                   Config* config);
+inline Status ParseConfig(const EnvLookup& getenv, Config* config) {
+  return ParseConfig(getenv, ConfigOverrides(), config);
+}
+
+// ParseConfig over the process environment: the core's only getenv.
+Status ReadConfig(const ConfigOverrides& overrides, Config* config);
 
 }  // namespace hbcore
 

@@ -47,14 +47,11 @@ const char* OpName(int op) {
 
 Runtime::Runtime(const Config& config) : config_(config) {}
 
-Status Runtime::Create(int64_t comm, std::unique_ptr<Runtime>* out) {
-  Config config;
-  Status s = ParseConfig([](const char* name) { return std::getenv(name); },
-                         &config);
-  if (!s.ok()) return s;
+Status Runtime::Create(int64_t comm, const Config& config,
+                       std::unique_ptr<Runtime>* out) {
   SetLogContext(config.log_level, -1);
   std::unique_ptr<Runtime> runtime(new Runtime(config));
-  s = runtime->Start(comm);
+  Status s = runtime->Start(comm);
   if (!s.ok()) return s;
   *out = std::move(runtime);
   return Status::OK();

@@ -45,8 +45,9 @@ namespace hbcore {
 
 class Runtime {
  public:
-  // `comm`: see hb_init.
-  static Status Create(int64_t comm, std::unique_ptr<Runtime>* out);
+  // `comm`: see hb_init. `config` was parsed by ReadConfig (config.h).
+  static Status Create(int64_t comm, const Config& config,
+                       std::unique_ptr<Runtime>* out);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;

@@ -1,5 +1,7 @@
+#include <cctype>
 #include <map>
 #include <memory>
+#include <string>
 
 #include "check.h"
 #include "config.h"
@@ -69,6 +71,81 @@ TEST(ConfigStallDisable) {
   Config c;
   CHECK(ParseConfig(Env({{"HB_STALL_CHECK_DISABLE", "1"}}), &c).ok());
   CHECK_EQ(c.stall_check_seconds, 0.0);
+}
+
+TEST(ConfigDefaultsComeFromTheKnobTable) {
+  // Parsing nothing applies every knob's table default, which must be what
+  // a default-constructed Config holds.
+  Config parsed;
+  parsed.fusion_threshold_bytes = -1;
+  parsed.cycle_time_ms = -1;
+  CHECK(ParseConfig(Env({}), &parsed).ok());
+  CHECK_EQ(parsed.ToString(), Config().ToString());
+}
+
+TEST(ConfigKnobNamesAreTheVariableSuffixInLowerCase) {
+  int count = 0;
+  const hb_knob* knobs = Knobs(&count);
+  CHECK(count >= 9);
+  for (int i = 0; i < count; ++i) {
+    std::string env = knobs[i].env;
+    CHECK_EQ(env.substr(0, 3), std::string("HB_"));
+    std::string lower;
+    for (char ch : env.substr(3)) {
+      lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    CHECK_EQ(std::string(knobs[i].name), lower);
+  }
+}
+
+TEST(ConfigOverridesWinOverEnvironment) {
+  Config c;
+  CHECK(ParseConfig(Env({{"HB_FUSION_THRESHOLD", "1024"},
+                         {"HOROVOD_CYCLE_TIME", "5"}}),
+                    {{"fusion_threshold", "2048"}, {"log_level", "debug"}},
+                    &c)
+            .ok());
+  CHECK_EQ(c.fusion_threshold_bytes, 2048);
+  CHECK_EQ(c.cycle_time_ms, 5.0);  // not overridden: the alias applies
+  CHECK(c.log_level == LogLevel::kDebug);
+  // An override is a value even when empty: it turns the timeline off.
+  CHECK(ParseConfig(Env({{"HB_TIMELINE", "/tmp/x.json"}}), {{"timeline", ""}},
+                    &c)
+            .ok());
+  CHECK_EQ(c.timeline_path, std::string());
+}
+
+TEST(ConfigBadOverridesNameTheKnob) {
+  Config c;
+  Status s = ParseConfig(Env({}), {{"cycle_time", "-1"}}, &c);
+  CHECK_EQ(s.code(), HB_ERR_CONFIG);
+  CHECK_CONTAINS(s.message(), "config key 'cycle_time' (HB_CYCLE_TIME)");
+  CHECK_CONTAINS(s.message(), "'-1'");
+  CHECK_CONTAINS(s.message(), "milliseconds in [0, 10000]");
+  // A good environment does not hide a bad override, and vice versa.
+  s = ParseConfig(Env({{"HB_CACHE_CAPACITY", "12x"}}),
+                  {{"cache_capacity", "12"}}, &c);
+  CHECK(s.ok());
+  s = ParseConfig(Env({}), {{"stall_check_disable", "yes"}}, &c);
+  CHECK_CONTAINS(s.message(), "0, 1, true or false");
+  s = ParseConfig(Env({}), {{"fusion_treshold", "1"}}, &c);
+  CHECK_EQ(s.code(), HB_ERR_CONFIG);
+  CHECK_CONTAINS(s.message(), "unknown configuration knob 'fusion_treshold'");
+  CHECK_CONTAINS(s.message(), "fusion_threshold");
+  s = ParseConfig(Env({}), {{"cycle_time", "1"}, {"cycle_time", "2"}}, &c);
+  CHECK_CONTAINS(s.message(), "'cycle_time' given more than once");
+}
+
+TEST(ConfigBoundsAreInclusive) {
+  Config c;
+  CHECK(ParseConfig(Env({{"HB_CYCLE_TIME", "10000"},
+                         {"HB_CACHE_CAPACITY", "1048576"}}),
+                    &c)
+            .ok());
+  Status s = ParseConfig(Env({{"HB_CACHE_CAPACITY", "1048577"}}), &c);
+  CHECK_CONTAINS(s.message(), "an integer in [0, 1048576]");
+  s = ParseConfig(Env({{"HB_STALL_CHECK_TIME_SECONDS", "inf"}}), &c);
+  CHECK_CONTAINS(s.message(), "a non-negative number of seconds");
 }
 
 }  // namespace

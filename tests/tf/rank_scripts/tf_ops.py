@@ -33,8 +33,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "rank_scripts"))
 from common import (OUT_DIR, CaseFailure, Checker, all_rank_data,  # noqa: E402
-                    assert_close, env_rank, env_size, expect_raises,
-                    rank_data, report)
+                    assert_close, await_peers, env_rank, env_size,
+                    expect_raises, rank_data, report, signal_peers)
 import op_table  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
@@ -551,12 +551,17 @@ def misc_cases() -> None:
 
 def shutdown_cases() -> None:
     def aborted():
+        # Rank 0 submits a tensor nobody else does; the others shut down
+        # once it is about to (a marker-file handshake, no sleep). Whether
+        # the shutdown reaches rank 0 before or after its submission, the
+        # op fails with AbortedError saying where.
         if RANK == 0:
+            signal_peers("never-matched")
             exc = expect_raises(lambda: hvd.allreduce(
                 tf.zeros([2]), name="never.matched"), tf.errors.AbortedError)
             _assert("rank" in str(exc).lower(), "message says where: %s" % exc)
         else:
-            time.sleep(1.0)  # let rank 0 submit first
+            await_peers(["never-matched"])
             hvd.shutdown()
     run("shutdown/pending-op-aborted", aborted)
     hvd.shutdown()
@@ -569,10 +574,10 @@ def shutdown_cases() -> None:
 
 
 def main() -> None:
-    if OUT_DIR:  # rank 0 writes the timeline; read at the end
-        os.environ["HB_TIMELINE"] = os.path.join(OUT_DIR, "timeline.json")
     before_init()
-    hvd.init()
+    # Rank 0 writes the timeline (read at the end); set programmatically.
+    timeline = os.path.join(OUT_DIR, "timeline.json") if OUT_DIR else ""
+    hvd.init(config={"timeline": timeline})
     specs = op_table.build_specs(SIZE, RANK)
     facts["specs"] = len(specs)
     start = time.monotonic()
@@ -587,7 +592,7 @@ def main() -> None:
     shutdown_cases()
     if RANK == 0 and OUT_DIR:
         try:
-            facts["timeline"] = timeline_facts(os.environ["HB_TIMELINE"])
+            facts["timeline"] = timeline_facts(timeline)
         except Exception as exc:  # noqa: BLE001 - reported to pytest
             facts["timeline_error"] = "%s: %s" % (type(exc).__name__, exc)
     facts["cases"] = len(check.results)

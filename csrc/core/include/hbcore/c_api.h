@@ -4,9 +4,12 @@
  *
  * Contract:
  *  - hb_init() creates the one runtime of this process (idempotent); every
- *    other call except hb_version, hb_mpi_library_version and hb_nccl_built
- *    needs it. hb_init is collective over the communicator it is given:
- *    every rank of it calls it.
+ *    other call except hb_version, hb_mpi_library_version, hb_nccl_built,
+ *    hb_knobs and hb_check_config needs it. hb_init is collective over the
+ *    communicator it is given: every rank of it calls it.
+ *  - Every number that crosses this boundary (status, dtype, op and
+ *    reduce-op codes, knob types) is defined here and nowhere else; front
+ *    ends use these names (the Python module exports them).
  *  - hb_enqueue() validates what can be checked locally and returns at once;
  *    it never waits for other ranks. The request's `done` callback is called
  *    exactly once, from the core's background thread, for every request that
@@ -43,7 +46,7 @@ typedef enum {
   HB_ERR_SHUTDOWN = 4,         /* runtime shut down (locally or on any rank) */
   HB_ERR_DUPLICATE_NAME = 5,   /* a tensor with this name is already in flight */
   HB_ERR_INTERNAL = 6,         /* MPI failure or broken invariant */
-  HB_ERR_CONFIG = 7,           /* bad HB_* / HOROVOD_* environment value */
+  HB_ERR_CONFIG = 7,           /* bad configuration value (env or override) */
   HB_ERR_UNSUPPORTED = 8       /* valid request the runtime cannot serve */
 } hb_status_code;
 
@@ -125,8 +128,49 @@ typedef struct {
  * caller may free the communicator after init. */
 #define HB_COMM_WORLD (-1)
 
-/* Lifecycle. hb_init returns a status code; on failure `err` holds why. */
-HB_API int hb_init(int64_t comm, char* err, size_t err_len);
+/* Configuration knobs. Each is read, in this order of precedence, from a
+ * programmatic override (hb_config_entry, keyed by `name`), the environment
+ * variable `env` (HB_...), or its alias HOROVOD_ + the same suffix; else
+ * `default_value` applies. One parser validates all three sources: a bad
+ * value fails with HB_ERR_CONFIG naming the knob and where it came from. */
+typedef enum {
+  HB_KNOB_INTEGER = 0,   /* base-10 integer in [min, max] */
+  HB_KNOB_NUMBER = 1,    /* finite decimal number in [min, max] */
+  HB_KNOB_STRING = 2,    /* any text (a path) */
+  HB_KNOB_BOOL = 3,      /* 0, 1, true or false */
+  HB_KNOB_LOG_LEVEL = 4, /* TRACE, DEBUG, INFO, WARNING (WARN), ERROR, FATAL */
+  HB_KNOB_CHOICE = 5     /* auto, 0, 1, true or false */
+} hb_knob_type;
+
+typedef struct {
+  const char* name;          /* override key, e.g. "fusion_threshold" */
+  const char* env;           /* environment variable, e.g. "HB_FUSION_THRESHOLD" */
+  int type;                  /* hb_knob_type */
+  const char* default_value; /* as text; "" when unset by default */
+  double min;                /* bounds of integers and numbers */
+  double max;                /* HUGE_VAL when unbounded */
+  const char* unit;          /* "bytes", "milliseconds", "seconds", ... */
+} hb_knob;
+
+/* The knob table, valid without init and for the life of the process. */
+HB_API const hb_knob* hb_knobs(int* count);
+
+/* One programmatic override: a knob's name and its value as text. */
+typedef struct {
+  const char* name;
+  const char* value;
+} hb_config_entry;
+
+/* Validates overrides alone (the environment is not read): HB_OK, or
+ * HB_ERR_CONFIG with the reason in `err`. Valid without init. */
+HB_API int hb_check_config(const hb_config_entry* config, int count,
+                           char* err, size_t err_len);
+
+/* Lifecycle. hb_init returns a status code; on failure `err` holds why.
+ * `config` (may be NULL when `config_count` is 0) overrides the
+ * environment for this runtime; it is ignored while a runtime runs. */
+HB_API int hb_init(int64_t comm, const hb_config_entry* config,
+                   int config_count, char* err, size_t err_len);
 /* Shut down, failing every pending request on every rank. Idempotent. */
 HB_API int hb_shutdown(void);
 HB_API int hb_is_initialized(void);

@@ -1,0 +1,143 @@
+"""The runtime's configuration knobs, for the Python side.
+
+The core's parser (csrc/core/src/config.cc) defines the knobs and exports
+its table (``hbcore._native.core.knobs()``). This module mirrors that table
+in pure Python because ``hbrun`` builds its tuning flags from it and must
+start without loading the core; tests/test_knobs.py checks that the two
+tables agree in every field, so a knob cannot be added, renamed or given
+another default or range in one place only. What only the Python side
+needs (help text, hbrun's flag) lives here alone.
+
+Each knob is set, in this order of precedence, by ``hbcore.init(config=
+{name: value})``, by its ``HB_*`` variable, or by the ``HOROVOD_*`` alias.
+"""
+import math
+from typing import Dict, NamedTuple, Optional, Tuple
+
+
+class Flag(NamedTuple):
+    """The hbrun / ``python -m hbcore.run`` flag that sets a knob.
+
+    Attributes:
+        option: the flag, e.g. ``--fusion-threshold-mb``.
+        metavar: the value's name in ``--help``.
+        scale: the knob's value is the flag's value times this (MiB -> bytes).
+        positive: the flag also rejects 0 (which the knob accepts).
+        const: for a switch that takes no value (as horovodrun's
+            ``--hierarchical-allreduce``), the value it sets; None: the flag
+            takes a value.
+    """
+
+    option: str
+    metavar: str
+    scale: float = 1.0
+    positive: bool = False
+    const: Optional[str] = None
+
+
+class Knob(NamedTuple):
+    """One configuration knob.
+
+    Attributes:
+        name: the key in ``hbcore.init(config=...)``.
+        env: the environment variable (``HOROVOD_`` + ``env[3:]`` is its
+            alias).
+        type: ``"integer"``, ``"number"``, ``"string"``, ``"bool"``,
+            ``"log_level"`` or ``"choice"`` (``auto``, ``0``, ``1``,
+            ``true``, ``false``).
+        default: the default as text (``""``: unset).
+        min, max: bounds of integers and numbers (``max`` may be inf).
+        unit: what the value counts (``"bytes"``, ``"seconds"``, ...).
+        help: one line for ``--help`` and the docs.
+        flag: the launcher flag setting it, or None.
+    """
+
+    name: str
+    env: str
+    type: str
+    default: str
+    min: float
+    max: float
+    unit: str
+    help: str
+    flag: Optional[Flag] = None
+
+
+LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
+CHOICES = ("auto", "0", "1", "true", "false")
+
+KNOBS: Tuple[Knob, ...] = (
+    Knob("fusion_threshold", "HB_FUSION_THRESHOLD", "integer", "134217728",
+         0, 2 ** 40, "bytes",
+         "largest fused allreduce buffer (0 disables fusion)",
+         Flag("--fusion-threshold-mb", "MB", scale=1024 * 1024)),
+    Knob("shm_allreduce_threshold", "HB_SHM_ALLREDUCE_THRESHOLD", "integer",
+         "4194304", 0, 2 ** 30, "bytes",
+         "single-host jobs: shared-memory allreduce piece size per rank "
+         "(0 uses MPI)"),
+    Knob("hierarchical_allreduce", "HB_HIERARCHICAL_ALLREDUCE", "choice",
+         "auto", 0, 0, "choice",
+         "jobs across hosts: allreduce within each host in shared memory, "
+         "then between hosts (auto: when hosts run equal rank counts)",
+         Flag("--hierarchical-allreduce", "CHOICE", const="1")),
+    Knob("cycle_time", "HB_CYCLE_TIME", "number", "1", 0, 10000,
+         "milliseconds",
+         "longest an idle background thread sleeps between checks for "
+         "peers' work",
+         Flag("--cycle-time-ms", "MS", positive=True)),
+    Knob("cache_capacity", "HB_CACHE_CAPACITY", "integer", "1024", 0,
+         2 ** 20, "slots", "response cache entries (0 disables the cache)",
+         Flag("--cache-capacity", "N")),
+    Knob("timeline", "HB_TIMELINE", "string", "", 0, 0, "path",
+         "write a Chrome trace timeline to this file (rank 0)",
+         Flag("--timeline-filename", "FILE")),
+    Knob("stall_check_time_seconds", "HB_STALL_CHECK_TIME_SECONDS", "number",
+         "60", 0, math.inf, "seconds",
+         "warn about tensors only some ranks submitted after this long "
+         "(0 disables)",
+         Flag("--stall-check-warning-time-seconds", "S")),
+    Knob("stall_check_disable", "HB_STALL_CHECK_DISABLE", "bool", "0", 0, 0,
+         "flag", "disable the stall warnings"),
+    Knob("stall_shutdown_time_seconds", "HB_STALL_SHUTDOWN_TIME_SECONDS",
+         "number", "0", 0, math.inf, "seconds",
+         "fail every rank when a tensor stalls this long (0: never)",
+         Flag("--stall-check-shutdown-time-seconds", "S")),
+    Knob("log_level", "HB_LOG_LEVEL", "log_level", "WARNING", 0, 0, "level",
+         "one of " + ", ".join(LOG_LEVELS),
+         Flag("--log-level", "LEVEL")),
+)
+
+BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}
+
+
+def value_text(name: str, value: object) -> str:
+    """The text the core parses for a programmatic value of knob ``name``.
+
+    Args:
+        name: the knob (only used in messages).
+        value: a bool, an integer or real number (numpy's too), a str or
+            an os.PathLike.
+
+    Returns:
+        ``"true"``/``"false"`` for bools (so a bool never passes as the
+        integer 1), ``str()`` of integers, ``repr()`` of reals (full
+        precision), the path of path-likes, strings as they are.
+
+    Raises:
+        TypeError: the value has another type.
+    """
+    import numbers
+    import os
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        return repr(float(value))
+    if isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError("config[%r]: expected a bool, int, float or str, got %s"
+                    % (name, type(value).__name__))
