@@ -481,7 +481,8 @@ def format_table(rows: Sequence[Row], header: Sequence[str]) -> str:
 
 
 def layout_line(comm: MPI.Intracomm) -> str:
-    """Hosts, ranks per host and which allreduce path fused batches take."""
+    """Hosts, ranks per host and which allreduce path fused batches take.
+    Collective: every rank calls it."""
     local_sizes = comm.allgather(hb.local_size())
     hosts = hb.cross_size() if hb.local_rank() == 0 else None
     hosts = comm.bcast(hosts, root=0)
@@ -502,7 +503,7 @@ def layout_line(comm: MPI.Intracomm) -> str:
 
 
 def header_lines(comm: MPI.Intracomm, args: argparse.Namespace,
-                 foreign: Optional[float]) -> List[str]:
+                 foreign: Optional[float], layout: str) -> List[str]:
     size = comm.Get_size()
     mpi = MPI.Get_library_version().strip().splitlines()[0]
     knobs = " ".join("%s=%s" % kv for kv in sorted(os.environ.items())
@@ -515,7 +516,7 @@ def header_lines(comm: MPI.Intracomm, args: argparse.Namespace,
         "ratio = mpi4py time / hbcore time (>1: hbcore faster; "
         "= busbw ratio)",
     ]
-    lines.append("layout: " + layout_line(comm))
+    lines.append("layout: " + layout)
     if knobs:
         lines.append("settings: " + knobs)
     if foreign is not None:
@@ -559,8 +560,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     load = LoadMonitor(comm)
     rows = run(comm, settings)
     foreign = load.foreign_percent()
+    layout = layout_line(comm)
     if comm.Get_rank() == 0:
-        header = header_lines(comm, args, foreign)
+        header = header_lines(comm, args, foreign, layout)
         print(format_table(rows, header), flush=True)
         if args.json:
             with open(args.json, "w") as f:
