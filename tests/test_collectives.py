@@ -101,9 +101,10 @@ def test_allreduce_groups_with_mpi_fused_path(group):
 
 
 @pytest.mark.parametrize("np_", [2, 3])
-def test_lone_tensors_pipelined_on_one_host(np_):
-    """Large tensors of one cycle run as overlapping MPI allreduces on one
-    host too (fused ones reduce in shared memory): numpy's results."""
+def test_pipeline_cases_on_one_host(np_):
+    """The cases written for the multi-host pipeline (large fused batches,
+    lone large tensors in one cycle, a joined rank) on one host, where fused
+    batches reduce in shared memory: numpy's results."""
     from test_multihost import PIPELINE_CASES
     run = run_ranks(script_path("pipeline.py"), np_, timeout=120)
     run.assert_ok()

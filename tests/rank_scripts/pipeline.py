@@ -1,6 +1,6 @@
-"""Rank script: allreduces that go through the executor's pipeline (flat
-MPI path: jobs across hosts without the hierarchical path, and lone large
-tensors that share a cycle).
+"""Rank script: allreduces that go through the executor's pipeline (the
+flat MPI path of jobs across hosts without the hierarchical path), and lone
+large tensors sharing a cycle with them.
 
 Cases (every result checked against numpy from every rank's recomputed,
 rank-seeded data):
@@ -13,9 +13,8 @@ rank-seeded data):
   mixed           one grouped call mixing fused small tensors and lone
                   tensors of 2 and 3 MiB (several batches in flight).
   half            float16 multi-piece Sum.
-  lone-burst      five 2 MiB allreduces submitted async, then synchronized
-                  (lone tensors pipelined together), in reverse order on odd
-                  ranks.
+  lone-burst      five 2 MiB allreduces submitted async, then synchronized,
+                  in reverse order on odd ranks.
   joined          rank 0 joins at once while the others reduce 2 MiB
                   tensors: the result sums the other ranks only.
 """

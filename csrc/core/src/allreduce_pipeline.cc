@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "scaling.h"
-
 namespace hbcore {
 namespace {
 
@@ -23,14 +21,8 @@ char* AllreducePipeline::Buffer(int index, int64_t bytes) {
   return buffers_[index].get();
 }
 
-void AllreducePipeline::Push(Flight flight) {
-  flights_.push_back(std::move(flight));
-  while (flights_.size() > kMaxInFlight) CompleteOldest();
-}
-
 void AllreducePipeline::Start(size_t batch, const FusedLayout* layout,
                               ReduceOp op, Backend* backend) {
-  if (layout->size() == 1) return StartLone(batch, layout, op, backend);
   const int64_t elem = layout->element_size();
   const int64_t piece = std::max<int64_t>(1, kPieceBytes / elem);
   const int64_t total = layout->total();
@@ -62,33 +54,9 @@ void AllreducePipeline::Start(size_t batch, const FusedLayout* layout,
       f.status = backend->StartAllreduce(buffer, buffer, f.end - f.begin,
                                          layout->dtype(), op, &f.op);
     }
-    Push(std::move(f));
+    flights_.push_back(std::move(f));
     if (total == 0) break;
   }
-}
-
-void AllreducePipeline::StartLone(size_t batch, const FusedLayout* layout,
-                                  ReduceOp op, Backend* backend) {
-  const FusedTensor& t = layout->tensor(0);
-  Flight f;
-  f.batch = batch;
-  f.layout = layout;
-  f.lone = true;
-  f.start = Clock::now();
-  const void* in = t.input;
-  void* out = t.output;
-  if (t.input == nullptr || t.output == nullptr) {
-    // A rank without this tensor contributes zeros and discards the result;
-    // the stand-in is the flight's own, as other flights run meanwhile.
-    f.zeros.assign(std::max<int64_t>(layout->bytes(), 1), 0);
-    in = out = f.zeros.data();
-  } else if (t.prescale != 1.0) {
-    ScaledCopy(out, in, t.count, layout->dtype(), t.prescale);
-    in = out;
-  }
-  f.status = backend->StartAllreduce(in, out, t.count, layout->dtype(), op,
-                                     &f.op);
-  Push(std::move(f));
 }
 
 void AllreducePipeline::Pack(const FusedLayout& layout, int64_t begin,
@@ -107,21 +75,12 @@ void AllreducePipeline::CompleteOldest() {
   flights_.pop_front();
   if (f.status.ok() && f.op) f.status = f.op->Wait();
   if (f.status.ok()) {
-    const FusedTensor& t = f.layout->tensor(0);
-    if (f.lone) {
-      if (t.output != nullptr && t.input != nullptr && t.postscale != 1.0) {
-        ScaledCopy(t.output, t.output, t.count, f.layout->dtype(),
-                   t.postscale);
-      }
-      phase_(f.batch, "ALLREDUCE", f.start);
-    } else {
-      if (f.begin == 0) batch_start_ = f.start;
-      const auto unpack = Clock::now();
-      f.layout->Scatter(f.begin, f.end - f.begin, buffers_[f.buffer].get());
-      if (f.last) phase_(f.batch, "ALLREDUCE", batch_start_);
-      if (f.begin == 0 && f.last) {
-        phase_(f.batch, "MEMCPY_OUT_FUSION_BUFFER", unpack);
-      }
+    if (f.begin == 0) batch_start_ = f.start;
+    const auto unpack = Clock::now();
+    f.layout->Scatter(f.begin, f.end - f.begin, buffers_[f.buffer].get());
+    if (f.last) phase_(f.batch, "ALLREDUCE", batch_start_);
+    if (f.begin == 0 && f.last) {
+      phase_(f.batch, "MEMCPY_OUT_FUSION_BUFFER", unpack);
     }
   }
   if (batch_status_.ok()) batch_status_ = f.status;

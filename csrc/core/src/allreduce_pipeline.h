@@ -1,10 +1,8 @@
-// Pipelined allreduces on a backend that starts them without blocking
-// (Backend::StartsAllreduces): the flat MPI path, i.e. jobs spanning hosts
-// without the hierarchical path, and lone large tensors on one host.
+// Pipelined fused allreduces on a backend that starts them without blocking
+// (Backend::StartsAllreduces) and does not reduce them in place: the flat
+// MPI path of jobs spanning hosts without the hierarchical path.
 //
-// A batch is a FusedLayout. A batch of one tensor is reduced straight from
-// its input into its output (no copy). A fused batch travels through
-// kBuffers fusion buffers in pieces of at most kPieceBytes: piece k is
+// A fused batch (a FusedLayout) travels through kBuffers fusion buffers in pieces of at most kPieceBytes: piece k is
 // packed, its allreduce started, and while it is in flight piece k+1 is
 // packed into the next buffer (the packing calls Test on the oldest
 // operation between blocks, so MPI progresses it meanwhile). A buffer is
@@ -41,8 +39,6 @@ class AllreducePipeline {
 
   static constexpr int kBuffers = 2;
   static constexpr int64_t kPieceBytes = int64_t{4} << 20;
-  // Operations in flight at once (lone tensors need no buffer).
-  static constexpr size_t kMaxInFlight = 8;
 
   AllreducePipeline() = default;
   ~AllreducePipeline() { Drain(); }
@@ -76,19 +72,14 @@ class AllreducePipeline {
     int64_t begin = 0;        // fused piece: [begin, end) of the layout
     int64_t end = 0;
     bool last = true;         // the batch's last piece
-    bool lone = false;        // one tensor, reduced from input to output
-    std::vector<char> zeros;  // lone, no input on this rank: its stand-in
     std::chrono::steady_clock::time_point start;
   };
 
-  void StartLone(size_t batch, const FusedLayout* layout, ReduceOp op,
-                 Backend* backend);
   // Gathers [begin, end) of `layout` into `dst`, letting the oldest
   // operation progress between blocks.
   void Pack(const FusedLayout& layout, int64_t begin, int64_t end, char* dst);
   char* Buffer(int index, int64_t bytes);
   void CompleteOldest();
-  void Push(Flight flight);
 
   DoneFn done_;
   BatchPhaseFn phase_;

@@ -89,20 +89,16 @@ bool Executor::PipelineCandidate(const Batch& batch, const Backend* backend) {
   }
   // A fused batch the backend reduces in place (node shared memory) is
   // faster there.
-  return batch.responses.size() == 1 || !backend->AllreducesLayouts();
+  return !backend->AllreducesLayouts();
 }
 
 bool Executor::Pipelined(const std::vector<Batch>& batches, size_t b) const {
-  auto candidate = [&](size_t i) {
-    return i < batches.size() &&
-           PipelineCandidate(batches[i],
-                             BackendFor(batches[i].responses.front()->device));
-  };
-  if (!candidate(b)) return false;
-  // A lone tensor with no pipelined neighbour gains nothing from the
-  // pipeline and keeps the blocking collective, which is MPI's most tuned.
-  if (batches[b].responses.size() > 1) return true;
-  return (b > 0 && candidate(b - 1)) || candidate(b + 1);
+  const Batch& batch = batches[b];
+  // Lone tensors keep MPI's blocking allreduce: started together they were
+  // slower on one host (MPICH's shared-memory Iallreduce) and no faster
+  // across emulated hosts (benchmarks/allreduce.py, gradient step).
+  return batch.responses.size() > 1 &&
+         PipelineCandidate(batch, BackendFor(batch.responses.front()->device));
 }
 
 void Executor::Run(const std::vector<Batch>& batches,

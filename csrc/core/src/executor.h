@@ -46,10 +46,10 @@ class Executor {
   using BatchDoneFn =
       std::function<void(size_t batch, std::vector<TensorResult>* results)>;
 
-  // Runs a cycle's batches in order; the same order on every rank.
-  // Consecutive allreduce batches on a backend that starts them without
-  // blocking are pipelined (AllreducePipeline); `done` is called for every
-  // batch, in order, once its results are final.
+  // Runs a cycle's batches in order; the same order on every rank. Fused
+  // allreduce batches on a backend that starts them without blocking and
+  // does not reduce them in place are pipelined (AllreducePipeline); `done`
+  // is called for every batch, in order, once its results are final.
   void Run(const std::vector<Batch>& batches, const BatchDoneFn& done);
 
  private:
