@@ -13,8 +13,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The core files that do not touch MPI (transport, backend, runtime do).
 PURE_SOURCES = ["types", "config", "logging", "message", "coordinator",
-                "response_cache", "controller", "fusion", "scaling",
-                "fused_layout", "reduce_kernels"]
+                "response_cache", "controller", "stall_inspector", "fusion",
+                "scaling", "fused_layout", "reduce_kernels"]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 #include "controller.h"
 
-#include <sstream>
 
 #include "logging.h"
 
@@ -11,24 +10,29 @@ constexpr uint64_t kFlagSlowPath = 1;
 constexpr uint64_t kFlagStallCheck = 2;
 constexpr uint64_t kFlagActive = 4;  // this rank has not joined
 
-std::string Ranks(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
-  return out.str();
-}
-
 }  // namespace
 
 Controller::Controller(ControlComm* comm, const Config& config)
-    : comm_(comm), config_(config), cache_(config.cache_capacity) {
+    : comm_(comm), config_(config), cache_(config.cache_capacity),
+      stall_(config) {
   if (comm_->rank() == 0) {
     coordinator_ = std::make_unique<Coordinator>(comm_->size());
   }
 }
 
+void Controller::Join() {
+  just_joined_ = !joined_;
+  joined_ = true;
+}
+
 Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
                             CycleOutput* output) {
   *output = CycleOutput();
+  const auto now = Clock::now();
+  const bool stall_check = stall_.Due(*pending, now);
+  if (stall_check) stall_.Checked(now);
+  const bool just_joined = just_joined_;
+  just_joined_ = false;
   const int words_per_set = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> words(1 + 2 * words_per_set, 0);
   uint64_t* hits = words.data() + 1;
@@ -56,17 +60,17 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
     int slot = kv.second.cache_slot;
     if (slot >= 0) hits[slot / 64] |= uint64_t{1} << (slot % 64);
   }
-  if (input.joined) {
+  if (joined_) {
     for (int i = 0; i < words_per_set; ++i) hits[i] = ~uint64_t{0};
   }
-  if (input.just_joined) {
+  if (just_joined) {
     for (int i = 0; i < words_per_set; ++i) invalid[i] = ~uint64_t{0};
   }
   for (int i = 0; i < words_per_set; ++i) invalid[i] = ~invalid[i];
   uint64_t flags = 0;
   if (!mine.requests.empty() || input.shutdown) flags |= kFlagSlowPath;
-  if (input.stall_check) flags |= kFlagStallCheck;
-  if (!input.joined) flags |= kFlagActive;
+  if (stall_check) flags |= kFlagStallCheck;
+  if (!joined_) flags |= kFlagActive;
   words[0] = ~flags;
 
   // B. One small collective.
@@ -115,7 +119,6 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
     mine.shutdown_reason = input.shutdown_reason;
     if (flags & kFlagStallCheck) {
       mine.stall_check = true;
-      auto now = Clock::now();
       for (const auto& kv : *pending) {
         if (kv.second.request.op == OpType::kJoin) continue;
         mine.pending_names.push_back(kv.first);
@@ -163,25 +166,10 @@ ResponseList Controller::Coordinate(const std::vector<std::string>& gathered) {
   }
   out.responses = coordinator_->TakeResponses();
   if (!lists.empty() && lists[0].stall_check) {
-    for (const StallReport& stall : coordinator_->FindStalls(lists)) {
-      std::ostringstream msg;
-      msg << "tensor '" << stall.name << "' was submitted by rank(s) "
-          << Ranks(stall.ready_ranks) << " " << static_cast<int>(stall.age_seconds)
-          << " s ago but not yet by rank(s) " << Ranks(stall.missing_ranks)
-          << ": those ranks may have diverged (different tensor names or "
-             "control flow), or be slower";
-      if (config_.stall_check_seconds > 0) {
-        HB_LOG(kWarning, "Stall: " << msg.str());
-      }
-      if (config_.stall_shutdown_seconds > 0 &&
-          stall.age_seconds >= config_.stall_shutdown_seconds &&
-          !out.shutdown) {
-        out.shutdown = true;
-        out.shutdown_reason =
-            "stalled " + msg.str() + " (HB_STALL_SHUTDOWN_TIME_SECONDS=" +
-            std::to_string(static_cast<int>(config_.stall_shutdown_seconds)) +
-            ")";
-      }
+    std::string reason = stall_.Judge(coordinator_->FindStalls(lists));
+    if (!reason.empty() && !out.shutdown) {
+      out.shutdown = true;
+      out.shutdown_reason = reason;
     }
   }
   return out;
@@ -190,6 +178,7 @@ ResponseList Controller::Coordinate(const std::vector<std::string>& gathered) {
 void Controller::Commit(const CycleOutput& cycle, size_t i,
                         const TensorEntry* local) {
   const Response& r = cycle.responses[i];
+  if (r.op == OpType::kJoin) joined_ = false;  // every rank has joined
   if (cycle.from_cache[i]) {
     cache_.Touch(cycle.cache_slots[i]);
     return;

@@ -19,7 +19,14 @@
 //
 // A rank that joined sets every hit bit so cached tensors of the others do
 // not wait for it; a cycle in which no rank is still active ignores them.
-// In the cycle it joins, it invalidates every slot instead (see CycleInput).
+// In the first cycle after it joins, it invalidates every slot instead, so
+// responses cached with this rank's old contribution (e.g. allgather row
+// counts) are renegotiated knowing it joined.
+//
+// The controller owns what negotiation reads and writes on this rank: the
+// response cache, this rank's join state (from Join() until the join's
+// response is committed) and the stall inspector; the coordinator (rank 0)
+// owns the job-wide view.
 #ifndef HBCORE_CONTROLLER_H_
 #define HBCORE_CONTROLLER_H_
 
@@ -32,6 +39,7 @@
 #include "control_comm.h"
 #include "coordinator.h"
 #include "response_cache.h"
+#include "stall_inspector.h"
 #include "tensor_entry.h"
 
 namespace hbcore {
@@ -41,14 +49,8 @@ namespace hbcore {
 using PendingTable = std::map<std::string, TensorEntry>;
 
 struct CycleInput {
-  bool joined = false;
-  // First cycle after this rank joined: every cache slot is invalidated, so
-  // responses cached with this rank's old contribution (e.g. allgather row
-  // counts) are renegotiated knowing it joined.
-  bool just_joined = false;
   bool shutdown = false;
   std::string shutdown_reason;
-  bool stall_check = false;
 };
 
 struct CycleOutput {
@@ -69,6 +71,13 @@ class Controller {
   Status RunCycle(PendingTable* pending, const CycleInput& input,
                   CycleOutput* output);
 
+  // This rank's join request entered the pending table.
+  void Join();
+  // Whether this rank needs a cycle for a stall check (StallInspector).
+  bool StallCheckDue(const PendingTable& pending, Clock::time_point now) const {
+    return stall_.Due(pending, now);
+  }
+
   // After executing response i of a cycle, in order, on every rank.
   void Commit(const CycleOutput& cycle, size_t i, const TensorEntry* local);
   // Entries whose slot was reused by Commit go back to the slow path.
@@ -81,6 +90,9 @@ class Controller {
   ControlComm* comm_;
   Config config_;
   ResponseCache cache_;
+  StallInspector stall_;
+  bool joined_ = false;       // from Join() until the join response commits
+  bool just_joined_ = false;  // until the first cycle after Join() ran
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
 };
 

@@ -82,7 +82,6 @@ Status Runtime::Start(int64_t comm) {
   executor_ = std::make_unique<Executor>(
       topo.rank, topo.size, std::vector<Backend*>{transport_->cpu_backend()},
       &timeline_);
-  last_stall_check_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
 }
@@ -319,25 +318,6 @@ void Runtime::Shutdown() {
   timeline_.Close();
 }
 
-bool Runtime::StallCheckDue(Clock::time_point now) const {
-  if (pending_.empty()) return false;
-  const double check = config_.stall_check_seconds;
-  const double stop = config_.stall_shutdown_seconds;
-  if (check <= 0 && stop <= 0) return false;
-  Clock::time_point oldest = now;
-  for (const auto& kv : pending_) {
-    if (kv.second.request.op != OpType::kJoin) {
-      oldest = std::min(oldest, kv.second.enqueued);
-    }
-  }
-  const double age = std::chrono::duration<double>(now - oldest).count();
-  const double since =
-      std::chrono::duration<double>(now - last_stall_check_).count();
-  if (check > 0 && age >= check && since >= check) return true;
-  // With a shutdown time, check again at least every second once it passed.
-  return stop > 0 && age >= stop && since >= std::min(1.0, stop);
-}
-
 bool Runtime::PeerAskedForCycle() {
   uint64_t asked = 0;
   if (transport_->control()->PollWake(&asked)) {
@@ -388,7 +368,7 @@ void Runtime::WaitForCycle() {
     if (!queue_.empty()) return AwaitEndOfBurst(lock);
     lock.unlock();
     const bool asked = PeerAskedForCycle();
-    const bool stall = StallCheckDue(Clock::now());
+    const bool stall = controller_->StallCheckDue(pending_, Clock::now());
     lock.lock();
     if (asked || stall || shutdown_requested_) return;
     if (!queue_.empty()) return AwaitEndOfBurst(lock);
@@ -418,10 +398,7 @@ void Runtime::Loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (TensorEntry& e : queue_) {
-        if (e.request.op == OpType::kJoin) {
-          input.just_joined = !joined_;
-          joined_ = true;
-        }
+        if (e.request.op == OpType::kJoin) controller_->Join();
         std::string name = e.request.name;
         pending_.emplace(std::move(name), std::move(e));
       }
@@ -430,10 +407,6 @@ void Runtime::Loop() {
       input.shutdown = shutdown_requested_;
       input.shutdown_reason = shutdown_reason_;
     }
-    const auto now = Clock::now();
-    input.stall_check = StallCheckDue(now);
-    if (input.stall_check) last_stall_check_ = now;
-    input.joined = joined_;
     force_cycle_ = false;
     if (woken_for_ < static_cast<int64_t>(next_cycle_)) {
       transport_->control()->SendWake(next_cycle_);
@@ -488,7 +461,6 @@ void Runtime::Execute(const CycleOutput& cycle) {
     const Executor::Batch& batch = batches[b];
     for (size_t k = 0; k < batch.responses.size(); ++k) {
       controller_->Commit(cycle, plan[b][k], batch.entries[k]);
-      if (batch.responses[k]->op == OpType::kJoin) joined_ = false;
     }
     Finish(batch.entries, *results);
     for (size_t k = 0; k < batch.responses.size(); ++k) {

@@ -79,7 +79,6 @@ class Runtime {
   bool PeerAskedForCycle();
   // Holds the start of a cycle while this rank's queue is still growing.
   void AwaitEndOfBurst(std::unique_lock<std::mutex>& lock);
-  bool StallCheckDue(Clock::time_point now) const;
   void Execute(const CycleOutput& cycle);
   // Runs the completion callbacks of one executed batch (null entries:
   // tensors this rank did not submit, e.g. after join).
@@ -110,9 +109,7 @@ class Runtime {
   PendingTable pending_;
   uint64_t next_cycle_ = 0;
   int64_t woken_for_ = -1;     // highest cycle a peer asked for
-  bool joined_ = false;
   bool force_cycle_ = false;
-  Clock::time_point last_stall_check_;
   Clock::time_point last_cycle_;
 };
 

@@ -142,17 +142,15 @@ TEST(ControllerJoinedRankDoesNotBlockCachedTensors) {
     PendingTable pending;
     pending["g"] = Entry(rank, "g", {rank + 1, 2}, OpType::kAllgather);
     CHECK_EQ(Cycle(c, &pending).responses.size(), 1u);
-    CycleInput in;
     if (rank == 2) {
       pending["hbcore.join"] = Entry(rank, "hbcore.join", {}, OpType::kJoin);
-      in.joined = in.just_joined = true;
+      c->Join();
     } else {
       pending["g"] = Entry(rank, "g", {rank + 1, 2}, OpType::kAllgather);
     }
-    CycleOutput out = Cycle(c, &pending, in);
+    CycleOutput out = Cycle(c, &pending);
     if (out.responses.empty()) {  // invalidated by the join: renegotiate
-      in.just_joined = false;
-      out = Cycle(c, &pending, in);
+      out = Cycle(c, &pending);
     }
     CHECK_EQ(out.responses.size(), 1u);
     CHECK(out.responses[0].rank_dims == std::vector<int64_t>({1, 2, 0}));

@@ -1,0 +1,77 @@
+#include "check.h"
+#include "stall_inspector.h"
+
+namespace hbcore {
+namespace {
+
+std::map<std::string, TensorEntry> Pending(
+    std::initializer_list<std::pair<const char*, double>> ages,
+    Clock::time_point now, OpType op = OpType::kAllreduce) {
+  std::map<std::string, TensorEntry> pending;
+  for (const auto& a : ages) {
+    TensorEntry e;
+    e.request.name = a.first;
+    e.request.op = op;
+    e.enqueued = now - std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(a.second));
+    pending[a.first] = std::move(e);
+  }
+  return pending;
+}
+
+StallReport Stall(double age) {
+  StallReport r;
+  r.name = "late";
+  r.ready_ranks = {0, 2};
+  r.missing_ranks = {1};
+  r.age_seconds = age;
+  return r;
+}
+
+TEST(StallCheckDueAfterCheckTimeThenNotUntilAgain) {
+  Config config;
+  config.stall_check_seconds = 5;
+  StallInspector inspector(config);
+  const Clock::time_point now = Clock::now() + std::chrono::seconds(10);
+  CHECK(!inspector.Due({}, now));
+  CHECK(!inspector.Due(Pending({{"young", 2.0}}, now), now));
+  CHECK(inspector.Due(Pending({{"young", 2.0}, {"old", 6.0}}, now), now));
+  inspector.Checked(now);
+  // Checked just now: the next check waits another check time.
+  CHECK(!inspector.Due(Pending({{"old", 6.0}}, now), now));
+  const Clock::time_point later = now + std::chrono::seconds(5);
+  CHECK(inspector.Due(Pending({{"old", 11.0}}, later), later));
+}
+
+TEST(StallJoinsNeverCountAndZeroDisables) {
+  Config config;
+  config.stall_check_seconds = 1;
+  StallInspector inspector(config);
+  const Clock::time_point now = Clock::now() + std::chrono::seconds(10);
+  CHECK(!inspector.Due(Pending({{"hbcore.join", 9.0}}, now, OpType::kJoin),
+                       now));
+  config.stall_check_seconds = 0;
+  StallInspector off(config);
+  CHECK(!off.Due(Pending({{"old", 100.0}}, now), now));
+}
+
+TEST(StallShutdownOnlyAfterShutdownTime) {
+  Config config;
+  config.stall_check_seconds = 1;
+  config.stall_shutdown_seconds = 5;
+  StallInspector inspector(config);
+  CHECK_EQ(inspector.Judge({Stall(3.0)}), std::string());
+  const std::string reason = inspector.Judge({Stall(6.0)});
+  CHECK_CONTAINS(reason, "tensor 'late'");
+  CHECK_CONTAINS(reason, "rank(s) 0, 2");
+  CHECK_CONTAINS(reason, "not yet by rank(s) 1");
+  CHECK_CONTAINS(reason, "HB_STALL_SHUTDOWN_TIME_SECONDS=5");
+  // With the shutdown time only, checks repeat at least every second.
+  config.stall_check_seconds = 0;
+  StallInspector shutdown_only(config);
+  const Clock::time_point now = Clock::now() + std::chrono::seconds(10);
+  CHECK(shutdown_only.Due(Pending({{"old", 6.0}}, now), now));
+}
+
+}  // namespace
+}  // namespace hbcore
