@@ -97,6 +97,29 @@ def launch(script: str, np: int, timeout: float = 180,
     return run
 
 
+def keras_flavors() -> list:
+    """pytest params for the two Keras flavours of a rank script: Keras 3,
+    and tf_keras (skipped with the reason when it is not importable)."""
+    import pytest
+    return ["keras3", pytest.param("tf_keras", marks=pytest.mark.skipif(
+        tf_keras_path() is None, reason=TF_KERAS_SKIP))]
+
+
+def flavor_launch(script: str, np: int, flavor: str,
+                  timeout: float = 300) -> RankRun:
+    """launch() with the environment of a Keras flavour ("keras3" or
+    "tf_keras"); cached."""
+    env = tf_keras_env() if flavor == "tf_keras" else {}
+    return launch(script, np, env=env, timeout=timeout)
+
+
+def assert_flavor_ran(run: RankRun, flavor: str) -> None:
+    """The launch is clean and rank 0 reported the intended Keras."""
+    run.assert_ok()
+    want = "tf_keras" if flavor == "tf_keras" else "keras"
+    assert run.results[0]["keras"] == want, run.results[0]
+
+
 # For launches of op-level rank scripts: a desynchronised case becomes an
 # error within seconds instead of a hang that only the hard timeout ends.
 STALL_FAST_ENV = {
