@@ -1,6 +1,7 @@
-// Pipelined fused allreduces on a backend that starts them without blocking
-// (Backend::StartsAllreduces) and does not reduce them in place: the flat
-// MPI path of jobs spanning hosts without the hierarchical path.
+// Pipelined fused allreduces on a backend that does not reduce them in place
+// (Backend::AllreducesLayouts is false): the flat MPI path of jobs spanning
+// hosts without the hierarchical path, or with shared memory disabled. The
+// overlap needs Backend::StartAllreduce not to block (MPI_Iallreduce).
 //
 // A fused batch (a FusedLayout) travels through kBuffers fusion buffers in pieces of at most kPieceBytes: piece k is
 // packed, its allreduce started, and while it is in flight piece k+1 is

@@ -57,9 +57,6 @@ class Backend {
     virtual bool Test() = 0;
     virtual Status Wait() = 0;
   };
-  // True when StartAllreduce overlaps with the caller's work (the executor
-  // then pipelines allreduces); the same answer on every rank.
-  virtual bool StartsAllreduces() const { return false; }
   // Starts an allreduce that completes in (*pending)->Wait(). Every rank
   // starts the same allreduces in the same order, interleaved with the
   // same other collectives. The default runs it at once.

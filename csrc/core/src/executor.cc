@@ -65,13 +65,13 @@ Backend* Executor::BackendFor(int device) const {
   return nullptr;
 }
 
-char* Executor::FusionBuffer(int64_t bytes) {
-  if (bytes > fusion_bytes_) {
+char* Executor::PrescaleBuffer(int64_t bytes) {
+  if (bytes > prescaled_bytes_) {
     int64_t rounded = (bytes + 63) / 64 * 64;
-    fusion_.reset(static_cast<char*>(std::aligned_alloc(64, rounded)));
-    fusion_bytes_ = fusion_ ? rounded : 0;
+    prescaled_.reset(static_cast<char*>(std::aligned_alloc(64, rounded)));
+    prescaled_bytes_ = prescaled_ ? rounded : 0;
   }
-  return fusion_.get();
+  return prescaled_.get();
 }
 
 void Executor::Record(const std::vector<const Response*>& responses,
@@ -81,24 +81,36 @@ void Executor::Record(const std::vector<const Response*>& responses,
   for (const Response* r : responses) timeline_->Event(r->name, phase, start, end);
 }
 
-bool Executor::PipelineCandidate(const Batch& batch, const Backend* backend) {
+bool Executor::Pipelined(const Batch& batch) const {
+  // Fused allreduces go through the pipeline's fusion buffers unless the
+  // backend reduces them where they are (node shared memory). Lone tensors
+  // keep the blocking allreduce, in place or straight into the output:
+  // started together they were slower on one host (MPICH's shared-memory
+  // Iallreduce) and no faster across emulated hosts (benchmarks/allreduce.py,
+  // gradient step).
   const Response& head = *batch.responses.front();
-  if (head.op != OpType::kAllreduce || head.is_error() || backend == nullptr ||
-      !backend->StartsAllreduces()) {
-    return false;
-  }
-  // A fused batch the backend reduces in place (node shared memory) is
-  // faster there.
-  return !backend->AllreducesLayouts();
+  const Backend* backend = BackendFor(head.device);
+  return batch.responses.size() > 1 && head.op == OpType::kAllreduce &&
+         !head.is_error() && backend != nullptr &&
+         !backend->AllreducesLayouts();
 }
 
-bool Executor::Pipelined(const std::vector<Batch>& batches, size_t b) const {
-  const Batch& batch = batches[b];
-  // Lone tensors keep MPI's blocking allreduce: started together they were
-  // slower on one host (MPICH's shared-memory Iallreduce) and no faster
-  // across emulated hosts (benchmarks/allreduce.py, gradient step).
-  return batch.responses.size() > 1 &&
-         PipelineCandidate(batch, BackendFor(batch.responses.front()->device));
+std::unique_ptr<FusedLayout> Executor::Layout(
+    const std::vector<const Response*>& responses,
+    const std::vector<TensorEntry*>& entries) const {
+  std::vector<FusedTensor> tensors(responses.size());
+  for (size_t i = 0; i < responses.size(); ++i) {
+    FusedTensor& t = tensors[i];
+    t.count = NumElements(responses[i]->shape);
+    t.prescale = responses[i]->prescale;
+    t.postscale = PostScale(*responses[i], size_);
+    if (entries[i] != nullptr) {
+      t.input = entries[i]->input;
+      t.output = entries[i]->output;
+    }
+  }
+  return std::make_unique<FusedLayout>(responses.front()->dtype,
+                                       std::move(tensors));
 }
 
 void Executor::Run(const std::vector<Batch>& batches,
@@ -118,20 +130,9 @@ void Executor::Run(const std::vector<Batch>& batches,
   std::vector<TensorResult> results;
   for (size_t b = 0; b < batches.size(); ++b) {
     const Batch& batch = batches[b];
-    if (Pipelined(batches, b)) {
+    if (Pipelined(batch)) {
       const Response& head = *batch.responses.front();
-      std::vector<FusedTensor> tensors(batch.responses.size());
-      for (size_t i = 0; i < tensors.size(); ++i) {
-        const Response& r = *batch.responses[i];
-        tensors[i].count = NumElements(r.shape);
-        tensors[i].prescale = r.prescale;
-        tensors[i].postscale = PostScale(r, size_);
-        if (batch.entries[i] != nullptr) {
-          tensors[i].input = batch.entries[i]->input;
-          tensors[i].output = batch.entries[i]->output;
-        }
-      }
-      layouts[b] = std::make_unique<FusedLayout>(head.dtype, std::move(tensors));
+      layouts[b] = Layout(batch.responses, batch.entries);
       pipeline_.Start(b, layouts[b].get(), BackendOp(head.reduce_op),
                       BackendFor(head.device));
       continue;
@@ -203,42 +204,14 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
   if (responses.size() == 1) {
     return AllreduceAlone(head, entries[0], op, backend, responses);
   }
-  std::vector<FusedTensor> tensors(responses.size());
-  for (size_t i = 0; i < responses.size(); ++i) {
-    FusedTensor& t = tensors[i];
-    t.count = NumElements(responses[i]->shape);
-    t.prescale = responses[i]->prescale;
-    t.postscale = PostScale(*responses[i], size_);
-    if (entries[i] != nullptr) {
-      t.input = entries[i]->input;
-      t.output = entries[i]->output;
-    }
-  }
-  const FusedLayout layout(head.dtype, std::move(tensors));
-  if (backend->AllreducesLayouts()) {
-    return backend->AllreduceLayout(
-        layout, op, [&](const char* phase, Clock::time_point start) {
-          Record(responses, phase, start);
-        });
-  }
-
-  // Through the fusion buffer: pack, one collective, unpack.
-  char* buffer = FusionBuffer(layout.bytes());
-  if (buffer == nullptr && layout.bytes() > 0) {
-    return Status::Internal("cannot allocate a fusion buffer of " +
-                            std::to_string(layout.bytes()) + " bytes");
-  }
-  auto start = Clock::now();
-  layout.Gather(0, layout.total(), buffer);
-  Record(responses, "MEMCPY_IN_FUSION_BUFFER", start);
-  start = Clock::now();
-  Status s = backend->Allreduce(buffer, buffer, layout.total(), head.dtype, op);
-  Record(responses, "ALLREDUCE", start);
-  if (!s.ok()) return s;
-  start = Clock::now();
-  layout.Scatter(0, layout.total(), buffer);
-  Record(responses, "MEMCPY_OUT_FUSION_BUFFER", start);
-  return Status::OK();
+  // Fused batches of other backends went through the pipeline (Run).
+  HB_CHECK(backend->AllreducesLayouts(),
+           "fused allreduce outside the pipeline on backend " << backend->name());
+  const std::unique_ptr<FusedLayout> layout = Layout(responses, entries);
+  return backend->AllreduceLayout(
+      *layout, op, [&](const char* phase, Clock::time_point start) {
+        Record(responses, phase, start);
+      });
 }
 
 Status Executor::AllreduceAlone(const Response& r, TensorEntry* e,
@@ -342,7 +315,7 @@ Status Executor::Reducescatter(const Response& r, TensorEntry* e,
   const int64_t total = n * row_elems;
   const void* in = e ? e->input : nullptr;
   if (e != nullptr && r.prescale != 1.0) {
-    char* buffer = FusionBuffer(total * elem);
+    char* buffer = PrescaleBuffer(total * elem);
     ScaledCopy(buffer, in, total, r.dtype, r.prescale);
     in = buffer;
   }

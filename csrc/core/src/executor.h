@@ -1,9 +1,10 @@
-// Executes one fusion batch on the backend that serves its device: a fused
-// allreduce goes to the backend as a FusedLayout when it can reduce the
-// tensors where they are, else through the fusion buffer (pack, one
-// collective, unpack); a lone allreduce runs straight from input to output.
-// Scaling is applied on the way in and out (Average = Sum, then 1/size). It allocates outputs whose size only the negotiation
-// knew, and reports each tensor's result.
+// Executes a cycle's fusion batches on the backend that serves each one's
+// device: a fused allreduce goes to the backend as a FusedLayout when it can
+// reduce the tensors where they are, else through the pipeline's fusion
+// buffers (AllreducePipeline); a lone allreduce runs straight from input to
+// output. Scaling is applied on the way in and out (Average = Sum, then
+// 1/size). It allocates outputs whose size only the negotiation knew, and
+// reports each tensor's result.
 //
 // On a rank that joined, or when a tensor failed negotiation elsewhere,
 // `entries[i]` is null: the rank still takes part in the collective with a
@@ -47,9 +48,9 @@ class Executor {
       std::function<void(size_t batch, std::vector<TensorResult>* results)>;
 
   // Runs a cycle's batches in order; the same order on every rank. Fused
-  // allreduce batches on a backend that starts them without blocking and
-  // does not reduce them in place are pipelined (AllreducePipeline); `done`
-  // is called for every batch, in order, once its results are final.
+  // allreduce batches that the backend does not reduce in place go through
+  // the fusion buffers of the pipeline (AllreducePipeline); `done` is called
+  // for every batch, in order, once its results are final.
   void Run(const std::vector<Batch>& batches, const BatchDoneFn& done);
 
  private:
@@ -57,11 +58,14 @@ class Executor {
   void RunOne(const std::vector<const Response*>& responses,
               const std::vector<TensorEntry*>& entries,
               std::vector<TensorResult>* results);
-  // Whether batch `b` goes through the pipeline (see Run).
-  bool Pipelined(const std::vector<Batch>& batches, size_t b) const;
-  static bool PipelineCandidate(const Batch& batch, const Backend* backend);
+  // Whether a batch goes through the pipeline (see Run).
+  bool Pipelined(const Batch& batch) const;
+  // The batch's tensors in fused coordinates, with their scale factors.
+  std::unique_ptr<FusedLayout> Layout(
+      const std::vector<const Response*>& responses,
+      const std::vector<TensorEntry*>& entries) const;
   Backend* BackendFor(int device) const;
-  char* FusionBuffer(int64_t bytes);
+  char* PrescaleBuffer(int64_t bytes);
   Status Allreduce(const std::vector<const Response*>& responses,
                    const std::vector<TensorEntry*>& entries, Backend* backend);
   Status AllreduceAlone(const Response& r, TensorEntry* e, ReduceOp op,
@@ -80,12 +84,12 @@ class Executor {
   std::vector<Backend*> backends_;
   Timeline* timeline_;
   AllreducePipeline pipeline_;
-  // Persistent fusion buffer, grown on demand, 64-byte aligned.
+  // A reducescatter's prescaled input, grown on demand, 64-byte aligned.
   struct FreeDeleter {
     void operator()(char* p) const { std::free(p); }
   };
-  std::unique_ptr<char, FreeDeleter> fusion_;
-  int64_t fusion_bytes_ = 0;
+  std::unique_ptr<char, FreeDeleter> prescaled_;
+  int64_t prescaled_bytes_ = 0;
   // Zero-filled stand-in input for joined ranks (grown on demand).
   std::vector<char> zeros_;
   std::vector<char> scratch_;

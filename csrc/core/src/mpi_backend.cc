@@ -187,7 +187,7 @@ Status MpiBackend::StartAllreduce(const void* in, void* out, int64_t count,
                                   DataType dtype, ReduceOp op,
                                   std::unique_ptr<Pending>* pending) {
   MPI_Op mpi_op = MpiOp(dtype, op);
-  if (cross_ != MPI_COMM_NULL || mpi_op == MPI_OP_NULL || count > INT_MAX) {
+  if (mpi_op == MPI_OP_NULL || count > INT_MAX) {
     return Backend::StartAllreduce(in, out, count, dtype, op, pending);
   }
   MPI_Request request = MPI_REQUEST_NULL;

@@ -33,9 +33,8 @@ class MpiBackend : public Backend {
                          const PhaseFn& phase) override;
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                    ReduceOp op) override;
-  // Non-blocking allreduces on the flat path; hierarchical ones (through
-  // shared memory and barriers) run at once.
-  bool StartsAllreduces() const override { return cross_ == MPI_COMM_NULL; }
+  // MPI_Iallreduce; where MPI cannot (a count past its int range, an op it
+  // lacks) the allreduce runs at once.
   Status StartAllreduce(const void* in, void* out, int64_t count,
                         DataType dtype, ReduceOp op,
                         std::unique_ptr<Pending>* pending) override;

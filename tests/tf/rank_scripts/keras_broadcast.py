@@ -22,6 +22,7 @@ from typing import Any, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from train_common import run_table  # noqa: E402
 from train_common import Checker, check, close, rank_values, report
 
 import hbcore_tf.keras as hvd  # noqa: E402
@@ -138,9 +139,7 @@ def main() -> None:
         "lazy_sequential_rootlast": lambda: lazy_sequential(200, size - 1),
         "optimizer_built_on_root_only": optimizer_built_on_root_only,
     }
-    assert list(table) == CASES
-    for name in CASES:
-        checker.run(name, table[name])
+    run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
             "keras": keras.__name__})
     hvd.shutdown()

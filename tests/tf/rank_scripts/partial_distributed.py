@@ -16,6 +16,7 @@ import inspect
 
 import numpy as np
 
+from train_common import run_table  # noqa: E402
 from train_common import (Checker, check, close, expect_raises,
                           identical_on_all_ranks, rank_values, report, tf)
 
@@ -261,9 +262,7 @@ def main():
         "optimizer_bpps2": lambda: optimizer_case("tf.function", bpps=2),
         "register_local_var": lambda: optimizer_case(register=True),
     }
-    assert list(table) == CASES
-    for name in CASES:
-        checker.run(name, table[name])
+    run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
             "keras": keras.__name__})
     hvd.shutdown()

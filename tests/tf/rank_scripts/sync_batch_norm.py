@@ -11,6 +11,7 @@ tests/tf/test_sync_batch_norm.py under hbrun.
 """
 import numpy as np
 
+from train_common import run_table  # noqa: E402
 from train_common import (CaseFailure, Checker, check, close, expect_raises,
                           identical_on_all_ranks, rank_values, report, tf)
 
@@ -308,9 +309,7 @@ def main():
         "one_allreduce_per_call": one_allreduce_per_call,
         "fit": fit,
     }
-    assert list(table) == CASES
-    for name in CASES:
-        checker.run(name, table[name])
+    run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
             "keras": keras.__name__})
     hvd.shutdown()

@@ -6,7 +6,7 @@ inter-op thread per rank before anything else touches TF: 2-4 ranks share
 2 cores in CI.
 """
 import os
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -85,3 +85,20 @@ def identical_on_all_ranks(arrays: Sequence[np.ndarray], what: str) -> None:
                                   "rank %d (max diff %g)" % (
                                       what, i, rank,
                                       np.max(np.abs(mine - other))))
+
+
+def run_table(checker: Any, table: Dict[str, Callable[[], Any]],
+              cases: Sequence[str], skip: Sequence[str] = ()) -> None:
+    """Runs the cases of a rank script in order through ``checker``.
+
+    Args:
+        checker: the rank's Checker.
+        table: case name -> function; its names must be exactly ``cases``,
+            in order (the pytest side parametrizes over ``cases``).
+        cases: the script's CASES list.
+        skip: cases not to run in this launch (e.g. tf_keras-only ones).
+    """
+    assert list(table) == list(cases), (list(table), list(cases))
+    for name in cases:
+        if name not in skip:
+            checker.run(name, table[name])

@@ -14,6 +14,7 @@ Run by tests/tf/test_training_equivalence.py under hbrun.
 """
 import numpy as np
 
+from train_common import run_table  # noqa: E402
 from train_common import Checker, close, report, tf
 
 import hbcore_tf as hvd  # noqa: E402
@@ -197,11 +198,7 @@ def main():
         "legacy_optimizer_fit": lambda: fit_case(legacy_sgd),
         "legacy_optimizer_fit_bpps2": lambda: fit_case(legacy_sgd, passes=2),
     }
-    assert list(table) == CASES
-    for name in CASES:
-        if name in LEGACY_ONLY and not LEGACY:
-            continue
-        checker.run(name, table[name])
+    run_table(checker, table, CASES, skip=() if LEGACY else LEGACY_ONLY)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
             "keras": keras.__name__})
     hvd.shutdown()

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from train_common import run_table  # noqa: E402
 from train_common import (Checker, check, close, expect_raises,
                           identical_on_all_ranks, rank_values, report)
 
@@ -278,11 +279,7 @@ def main():
         "keras_ops": keras_ops,
         "xla_refused": xla_refused,
     }
-    assert list(table) == CASES
-    for name in CASES:
-        if name in LEGACY_ONLY and not LEGACY:
-            continue
-        checker.run(name, table[name])
+    run_table(checker, table, CASES, skip=() if LEGACY else LEGACY_ONLY)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
             "keras": keras.__name__})
     hvd.shutdown()

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from train_common import run_table  # noqa: E402
 from train_common import (Checker, check, close, expect_raises,
                           mean_over_ranks, rank_values, report, tf)
 
@@ -331,9 +332,7 @@ def main():
         "v1/eager_minimize": v1_eager_minimize,
         "v1/slots_delegate": v1_slots_delegate,
     }
-    assert list(table) == CASES
-    for name in CASES:
-        checker.run(name, table[name])
+    run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
     hvd.shutdown()
 

@@ -6,6 +6,7 @@ ranks' x_i. Run by tests/tf/test_tape.py under hbrun.
 """
 import numpy as np
 
+from train_common import run_table  # noqa: E402
 from train_common import (Checker, check, close, expect_raises,
                           mean_over_ranks, rank_values, report, tf)
 
@@ -194,9 +195,7 @@ def main():
         "register_local_source": register_local_source,
         "errors": errors,
     }
-    assert list(table) == CASES
-    for name in CASES:
-        checker.run(name, table[name])
+    run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
     hvd.shutdown()
 
