@@ -177,6 +177,7 @@ def test_killed_rank_on_second_host_ends_the_job():
     assert "SIGKILL" in run.stderr, run.describe()
 
 
+@pytest.mark.timeout(900)  # 50 launches, each with its own 60 s limit
 def test_short_jobs_never_stall():
     """50 jobs of one 4 MB allreduce per rank at 2 x 2: each ends within
     SHORT_JOB_S, with the right result, and MPI prints nothing."""

@@ -10,6 +10,7 @@ MpiControlComm::MpiControlComm(MPI_Comm comm, double max_sleep_us)
   MPI_Comm_size(comm_, &size_);
   wake_in_.assign(size_, 0);
   wake_recv_.assign(size_, MPI_REQUEST_NULL);
+  done_.assign(size_, 0);
   sent_to_.assign(size_, 0);
   received_from_.assign(size_, 0);
   for (int peer = 0; peer < size_; ++peer) {
@@ -120,13 +121,15 @@ void MpiControlComm::SendWake(uint64_t cycle) {
 
 bool MpiControlComm::PollWake(uint64_t* cycle) {
   bool any = false;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    for (;;) {
-      int done = 0;
-      MPI_Test(&wake_recv_[peer], &done, MPI_STATUS_IGNORE);
-      if (!done) break;
-      const uint64_t asked = TakeWake(peer);
+  // One call tests every peer's receive (this rank's own slot is
+  // MPI_REQUEST_NULL, which MPI skips; all null gives MPI_UNDEFINED).
+  for (;;) {
+    int count = 0;
+    MPI_Testsome(size_, wake_recv_.data(), &count, done_.data(),
+                 MPI_STATUSES_IGNORE);
+    if (count == MPI_UNDEFINED || count == 0) break;
+    for (int i = 0; i < count; ++i) {
+      const uint64_t asked = TakeWake(done_[i]);
       if (!any || asked > *cycle) *cycle = asked;
       any = true;
     }

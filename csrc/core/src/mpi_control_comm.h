@@ -8,8 +8,8 @@
 //     hosts), completed an any-source receive of a network message only at
 //     the receiver's next collective. An idle rank then never saw the
 //     wake-up, and the job sat until the stall inspector's timer started a
-//     cycle (60 s by default). A receive per peer is progressed by every
-//     MPI_Test.
+//     cycle (60 s by default). Receives per peer, tested together with one
+//     MPI_Testsome, complete as soon as the message is there.
 //  2. Every rank counts the wake-ups it sent to and received from each
 //     peer. Drain(), collective, exchanges the counts and receives what is
 //     still in flight, so MPI_Finalize finds no unmatched message (UCX
@@ -59,6 +59,7 @@ class MpiControlComm : public ControlComm {
   // Per peer (this rank's own entries stay unused).
   std::vector<uint64_t> wake_in_;
   std::vector<MPI_Request> wake_recv_;
+  std::vector<int> done_;  // MPI_Testsome's indices of completed receives
   std::vector<uint64_t> sent_to_;
   std::vector<uint64_t> received_from_;
   struct PendingSend {
