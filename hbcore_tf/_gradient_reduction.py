@@ -9,13 +9,20 @@ signature): the graph names its tensors the same way every step, so the
 core's response cache answers the negotiation, and compression casts run
 as graph ops. Inside a tf.function (Keras' train step) the ops are added to
 the caller's graph.
+
+Data sync (see hbcore_tf._step_weight): when the step has a weight (1.0
+when this rank had data, 0.0 when it joined with an empty batch), each
+gradient is masked by it and the reduction is a weighted average: the
+weight rides as one more scalar in the first call, and every result is
+divided by the summed weight instead of size(). Without a weight nothing
+changes.
 """
 from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf import _compat, process_sets
+from hbcore_tf import _compat, _step_weight, process_sets
 from hbcore_tf.compression import Compression
 from hbcore_tf.mpi_ops import Adasum, Average, Sum, grouped_allreduce, size
 
@@ -132,7 +139,10 @@ class GradientReducer:
         return plan
 
     # -- reduction -----------------------------------------------------------
-    def _reduce_graph(self, grads: List[Any], plan: List[List[int]]) -> List[Any]:
+    def _reduce_graph(self, grads: List[Any], plan: List[List[int]],
+                      weight: Any = None) -> List[Any]:
+        if weight is not None:
+            return self._reduce_weighted(grads, plan, weight)
         out = list(grads)
         for number, members in enumerate(plan):
             name = "%s_Allreduce" % self.name if len(plan) == 1 else \
@@ -158,6 +168,39 @@ class GradientReducer:
                 for i, value in zip(part, reduced):
                     out[i] = value
         return out
+
+    def _reduce_weighted(self, grads: List[Any], plan: List[List[int]],
+                         weight: tf.Tensor) -> List[Any]:
+        """Masked sums, divided by the summed weight when averaging.
+
+        Every call is a Sum; the weight is appended to the first call, so
+        the collectives issued depend only on the plan, never on the data.
+        gradient_predivide_factor is not applied here: it only guards the
+        sum against overflow (pre * post cancels in an average), and the
+        sparse members of a call refuse scale factors.
+        """
+        weight = tf.reshape(tf.cast(weight, tf.float32), [])
+        has_data = tf.greater(weight, 0.0)
+        masked = [_masked(g, has_data) for g in grads]
+        out = list(masked)
+        total = None
+        for number, members in enumerate(plan):
+            name = "%s_WeightedAllreduce_g%d" % (self.name, number)
+            tensors = [masked[i] for i in members]
+            carry = total is None
+            if carry:
+                tensors.append(weight)
+            reduced = grouped_allreduce(
+                tensors, device_dense=self.device_dense,
+                device_sparse=self.device_sparse, compression=self.compression,
+                op=Sum, name=name)
+            if carry:
+                total = reduced.pop()
+            for i, value in zip(members, reduced):
+                out[i] = value
+        if self.op != Average:
+            return out
+        return [_scale_by(g, 1.0 / tf.maximum(total, 1.0)) for g in out]
 
     def reduce(self, grads: Sequence[Any], variables: Sequence[Any]) -> List[Any]:
         """Returns the reduced gradients in input order; None stays None.
@@ -193,20 +236,21 @@ class GradientReducer:
             return out
         plan = self._plan([variables[i] for i in positions],
                           list(range(len(work))))
+        weight = _step_weight.current()
         if tf.executing_eagerly():
-            reduced = self._eager_fn(plan)(work)
+            reduced = self._eager_fn(plan, weight is not None)(work, weight)
         else:
-            reduced = self._reduce_graph(work, plan)
+            reduced = self._reduce_graph(work, plan, weight)
         for i, value in zip(positions, reduced):
             out[i] = value
         return out
 
-    def _eager_fn(self, plan: List[List[int]]) -> Callable:
-        key = tuple(tuple(p) for p in plan)
+    def _eager_fn(self, plan: List[List[int]], weighted: bool) -> Callable:
+        key = (tuple(tuple(p) for p in plan), weighted)
         fn = self._eager_fns.get(key)
         if fn is None:
-            def run(grads):
-                return self._reduce_graph(list(grads), plan)
+            def run(grads, weight):
+                return self._reduce_graph(list(grads), plan, weight)
 
             # The FuncGraph's name prefixes the core's tensor names.
             run.__name__ = "%s_eager" % self.name
@@ -214,6 +258,21 @@ class GradientReducer:
             fn = tf.function(run, autograph=False, reduce_retracing=True)
             self._eager_fns[key] = fn
         return fn
+
+
+def _masked(grad: Any, has_data: tf.Tensor) -> Any:
+    """``grad`` where this rank had data, zeros (never NaN) where not."""
+    if isinstance(grad, tf.IndexedSlices):
+        values = tf.where(has_data, grad.values, tf.zeros_like(grad.values))
+        return tf.IndexedSlices(values, grad.indices, grad.dense_shape)
+    return tf.where(has_data, grad, tf.zeros_like(grad))
+
+
+def _scale_by(grad: Any, factor: tf.Tensor) -> Any:
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype),
+                                grad.indices, grad.dense_shape)
+    return grad * tf.cast(factor, grad.dtype)
 
 
 def _scale(grad: Any, factor: float) -> Any:
