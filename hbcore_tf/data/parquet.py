@@ -1,0 +1,379 @@
+"""``hb.data.ParquetDataset``: batches of Parquet columns as a tf.data.Dataset.
+
+    ds = hb.data.ParquetDataset(files, batch_size=1024,
+                                partition_count=hb.context.world_size,
+                                partition_index=hb.context.rank)
+    ds = ds.prefetch(tf.data.AUTOTUNE)   # elements: {column name: tensor}
+
+Reading: pyarrow reads one row group at a time (only the selected columns)
+and the rows are cut into batches of ``batch_size``; batches do not span
+files, so each file's last batch may be short (dropped with
+``drop_remainder=True``). Scalar columns become dense [batch] tensors, list
+columns tf.RaggedTensor [batch, None] (tf.SparseTensor with
+``DataFrame.Field(..., sparse=True)``), string columns tf.string.
+
+Partitioning (``partition_count`` readers, this one ``partition_index``):
+every row is read by exactly one partition. With at least as many files as
+partitions, partition k reads files k, k + count, k + 2 count, ... whole;
+with fewer files, every file is split: by row groups (contiguous runs of
+whole row groups) when it has at least ``partition_count`` of them, else by
+rows.
+
+pyarrow is an optional dependency (``pip install "hbcore[parquet]"``); it
+is imported when a ParquetDataset is built, not when hbcore_tf.data is.
+"""
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from hbcore_tf.data.dataframe import DataFrame, as_dict
+
+_INSTALL_HINT = ('hb.data.ParquetDataset needs pyarrow, an optional extra of '
+                 'hbcore: pip install "hbcore[parquet]" (from a checkout: '
+                 'pip install ".[parquet]")')
+
+
+def _pyarrow() -> Tuple[Any, Any]:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:
+        raise ImportError(_INSTALL_HINT) from exc
+    return pyarrow, pyarrow.parquet
+
+
+class _Column:
+    """How one selected column is read and what tensor it becomes."""
+
+    def __init__(self, name: str, dtype: tf.DType, ragged: bool,
+                 sparse: bool) -> None:
+        self.name = name
+        self.dtype = dtype
+        self.ragged = ragged
+        self.sparse = sparse
+
+    def spec(self) -> Any:
+        if self.ragged:
+            return tf.RaggedTensorSpec([None, None], self.dtype,
+                                       ragged_rank=1, row_splits_dtype=tf.int64)
+        return tf.TensorSpec([None], self.dtype)
+
+
+def _tf_dtype(pa: Any, arrow_type: Any) -> Optional[tf.DType]:
+    """The tensor dtype of a primitive Arrow type, or None if unsupported."""
+    types = pa.types
+    if types.is_string(arrow_type) or types.is_large_string(arrow_type) or \
+            types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
+        return tf.string
+    if types.is_boolean(arrow_type) or types.is_integer(arrow_type) or \
+            types.is_floating(arrow_type):
+        try:
+            return tf.as_dtype(arrow_type.to_pandas_dtype())
+        except TypeError:
+            return None
+    return None
+
+
+def _resolve_columns(schema: Any, fields: Any, path: str) -> List[_Column]:
+    """Checks the selected columns against a file's schema.
+
+    Raises:
+      ValueError: a column is missing, or a Field's ragged_rank disagrees
+        with the file.
+      TypeError: a column's type has no tensor equivalent.
+    """
+    pa, _ = _pyarrow()
+    wanted = as_dict(fields if fields is not None else schema.names)
+    columns = []
+    for name, field in wanted.items():
+        index = schema.get_field_index(name)
+        if index < 0:
+            raise ValueError("column %r is not in %s (its columns: %s)" % (
+                name, path, ", ".join(schema.names)))
+        arrow_type = schema.field(index).type
+        ragged = pa.types.is_list(arrow_type) or \
+            pa.types.is_large_list(arrow_type)
+        value_type = arrow_type.value_type if ragged else arrow_type
+        dtype = _tf_dtype(pa, value_type)
+        if dtype is None:
+            raise TypeError("column %r of %s has type %s, which "
+                            "ParquetDataset does not support (scalar or list "
+                            "columns of numbers, booleans or strings)" % (
+                                name, path, arrow_type))
+        if field.ragged_rank is not None and field.ragged_rank != int(ragged):
+            raise ValueError("column %r of %s is a %s column, but its Field "
+                             "says ragged_rank=%d" % (
+                                 name, path, "list" if ragged else "scalar",
+                                 field.ragged_rank))
+        if field.sparse and not ragged:
+            raise ValueError("column %r of %s is a scalar column; sparse=True "
+                             "needs a list column" % (name, path))
+        columns.append(_Column(name, field.dtype or dtype, ragged,
+                               field.sparse))
+    return columns
+
+
+def _split_file(row_groups: Sequence[int], count: int) -> List[Tuple[int, int]]:
+    """Row ranges [start, end) of one file for ``count`` partitions:
+    contiguous runs of whole row groups when there are enough of them,
+    else an even split of the rows."""
+    total = int(sum(row_groups))
+    if len(row_groups) >= count:
+        bounds = np.concatenate([[0], np.cumsum(row_groups)]).astype(int)
+        cuts = np.array_split(np.arange(len(row_groups)), count)
+        return [(int(bounds[c[0]]), int(bounds[c[-1] + 1])) for c in cuts]
+    edges = [total * k // count for k in range(count + 1)]
+    return [(edges[k], edges[k + 1]) for k in range(count)]
+
+
+def _plan(paths: List[str], row_groups: List[List[int]], count: int,
+          index: int) -> List[Tuple[str, int, int]]:
+    """The (file, start row, end row) pieces partition ``index`` reads."""
+    if len(paths) >= count:
+        return [(p, 0, int(sum(g))) for i, (p, g) in
+                enumerate(zip(paths, row_groups)) if i % count == index]
+    pieces = []
+    for path, groups in zip(paths, row_groups):
+        start, end = _split_file(groups, count)[index]
+        if end > start:
+            pieces.append((path, start, end))
+    return pieces
+
+
+def _to_arrays(table: Any, columns: List[_Column], path: str) -> Dict[str, Any]:
+    """One batch (an Arrow table) as numpy arrays / ragged tensors."""
+    out: Dict[str, Any] = {}
+    for column in columns:
+        array = table.column(column.name).combine_chunks()
+        if array.null_count:
+            raise ValueError("column %r of %s has null values; "
+                             "ParquetDataset needs every row filled" % (
+                                 column.name, path))
+        np_dtype = None if column.dtype == tf.string else \
+            column.dtype.as_numpy_dtype
+        if column.ragged:
+            offsets = array.offsets.to_numpy().astype(np.int64)
+            values = array.flatten()
+            if values.null_count:
+                raise ValueError("column %r of %s has null list items" % (
+                    column.name, path))
+            values = values.to_numpy(zero_copy_only=False)
+            if np_dtype is not None:
+                values = values.astype(np_dtype, copy=False)
+            out[column.name] = tf.RaggedTensor.from_row_splits(
+                values, offsets - offsets[0], validate=False)
+        else:
+            values = array.to_numpy(zero_copy_only=False)
+            out[column.name] = values if np_dtype is None else \
+                values.astype(np_dtype, copy=False)
+    return out
+
+
+def _read_rows(path: str, start: int, end: int, columns: List[_Column],
+               batch_size: int, drop_remainder: bool) -> Iterator[Dict[str, Any]]:
+    """Yields the batches of rows [start, end) of one file (end < 0: all)."""
+    pa, pq = _pyarrow()
+    reader = pq.ParquetFile(path)
+    # Files named by a dataset are only seen here: check their columns.
+    _resolve_columns(reader.schema_arrow, [c.name for c in columns], path)
+    names = [c.name for c in columns]
+    if end < 0:
+        end = reader.metadata.num_rows
+    pending, pending_rows, first = [], 0, 0
+    for group in range(reader.metadata.num_row_groups):
+        rows = reader.metadata.row_group(group).num_rows
+        lo, hi = max(start, first), min(end, first + rows)
+        if lo < hi:
+            table = reader.read_row_group(group, columns=names)
+            pending.append(table.slice(lo - first, hi - lo))
+            pending_rows += hi - lo
+            while pending_rows >= batch_size:
+                merged = pa.concat_tables(pending)
+                yield _to_arrays(merged.slice(0, batch_size), columns, path)
+                pending = [merged.slice(batch_size)]
+                pending_rows -= batch_size
+        first += rows
+        if first >= end:
+            break
+    if pending_rows and not drop_remainder:
+        yield _to_arrays(pa.concat_tables(pending), columns, path)
+
+
+def _sparse_fields(columns: List[_Column]) -> Any:
+    names = {c.name for c in columns if c.sparse}
+
+    def convert(batch: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: v.to_sparse() if k in names else v for k, v in batch.items()}
+
+    return convert if names else None
+
+
+def _check_batching(batch_size: Any, count: Any, index: Any) -> None:
+    for name, value in (("batch_size", batch_size),
+                        ("partition_count", count)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                or value < 1:
+            raise ValueError("ParquetDataset: %s must be a positive integer, "
+                             "got %r" % (name, value))
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or \
+            not 0 <= index < count:
+        raise ValueError("ParquetDataset: partition_index must be in [0, %d) "
+                         "(partition_count), got %r" % (count, index))
+
+
+class ParquetDataset(tf.data.Dataset):
+    """A tf.data.Dataset of dicts {column: batch tensor} read from Parquet.
+
+    Args:
+      filenames: a path, a list or tuple of paths, or a tf.data.Dataset of
+        paths (then ``fields`` must give every column as a DataFrame.Field
+        with dtype and ragged_rank, and partitioning is by files).
+      batch_size: rows per batch (the last batch of a file may be short).
+      fields: the columns to read, as names or hb.data.DataFrame.Field;
+        None: every column of the first file.
+      partition_count: how many readers share the files (e.g. world size).
+      partition_index: which of them this one is (e.g. rank).
+      drop_remainder: drop each file's last batch when it is short.
+      num_parallel_reads: files (pieces) read at the same time; None: one.
+      num_sequential_reads: consecutive batches taken from one file before
+        moving to the next when reading in parallel.
+
+    Raises:
+      ImportError: pyarrow is not installed (names the extra to install).
+      FileNotFoundError: a file does not exist (names it).
+      ValueError: a missing column (names it and the file), null values,
+        bad batching or partition arguments.
+      TypeError: a column type with no tensor equivalent (names it).
+    """
+
+    def __init__(self, filenames: Any, batch_size: int = 1, fields: Any = None,
+                 partition_count: int = 1, partition_index: int = 0,
+                 drop_remainder: bool = False,
+                 num_parallel_reads: Optional[int] = None,
+                 num_sequential_reads: int = 1) -> None:
+        _check_batching(batch_size, partition_count, partition_index)
+        _pyarrow()
+        if isinstance(filenames, tf.data.Dataset):
+            columns = _typed_columns(fields)
+            pieces = filenames.shard(partition_count, partition_index).map(
+                lambda p: (p, tf.constant(0, tf.int64),
+                           tf.constant(-1, tf.int64)))
+        else:
+            paths = _paths(filenames)
+            metas = [_metadata(p) for p in paths]
+            columns = _resolve_columns(metas[0].schema.to_arrow_schema(),
+                                       fields, paths[0])
+            for path, meta in zip(paths[1:], metas[1:]):
+                _resolve_columns(meta.schema.to_arrow_schema(),
+                                 [c.name for c in columns], path)
+            groups = [[meta.row_group(i).num_rows
+                       for i in range(meta.num_row_groups)] for meta in metas]
+            plan = _plan(paths, groups, int(partition_count),
+                         int(partition_index))
+            pieces = tf.data.Dataset.from_tensor_slices((
+                tf.constant([p for p, _, _ in plan], tf.string),
+                tf.constant([s for _, s, _ in plan], tf.int64),
+                tf.constant([e for _, _, e in plan], tf.int64)))
+        self._columns = columns
+        signature = {c.name: c.spec() for c in columns}
+
+        def read(path: Any, start: Any, end: Any) -> Iterator[Dict[str, Any]]:
+            return _read_rows(path.decode(), int(start), int(end), columns,
+                              int(batch_size), bool(drop_remainder))
+
+        def piece_dataset(path: tf.Tensor, start: tf.Tensor,
+                          end: tf.Tensor) -> tf.data.Dataset:
+            return tf.data.Dataset.from_generator(
+                read, output_signature=signature, args=(path, start, end))
+
+        parallel = int(num_parallel_reads or 1)
+        if parallel > 1:
+            dataset = pieces.interleave(
+                piece_dataset, cycle_length=parallel,
+                block_length=int(num_sequential_reads),
+                num_parallel_calls=parallel, deterministic=True)
+        else:
+            dataset = pieces.flat_map(piece_dataset)
+        convert = _sparse_fields(columns)
+        if convert is not None:
+            dataset = dataset.map(convert)
+        self._dataset = dataset
+        super().__init__(dataset._variant_tensor)  # pylint: disable=protected-access
+
+    def _inputs(self) -> List[tf.data.Dataset]:
+        return []
+
+    @property
+    def element_spec(self) -> Any:
+        return self._dataset.element_spec
+
+    @property
+    def fields(self) -> List[str]:
+        """The names of the columns this dataset reads, in order."""
+        return [c.name for c in self._columns]
+
+
+def read_parquet(batch_size: int = 1, fields: Any = None,
+                 partition_count: int = 1, partition_index: int = 0,
+                 drop_remainder: bool = False,
+                 num_parallel_reads: Optional[int] = None,
+                 num_sequential_reads: int = 1) -> Any:
+    """``filenames_dataset.apply(hb.data.read_parquet(...))``: as
+    ParquetDataset(filenames_dataset, ...) (see there for the arguments).
+    """
+    def apply(filenames: tf.data.Dataset) -> ParquetDataset:
+        return ParquetDataset(filenames, batch_size, fields, partition_count,
+                              partition_index, drop_remainder,
+                              num_parallel_reads, num_sequential_reads)
+    return apply
+
+
+def _paths(filenames: Any) -> List[str]:
+    if isinstance(filenames, (str, bytes)):
+        filenames = [filenames]
+    if isinstance(filenames, tf.Tensor):
+        filenames = [f.decode() if isinstance(f, bytes) else f
+                     for f in np.atleast_1d(filenames.numpy())]
+    paths = [f.decode() if isinstance(f, bytes) else f for f in filenames]
+    if not paths:
+        raise ValueError("ParquetDataset: no filenames given")
+    for path in paths:
+        if not isinstance(path, str):
+            raise TypeError("ParquetDataset: filenames must be strings, got "
+                            "%r" % (path,))
+    return paths
+
+
+def _metadata(path: str) -> Any:
+    _, pq = _pyarrow()
+    try:
+        return pq.ParquetFile(path).metadata
+    except FileNotFoundError as exc:
+        raise FileNotFoundError("ParquetDataset: no such file: %s" % path) \
+            from exc
+    except OSError as exc:
+        if not tf.io.gfile.exists(path):
+            raise FileNotFoundError("ParquetDataset: no such file: %s" % path) \
+                from exc
+        raise ValueError("ParquetDataset: %s is not a readable Parquet file: "
+                         "%s" % (path, exc)) from exc
+
+
+def _typed_columns(fields: Any) -> List[_Column]:
+    """Columns from fully typed Fields (filenames given as a dataset)."""
+    message = ("ParquetDataset: with filenames given as a tf.data.Dataset, "
+               "fields must list every column as hb.data.DataFrame.Field "
+               "with dtype and ragged_rank")
+    if not fields:
+        raise ValueError(message)
+    columns = []
+    for field in as_dict(fields).values():
+        if field.dtype is None or field.ragged_rank is None:
+            raise ValueError("%s; %r lacks them" % (message, field))
+        columns.append(_Column(field.name, field.dtype,
+                               field.ragged_rank == 1, field.sparse))
+    return columns
+
+
+__all__ = ["DataFrame", "ParquetDataset", "read_parquet"]

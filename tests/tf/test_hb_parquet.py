@@ -1,0 +1,47 @@
+"""hb.data.ParquetDataset at 2 and 3 ranks (each rank runs every case of
+tests/tf/rank_scripts/hb_parquet.py on its own copy of the files; the
+"distributed" case splits the files over the ranks), and the ImportError
+that names the extra when pyarrow is missing.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from train_util import ROOT, case_names, launch, tensorflow_missing
+
+pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
+                                reason=str(tensorflow_missing()))
+
+SCRIPT = "hb_parquet.py"
+NPS = [2, 3]
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_launch_is_clean(np_):
+    launch(SCRIPT, np_).assert_ok()
+
+
+@pytest.mark.parametrize("np_", NPS)
+@pytest.mark.parametrize("case", case_names(SCRIPT))
+def test_case(np_, case):
+    launch(SCRIPT, np_).assert_cases([case])
+
+
+def test_missing_pyarrow_names_the_extra():
+    """Importing hbcore_tf.data works without pyarrow; building a
+    ParquetDataset raises ImportError naming the extra to install."""
+    code = (
+        "import sys; sys.modules['pyarrow'] = None\n"
+        "import hbcore_tf.data as d\n"
+        "try:\n"
+        "    d.ParquetDataset('x.parquet', 2)\n"
+        "except ImportError as e:\n"
+        "    print('IMPORT-ERROR:', e)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "IMPORT-ERROR:" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "hbcore[parquet]" in out.stdout, out.stdout
