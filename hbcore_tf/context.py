@@ -28,12 +28,15 @@ rank's host and GPU index: the first access of any of them is a collective
 """
 import json
 import os
+import re
 import socket
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from hbcore_tf.options import Options, options as _options
 
 JOB = "worker"
+# A device of this job: /job:worker[/replica:0]/task:<rank>[/device:...]
+_TASK = re.compile(r"^/job:%s(?:/replica:0)?/task:(\d+)(?:/|$)" % JOB)
 
 
 class Context:
@@ -181,15 +184,9 @@ class Context:
                 raise ValueError("device index %d is out of range for %d "
                                  "ranks" % (device_or_index, size))
             return device_or_index
-        text = str(device_or_index)
-        for rank, name in enumerate(self.devices):
-            if text == name:
-                return rank
-        for part in text.split("/"):
-            if part.startswith("task:") and ("/job:%s/" % JOB) in text + "/":
-                rank = int(part[len("task:"):])
-                if 0 <= rank < size:
-                    return rank
+        match = _TASK.match(str(device_or_index))
+        if match and int(match.group(1)) < size:
+            return int(match.group(1))
         raise ValueError("%r is not a device of this job (devices: %s)" % (
             device_or_index, ", ".join(self.devices)))
 
