@@ -27,8 +27,10 @@ from hbcore_tf.options import options  # noqa: E402
 keras = _compat.keras_module()
 
 V1_CASES = ["v1_hb_adagrad_checkpoint", "v1_plain_optimizer_in_scope",
+            "mts_arguments",
             "hb_train_optimizers", "wraps_v1", "function_decorator"]
-KERAS_CASES = ["keras_fit", "keras_fit_nbuckets", "keras_custom_loop",
+KERAS_CASES = ["keras_fit", "keras_fit_nbuckets", "keras_fit_empty_batch",
+               "keras_subclassed_model", "keras_custom_loop",
                "wraps_keras", "patches_removed"]
 CASES = V1_CASES + KERAS_CASES
 STEPS = 3
@@ -207,6 +209,41 @@ def main():
             [None] * 4, [0, 1, 2, 3])
         check(plan == [[2, 3], [0, 1]], "bucket plan %s" % plan)
 
+    def mts_arguments():
+        import inspect
+
+        ours = inspect.signature(hb.train.MonitoredTrainingSession).parameters
+        theirs = inspect.signature(V1.train.MonitoredTrainingSession)
+        for name, param in theirs.parameters.items():
+            check(name in ours, "argument %s missing" % name)
+            # TF's USE_DEFAULT sentinel is a bare object(); other defaults
+            # must be equal.
+            if type(param.default) is not object:
+                check(ours[name].default == param.default,
+                      "default of %s: %r, TF: %r" % (
+                          name, ours[name].default, param.default))
+        for name in ("eval_every_n_iter", "eval_fn"):
+            check(name in ours and ours[name].default is None, name)
+        expect_raises(lambda: hb.train.MonitoredTrainingSession(
+            eval_every_n_iter=10), ValueError, "eval_fn")
+
+        class CountingHook(V1.train.SessionRunHook):
+            def __init__(self):
+                self.begins = 0
+
+            def begin(self):
+                self.begins += 1
+
+        hook = CountingHook()
+        with tf.Graph().as_default():
+            V1.train.get_or_create_global_step()
+            with hb.train.MonitoredTrainingSession(
+                    chief_only_hooks=[hook]):
+                pass
+        begins = hbcore.allgather_object(hook.begins)
+        check(begins == [1] + [0] * (size - 1),
+              "chief_only_hooks begin() per rank: %s" % begins)
+
     def one_step_check(make_hb, make_plain, label, steps=2):
         """``steps`` steps of make_hb() (v1, every rank on its own batch)
         equal the plain optimizer applied to the numpy mean gradient."""
@@ -342,6 +379,64 @@ def main():
         for n, a, b in zip(NAMES, got, keras_expected()):
             close(a, b, n, rtol=1e-4, atol=1e-5)
 
+    def keras_fit_empty_batch():
+        # Ranks > 0 get an empty last batch (as data sync gives a rank out
+        # of data): the last step's gradient is rank 0's alone, which is
+        # the whole-batch gradient of the examples that exist.
+        def batches(r):
+            out = [batch(k, r) for k in range(STEPS)]
+            if r > 0:
+                out[-1] = (np.zeros((0, 4), np.float32),
+                           np.zeros((0, 1), np.float32))
+            return out
+
+        with hb.scope():
+            model = keras_model(init_values(rank))
+            model.compile(optimizer=keras_sgd(), loss="mse")
+            mine = batches(rank)
+            ds = tf.data.Dataset.from_generator(
+                lambda: iter(mine), output_signature=(
+                    tf.TensorSpec((None, 4), tf.float32),
+                    tf.TensorSpec((None, 1), tf.float32)))
+            model.fit(ds, epochs=1, verbose=0)
+        got = [np.asarray(w) for w in model.get_weights()]
+        identical_on_all_ranks(got, "weights")
+        plain = keras_model(init_values(0))
+        opt = keras_sgd()
+        for k in range(STEPS):
+            x = np.concatenate([batches(r)[k][0] for r in range(size)])
+            y = np.concatenate([batches(r)[k][1] for r in range(size)])
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(plain(x) - y))
+            grads = tape.gradient(loss, plain.trainable_variables)
+            opt.apply_gradients(zip(grads, plain.trainable_variables))
+        for n, a, b in zip(NAMES, got, plain.get_weights()):
+            close(a, b, n, rtol=1e-4, atol=1e-5)
+
+    def keras_subclassed_model():
+        class TwoLayers(keras.Model):
+            def __init__(self, init):
+                super().__init__()
+                self.body = keras_model(init)
+
+            def call(self, x):
+                return self.body(x)
+
+        with hb.scope():
+            model = TwoLayers(init_values(rank))
+            check(isinstance(model, TwoLayers) and
+                  type(model).__name__ == "TwoLayers" and
+                  getattr(type(model), "_hb_model", False),
+                  "subclassed model class %r" % type(model))
+            model.compile(optimizer=keras_sgd(), loss="mse")
+            xs, ys = zip(*[batch(k, rank) for k in range(STEPS)])
+            model.fit(np.concatenate(xs), np.concatenate(ys),
+                      batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        got = [np.asarray(w) for w in model.get_weights()]
+        identical_on_all_ranks(got, "weights")
+        for n, a, b in zip(NAMES, got, keras_expected()):
+            close(a, b, n, rtol=1e-4, atol=1e-5)
+
     def keras_custom_loop():
         with hb.scope(grad_nbuckets=2):
             model = keras_model(init_values(rank))
@@ -393,11 +488,14 @@ def main():
     table = {
         "v1_hb_adagrad_checkpoint": v1_hb_adagrad_checkpoint,
         "v1_plain_optimizer_in_scope": v1_plain_optimizer_in_scope,
+        "mts_arguments": mts_arguments,
         "hb_train_optimizers": hb_train_optimizers,
         "wraps_v1": wraps_v1,
         "function_decorator": function_decorator,
         "keras_fit": lambda: fit_case(),
         "keras_fit_nbuckets": lambda: fit_case(grad_nbuckets=3),
+        "keras_fit_empty_batch": keras_fit_empty_batch,
+        "keras_subclassed_model": keras_subclassed_model,
         "keras_custom_loop": keras_custom_loop,
         "wraps_keras": wraps_keras,
         "patches_removed": patches_removed,
