@@ -27,10 +27,11 @@ from hbcore_tf.options import options  # noqa: E402
 keras = _compat.keras_module()
 
 V1_CASES = ["v1_hb_adagrad_checkpoint", "v1_plain_optimizer_in_scope",
-            "mts_arguments",
+            "mts_arguments", "v1_eager",
             "hb_train_optimizers", "wraps_v1", "function_decorator"]
 KERAS_CASES = ["keras_fit", "keras_fit_nbuckets", "keras_fit_empty_batch",
                "keras_subclassed_model", "keras_custom_loop",
+               "keras_custom_loop_eager",
                "wraps_keras", "patches_removed"]
 CASES = V1_CASES + KERAS_CASES
 STEPS = 3
@@ -244,6 +245,25 @@ def main():
         check(begins == [1] + [0] * (size - 1),
               "chief_only_hooks begin() per rank: %s" % begins)
 
+    def v1_eager():
+        # TF2 eager: a v1 optimizer created in the scope, a variable whose
+        # initial value differs by rank (the scope broadcasts rank 0's).
+        w0 = [rank_values(6, r, (4, 1)) for r in range(size)]
+        with hb.scope():
+            w = tf.Variable(w0[rank])
+            opt = V1.train.MomentumOptimizer(LR, 0.5)
+            for k in range(STEPS):
+                x, y = batch(k, rank)
+                opt.minimize(lambda: tf.reduce_mean(tf.square(x @ w - y)),
+                             var_list=[w])
+        want, velocity = w0[0].astype(np.float64), 0.0
+        for k in range(STEPS):
+            grads = [2.0 / BATCH * batch(k, r)[0].T @ (
+                batch(k, r)[0] @ want - batch(k, r)[1]) for r in range(size)]
+            velocity = 0.5 * velocity + np.mean(grads, axis=0)
+            want = want - LR * velocity
+        close(w.numpy(), want, "eager v1 momentum", rtol=1e-4, atol=1e-5)
+
     def one_step_check(make_hb, make_plain, label, steps=2):
         """``steps`` steps of make_hb() (v1, every rank on its own batch)
         equal the plain optimizer applied to the numpy mean gradient."""
@@ -437,23 +457,29 @@ def main():
         for n, a, b in zip(NAMES, got, keras_expected()):
             close(a, b, n, rtol=1e-4, atol=1e-5)
 
-    def keras_custom_loop():
+    def keras_custom_loop(eager=False):
         with hb.scope(grad_nbuckets=2):
             model = keras_model(init_values(rank))
-            opt = keras_sgd()
+            # Eagerly, tf_keras' legacy optimizer (OptimizerV2) is covered.
+            opt = (keras.optimizers.legacy.SGD(LR, momentum=0.9)
+                   if eager and _compat.use_legacy_keras() else keras_sgd())
+            check(getattr(type(opt), "_hb_distributed", False),
+                  "optimizer %r" % type(opt))
 
-            @tf.function
             def step(x, y):
                 with tf.GradientTape() as tape:
                     loss = tf.reduce_mean(tf.square(model(x) - y))
                 grads = tape.gradient(loss, model.trainable_variables)
                 opt.apply_gradients(zip(grads, model.trainable_variables))
 
+            if not eager:
+                step = tf.function(step)
             for k in range(STEPS):
                 step(*batch(k, rank))
-        graph = step.get_concrete_function(*batch(0, rank)).graph
-        check(count_collectives(graph) == 2,
-              "grad_nbuckets=2: %d collectives" % count_collectives(graph))
+        if not eager:
+            graph = step.get_concrete_function(*batch(0, rank)).graph
+            check(count_collectives(graph) == 2, "grad_nbuckets=2: %d "
+                  "collectives" % count_collectives(graph))
         got = [np.asarray(w) for w in model.get_weights()]
         identical_on_all_ranks(got, "weights")
         for n, a, b in zip(NAMES, got, keras_expected()):
@@ -489,6 +515,7 @@ def main():
         "v1_hb_adagrad_checkpoint": v1_hb_adagrad_checkpoint,
         "v1_plain_optimizer_in_scope": v1_plain_optimizer_in_scope,
         "mts_arguments": mts_arguments,
+        "v1_eager": v1_eager,
         "hb_train_optimizers": hb_train_optimizers,
         "wraps_v1": wraps_v1,
         "function_decorator": function_decorator,
@@ -497,6 +524,7 @@ def main():
         "keras_fit_empty_batch": keras_fit_empty_batch,
         "keras_subclassed_model": keras_subclassed_model,
         "keras_custom_loop": keras_custom_loop,
+        "keras_custom_loop_eager": lambda: keras_custom_loop(eager=True),
         "wraps_keras": wraps_keras,
         "patches_removed": patches_removed,
     }
