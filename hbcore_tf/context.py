@@ -131,14 +131,35 @@ class Context:
         return self.current_device()
 
     def _peer_table(self) -> List[Dict[str, Any]]:
-        # Collective on first use: every rank sends its host and GPU index.
+        # Collective on first use: every rank sends its host, local rank,
+        # local size and GPU index.
         if self._peers is None:
             import hbcore
 
-            self._core()
-            mine = {"host": socket.gethostname(), "gpu": self._gpu_index()}
+            core = self._core()
+            mine = {"host": socket.gethostname(), "gpu": self._gpu_index(),
+                    "local_rank": int(core.local_rank()),
+                    "local_size": int(core.local_size())}
             self._peers = list(hbcore.allgather_object(mine))
         return self._peers
+
+    def _local_ranks(self) -> List[int]:
+        """The ranks on this rank's host. The local communicator says how
+        many there are; when they form the contiguous block that hbrun's
+        placement gives (checked on every member's local rank and size),
+        that block is the answer, otherwise the ranks with this hostname
+        (hostnames can repeat across containers, which is why they come
+        second)."""
+        peers = self._peer_table()
+        rank = self.rank
+        first = rank - peers[rank]["local_rank"]
+        block = list(range(first, first + peers[rank]["local_size"]))
+        if block[-1] < len(peers) and all(
+                peers[r]["local_rank"] == r - first and
+                peers[r]["local_size"] == len(block) for r in block):
+            return block
+        host = peers[rank]["host"]
+        return [r for r, p in enumerate(peers) if p["host"] == host]
 
     @staticmethod
     def _name(rank: int, gpu: Optional[int]) -> str:
@@ -157,9 +178,7 @@ class Context:
         """Device names of the ranks on this host (collective on first
         access)."""
         peers = self._peer_table()
-        host = peers[self.rank]["host"]
-        return [self._name(r, p["gpu"]) for r, p in enumerate(peers)
-                if p["host"] == host]
+        return [self._name(r, peers[r]["gpu"]) for r in self._local_ranks()]
 
     @property
     def cpu_devices(self) -> List[str]:

@@ -4,6 +4,7 @@ every case of tests/tf/rank_scripts/hb_context.py; each case is a test.
 """
 import pytest
 
+from harness import emulated_hosts
 from train_util import case_names, launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -35,3 +36,13 @@ def test_launch_is_clean(np_):
 @pytest.mark.parametrize("case", case_names(SCRIPT))
 def test_case(np_, case):
     _run(np_).assert_cases([case])
+
+
+def test_local_devices_on_emulated_hosts():
+    """Two emulated hosts with 2 and 1 ranks: local_devices lists the
+    ranks of this rank's host (every case runs again there)."""
+    hbrun_args, env = emulated_hosts([2, 1])
+    env.update(ENV)
+    run = launch(SCRIPT, 3, env=env, timeout=240, hbrun_args=hbrun_args)
+    run.assert_ok()
+    run.assert_cases(case_names(SCRIPT))

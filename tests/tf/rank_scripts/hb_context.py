@@ -83,6 +83,16 @@ def main():
         local = ctx.local_devices
         check(len(local) == hb.local_size() and devs[rank] in local,
               "local devices %s" % local)
+        if os.environ.get("HB_TEST_HOSTS"):
+            # Emulated hosts (tests/harness.emulated_hosts): slots per host
+            # in rank order.
+            hosts, start = [], 0
+            for n in map(int, os.environ["HB_TEST_HOSTS"].split(",")):
+                hosts.append(list(range(start, start + n)))
+                start += n
+            mine = [h for h in hosts if rank in h][0]
+            check(local == [devs[r] for r in mine],
+                  "local devices %s, host ranks %s" % (local, mine))
         check(ctx.cpu_devices == ["/job:worker/replica:0/task:%d/device:CPU:0"
                                   % r for r in range(size)], "cpu devices")
         check(ctx.local_cpu_device == ctx.cpu_devices[rank],
