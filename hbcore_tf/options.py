@@ -84,6 +84,18 @@ def _one_of(choices: Tuple[str, ...], upper: bool) -> Callable[[str, Any], Any]:
     return check
 
 
+def _comm_backend(name: str, value: Any) -> Any:
+    value = _one_of(COMM_BACKENDS, upper=True)(name, value)
+    if value == "NCCL":
+        import hbcore
+
+        if not hbcore.nccl_built():
+            raise ValueError("option %s=NCCL: this hbcore build has no NCCL "
+                             "backend (hbcore.nccl_built() is False); "
+                             "backends here: MPI" % name)
+    return value
+
+
 OPTIONS: Tuple[Option, ...] = (
     Option("grad_nbuckets", int, 1,
            "gradients of one step travel as this many fused allreduce "
@@ -96,8 +108,9 @@ OPTIONS: Tuple[Option, ...] = (
            "empty batches until every rank is out)"),
     Option("comm_default", str, "MPI",
            "backend that carries collectives of host tensors: MPI (NCCL is "
-           "chosen for CUDA tensors by the core whatever this says)",
-           _one_of(COMM_BACKENDS, upper=True)),
+           "chosen for CUDA tensors by the core whatever this says); "
+           "NCCL is accepted only by builds that have it",
+           _comm_backend),
     Option("comm_pool_capacity", int, 1,
            "HybridBackend's number of communicators per device; hbcore has "
            "one communicator per process and fuses concurrent collectives "

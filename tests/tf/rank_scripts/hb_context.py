@@ -175,6 +175,13 @@ def main():
                       ValueError, "grad_nbuckets must be >= 1")
         expect_raises(lambda: setattr(OPTIONS, "comm_default", "GLOO"),
                       ValueError, "comm_default must be one of MPI, NCCL")
+        if hbcore.nccl_built():
+            OPTIONS.comm_default = "nccl"
+            check(OPTIONS.comm_default == "NCCL", "comm_default=nccl")
+            OPTIONS.reset()
+        else:
+            expect_raises(lambda: setattr(OPTIONS, "comm_default", "NCCL"),
+                          ValueError, "no NCCL backend")
         # update_params validates everything before setting anything.
         expect_raises(lambda: hb.context.update_params(
             grad_nbuckets=8, sharding="yes"), TypeError, "sharding")
