@@ -128,7 +128,9 @@ def main():
                 ws, x, y, loss = v1_model(init_values(rank))
                 V1.summary.scalar("loss", loss)
                 step = V1.train.get_or_create_global_step()
-                opt = hb.train.AdagradOptimizer(LR)
+                # Slots differ by rank too: the broadcast must cover them.
+                opt = hb.train.AdagradOptimizer(
+                    LR, initial_accumulator_value=0.1 + 0.2 * rank)
                 train = opt.minimize(loss, global_step=step)
             with hb.train.MonitoredTrainingSession(
                     hb.train.Server().target, checkpoint_dir=ckpt,
@@ -141,7 +143,8 @@ def main():
                 got = raw_run(sess, ws)
         check(isinstance(opt, V1.train.AdagradOptimizer), "not an Adagrad")
         identical_on_all_ranks(got, "weights")
-        expected = v1_expected(lambda: V1.train.AdagradOptimizer(LR), size)
+        expected = v1_expected(lambda: V1.train.AdagradOptimizer(
+            LR, initial_accumulator_value=0.1), size)  # rank 0's slots
         for n, a, b in zip(NAMES, got, expected):
             close(a, b, n, rtol=1e-4, atol=1e-5)
         # Checkpoints: rank 0's saver only (its listener fired), summaries
@@ -373,20 +376,33 @@ def main():
     def keras_sgd():
         return keras.optimizers.SGD(LR, momentum=0.9)
 
-    def keras_expected():
-        """Plain Keras, one process, whole batch per step, rank 0's init."""
+    def seed_momentums(model, opt, r):
+        """Builds the optimizer and gives its momentum slots rank r's
+        values."""
+        opt.build(model.trainable_variables)
+        for i, m in enumerate(opt.momentums):
+            m.assign(0.1 * rank_values(300 + i, r, tuple(m.shape)))
+
+    def keras_expected(momentums=False):
+        """Plain Keras, one process, whole batch per step, rank 0's init
+        (and rank 0's momentum slots when ``momentums``)."""
         model = keras_model(init_values(0))
-        model.compile(optimizer=keras_sgd(), loss="mse")
+        opt = keras_sgd()
+        model.compile(optimizer=opt, loss="mse")
+        if momentums:
+            seed_momentums(model, opt, 0)
         xs, ys = zip(*[whole_batch(k, size) for k in range(STEPS)])
         model.fit(np.concatenate(xs), np.concatenate(ys),
                   batch_size=BATCH * size, epochs=1, shuffle=False, verbose=0)
         return [np.asarray(w) for w in model.get_weights()]
 
-    def fit_case(**scope_options):
+    def fit_case(momentums=False, **scope_options):
         with hb.scope(**scope_options):
             model = keras_model(init_values(rank))
             opt = keras_sgd()
             model.compile(optimizer=opt, loss="mse")
+            if momentums:  # fit must broadcast the slots from rank 0
+                seed_momentums(model, opt, rank)
             check(getattr(type(model), "_hb_model", False),
                   "model class %r" % type(model))
             check(getattr(type(opt), "_hb_distributed", False) and
@@ -396,7 +412,7 @@ def main():
                       batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
         got = [np.asarray(w) for w in model.get_weights()]
         identical_on_all_ranks(got, "weights")
-        for n, a, b in zip(NAMES, got, keras_expected()):
+        for n, a, b in zip(NAMES, got, keras_expected(momentums)):
             close(a, b, n, rtol=1e-4, atol=1e-5)
 
     def keras_fit_empty_batch():
@@ -519,7 +535,7 @@ def main():
         "hb_train_optimizers": hb_train_optimizers,
         "wraps_v1": wraps_v1,
         "function_decorator": function_decorator,
-        "keras_fit": lambda: fit_case(),
+        "keras_fit": lambda: fit_case(momentums=True),
         "keras_fit_nbuckets": lambda: fit_case(grad_nbuckets=3),
         "keras_fit_empty_batch": keras_fit_empty_batch,
         "keras_subclassed_model": keras_subclassed_model,
