@@ -247,6 +247,44 @@ def main():
         begins = hbcore.allgather_object(hook.begins)
         check(begins == [1] + [0] * (size - 1),
               "chief_only_hooks begin() per rank: %s" % begins)
+        check_eval_wiring()
+
+    def check_eval_wiring():
+        """eval_fn adds hbcore_tf.train.evaluation.EvaluationHook with the
+        session's arguments (a stub module stands in for the real one,
+        which the metrics side tests)."""
+        import sys
+        import types
+
+        made = []
+
+        class StubHook(V1.train.SessionRunHook):
+            def __init__(self, fn, steps=100, every_n_iter=1000,
+                         summary_dir=None, history=None):
+                made.append((fn, steps, every_n_iter, summary_dir, history))
+
+        stub = types.ModuleType("hbcore_tf.train.evaluation")
+        stub.EvaluationHook = StubHook
+        name = "hbcore_tf.train.evaluation"
+        saved = sys.modules.get(name)
+        sys.modules[name] = stub
+        history, summaries = [], tempfile.mkdtemp(prefix="hb_eval_")
+        try:
+            check(hb.train.EvaluationHook is StubHook, "lazy EvaluationHook")
+            with tf.Graph().as_default():
+                V1.train.get_or_create_global_step()
+                with hb.train.MonitoredTrainingSession(
+                        eval_fn=len, eval_every_n_iter=7, eval_steps=3,
+                        eval_history=history, summary_dir=summaries):
+                    pass
+        finally:
+            if saved is None:
+                sys.modules.pop(name)
+            else:
+                sys.modules[name] = saved
+        want = (len, 3, 7, summaries if rank == 0 else None, history)
+        check(len(made) == 1 and made[0][:4] == want[:4] and
+              made[0][4] is history, "EvaluationHook arguments %s" % made)
 
     def v1_eager():
         # TF2 eager: a v1 optimizer created in the scope, a variable whose
