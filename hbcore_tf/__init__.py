@@ -7,6 +7,12 @@
     hooks = [hvd.BroadcastGlobalVariablesHook(0)]
     bn = hvd.SyncBatchNormalization()       # statistics of the global batch
 
+HybridBackend's API sits beside it (``import hbcore_tf as hb``;
+docs/hybridbackend.md): ``hb.context`` / ``hb.Context``, ``hb.scope``,
+``@hb.function``, ``hb.wraps``, ``hb.train``, ``hb.saved_model``; the
+options live in ``hb.context.options`` (hbcore_tf.options);
+``hb.estimator`` raises ImportError (tf.estimator left TensorFlow 2.16).
+
 Names, signatures, defaults and semantics follow horovod.tensorflow 0.28.
 The ops run on the hbcore core (one per process, shared with the numpy API
 ``hbcore``); the op library is compiled for the installed TensorFlow at
@@ -36,6 +42,10 @@ from hbcore_tf.process_sets import (ProcessSet, add_process_set,
 from hbcore_tf.gradient_tape import (DistributedGradientTape,
                                     PartialDistributedGradientTape)
 from hbcore_tf.optimizers import DistributedOptimizer
+# HybridBackend's names.
+from hbcore_tf.context import Context, context
+from hbcore_tf.scope import function, scope, wraps
+from hbcore_tf import saved_model, train
 
 from hbcore import __version__
 
@@ -48,4 +58,7 @@ def __getattr__(name: str):
         from hbcore_tf import sync_batch_norm
 
         return sync_batch_norm.layer_class()
+    if name == "estimator":
+        # Raises ImportError: tf.estimator was removed in TensorFlow 2.16.
+        import hbcore_tf.estimator  # noqa: F401
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

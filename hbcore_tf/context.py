@@ -1,0 +1,307 @@
+"""``hb.context``: this process's view of the job (HybridBackend's Context).
+
+    import hbcore_tf as hb
+    hb.context.rank, hb.context().world_size, hb.Context.get().is_chief
+
+Usable without ``init()``: the first property that needs the job
+initialises hbcore (``hbcore_tf.init()``), as HybridBackend scripts never
+call one.
+
+Devices. Collectives go through hbcore, not a gRPC cluster, so there is
+one TF "job" of ``world_size`` tasks named ``worker``; rank r is task r and
+rank 0 is the chief. Two kinds of device strings are given:
+
+- names (``devices``, ``local_devices``, ``cpu_devices``,
+  ``local_cpu_device``): fully qualified, one per rank,
+  ``/job:worker/replica:0/task:<rank>/device:<GPU|CPU>:<index>``; they
+  identify ranks (``rank_at`` maps them back) and are what HybridBackend
+  printed;
+- placements (``default_device``, ``current_device()``,
+  ``hb.train.device_setter()``): what ``tf.device`` accepts in this
+  process's local session, ``/device:GPU:<i>`` when this rank has a GPU
+  (the GPU of index local_rank modulo the visible GPUs), else
+  ``/device:CPU:0``.
+
+``devices``, ``local_devices``, ``cpu_devices`` and ``rank_at`` need every
+rank's host and GPU index: the first access of any of them is a collective
+(one allgather of a small object), so every rank must make it.
+"""
+import json
+import os
+import re
+import socket
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from hbcore_tf.options import Options, options as _options
+
+JOB = "worker"
+# A device of this job: /job:worker[/replica:0]/task:<rank>[/device:...]
+_TASK = re.compile(r"^/job:%s(?:/replica:0)?/task:(\d+)(?:/|$)" % JOB)
+
+
+class Context:
+    """The job as this process sees it; one instance per process
+    (``Context.get()``, also the module's ``context``). Calling the
+    instance returns it, so ``hb.context().rank`` and ``hb.context.rank``
+    both work."""
+
+    _instance: Optional["Context"] = None
+
+    def __init__(self) -> None:
+        self._peers: Optional[List[Dict[str, Any]]] = None
+        self._saving_listeners: Dict[str, Any] = {}
+
+    @classmethod
+    def get(cls) -> "Context":
+        """Returns the process's Context."""
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def __call__(self) -> "Context":
+        return self
+
+    def __repr__(self) -> str:
+        return "Context(rank=%d, world_size=%d)" % (self.rank, self.world_size)
+
+    # -- the job ---------------------------------------------------------
+    @staticmethod
+    def _core() -> Any:
+        import hbcore_tf
+
+        if not hbcore_tf.is_initialized():
+            hbcore_tf.init()
+        return hbcore_tf
+
+    @property
+    def rank(self) -> int:
+        return int(self._core().rank())
+
+    @property
+    def world_size(self) -> int:
+        return int(self._core().size())
+
+    @property
+    def local_rank(self) -> int:
+        return int(self._core().local_rank())
+
+    @property
+    def local_world_size(self) -> int:
+        return int(self._core().local_size())
+
+    @property
+    def is_chief(self) -> bool:
+        """True on rank 0, which writes checkpoints and summaries."""
+        return self.rank == 0
+
+    @property
+    def task_type(self) -> str:
+        """Always ``"worker"`` (the chief is worker 0)."""
+        return JOB
+
+    @property
+    def task_id(self) -> int:
+        return self.rank
+
+    # -- devices ---------------------------------------------------------
+    @property
+    def num_gpus(self) -> int:
+        """GPUs visible to this process."""
+        import tensorflow as tf
+
+        return len(tf.config.list_physical_devices("GPU"))
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.num_gpus > 0
+
+    def _gpu_index(self) -> Optional[int]:
+        n = self.num_gpus
+        if n == 0:
+            return None
+        return self.local_rank % n
+
+    def current_device(self) -> str:
+        """This rank's placement string (see the module docstring)."""
+        index = self._gpu_index()
+        return "/device:CPU:0" if index is None else "/device:GPU:%d" % index
+
+    @property
+    def default_device(self) -> str:
+        return self.current_device()
+
+    def _peer_table(self) -> List[Dict[str, Any]]:
+        # Collective on first use: every rank sends its host, local rank,
+        # local size and GPU index.
+        if self._peers is None:
+            import hbcore
+
+            core = self._core()
+            mine = {"host": socket.gethostname(), "gpu": self._gpu_index(),
+                    "local_rank": int(core.local_rank()),
+                    "local_size": int(core.local_size())}
+            self._peers = list(hbcore.allgather_object(mine))
+        return self._peers
+
+    def _local_ranks(self) -> List[int]:
+        """The ranks on this rank's host. The local communicator says how
+        many there are; when they form the contiguous block that hbrun's
+        placement gives (checked on every member's local rank and size),
+        that block is the answer, otherwise the ranks with this hostname
+        (hostnames can repeat across containers, which is why they come
+        second)."""
+        peers = self._peer_table()
+        rank = self.rank
+        first = rank - peers[rank]["local_rank"]
+        block = list(range(first, first + peers[rank]["local_size"]))
+        if block[-1] < len(peers) and all(
+                peers[r]["local_rank"] == r - first and
+                peers[r]["local_size"] == len(block) for r in block):
+            return block
+        host = peers[rank]["host"]
+        return [r for r, p in enumerate(peers) if p["host"] == host]
+
+    @staticmethod
+    def _name(rank: int, gpu: Optional[int]) -> str:
+        kind = "CPU:0" if gpu is None else "GPU:%d" % gpu
+        return "/job:%s/replica:0/task:%d/device:%s" % (JOB, rank, kind)
+
+    @property
+    def devices(self) -> List[str]:
+        """The device name of every rank, in rank order (collective on
+        first access)."""
+        return [self._name(r, p["gpu"]) for r, p in
+                enumerate(self._peer_table())]
+
+    @property
+    def local_devices(self) -> List[str]:
+        """Device names of the ranks on this host (collective on first
+        access)."""
+        peers = self._peer_table()
+        return [self._name(r, peers[r]["gpu"]) for r in self._local_ranks()]
+
+    @property
+    def cpu_devices(self) -> List[str]:
+        """The CPU device name of every rank (collective on first access)."""
+        return [self._name(r, None) for r in range(len(self._peer_table()))]
+
+    @property
+    def local_cpu_device(self) -> str:
+        return self._name(self.rank, None)
+
+    def rank_at(self, device_or_index: Union[str, int]) -> int:
+        """The rank that owns a device name (``.../task:<r>/...``) or the
+        rank of an index into ``devices``.
+
+        Raises:
+            ValueError: not a device of this job, or an index out of range.
+        """
+        size = len(self._peer_table())
+        if isinstance(device_or_index, int) and \
+                not isinstance(device_or_index, bool):
+            if not 0 <= device_or_index < size:
+                raise ValueError("device index %d is out of range for %d "
+                                 "ranks" % (device_or_index, size))
+            return device_or_index
+        match = _TASK.match(str(device_or_index))
+        if match and int(match.group(1)) < size:
+            return int(match.group(1))
+        raise ValueError("%r is not a device of this job (devices: %s)" % (
+            device_or_index, ", ".join(self.devices)))
+
+    # -- options ---------------------------------------------------------
+    @property
+    def options(self) -> Options:
+        """The options object (hbcore_tf.options.options)."""
+        return _options
+
+    def update_params(self, **kwargs: Any) -> None:
+        """Sets options process-wide (``options.update``).
+
+        Raises:
+            ValueError: an unknown option name or a value outside its domain.
+            TypeError: a value of the wrong type.
+        """
+        _options.update(**kwargs)
+
+    def scope(self, **kwargs: Any) -> Any:
+        """``hb.scope(**kwargs)``."""
+        from hbcore_tf.scope import scope
+
+        return scope(**kwargs)
+
+    # -- checkpoints -----------------------------------------------------
+    @property
+    def saving_listeners(self) -> List[Any]:
+        """CheckpointSaverListeners that hb.train.MonitoredTrainingSession
+        passes to rank 0's checkpoint saver, in the order added."""
+        return list(self._saving_listeners.values())
+
+    def add_saving_listener(self, name: str, listener: Any) -> None:
+        """Registers a tf.compat.v1.train.CheckpointSaverListener under a
+        name (a second one with the same name replaces the first).
+
+        Raises:
+            TypeError: ``listener`` is not a CheckpointSaverListener.
+        """
+        import tensorflow as tf
+
+        if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
+            raise TypeError("add_saving_listener(%r): expected a "
+                            "tf.compat.v1.train.CheckpointSaverListener, got "
+                            "%s" % (name, type(listener).__name__))
+        self._saving_listeners[name] = listener
+
+    # -- TF_CONFIG -------------------------------------------------------
+    @staticmethod
+    def get_tf_config() -> Dict[str, Any]:
+        """The parsed ``TF_CONFIG`` environment variable ({} when unset).
+
+        Raises:
+            ValueError: TF_CONFIG is not JSON.
+        """
+        text = os.environ.get("TF_CONFIG", "")
+        if not text.strip():
+            return {}
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ValueError("TF_CONFIG is not valid JSON: %s" % exc) from None
+
+    @staticmethod
+    def set_tf_config(task_type: str, task_id: int,
+                      worker_hosts: Sequence[str],
+                      ps_hosts: Optional[Sequence[str]] = None,
+                      has_evaluator: bool = False) -> Dict[str, Any]:
+        """Writes ``TF_CONFIG`` for tools that read it (hbcore itself does
+        not need it). As HybridBackend: the first worker host is the
+        chief, the others are workers; ``has_evaluator`` adds an evaluator
+        task on the last worker host.
+
+        Returns:
+            The dict written.
+
+        Raises:
+            ValueError: empty worker_hosts or an unknown task_type.
+        """
+        workers = list(worker_hosts)
+        if not workers:
+            raise ValueError("set_tf_config: worker_hosts is empty")
+        if task_type not in ("chief", "worker", "ps", "evaluator"):
+            raise ValueError("set_tf_config: task_type must be chief, "
+                             "worker, ps or evaluator, got %r" % task_type)
+        cluster: Dict[str, List[str]] = {"chief": workers[:1]}
+        if len(workers) > 1:
+            cluster["worker"] = workers[1:]
+        if ps_hosts:
+            cluster["ps"] = list(ps_hosts)
+        config: Dict[str, Any] = {
+            "cluster": cluster, "task": {"type": task_type,
+                                         "index": int(task_id)}}
+        if has_evaluator:
+            config["cluster"]["evaluator"] = workers[-1:]
+        os.environ["TF_CONFIG"] = json.dumps(config)
+        return config
+
+
+context = Context.get()

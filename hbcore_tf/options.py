@@ -1,0 +1,299 @@
+"""HybridBackend's options: one typed object, parsed in one place.
+
+Each option has a name, a type, a default and a doc line (the table
+``OPTIONS`` below is the single definition; docs/hybridbackend.md lists
+it). Its value comes from, in increasing precedence:
+
+1. the default;
+2. the environment variable ``HB_<NAME>`` (read once, at the first use of
+   the options object; a bad value is a ValueError naming the variable);
+3. the process-wide value set by ``hb.context.options.<name> = value`` or
+   ``hb.context.update_params(<name>=value)``;
+4. the innermost active ``hb.scope(<name>=value)`` /
+   ``@hb.function(<name>=value)`` that sets it. Scopes stack and unwind;
+   the stack is process-wide (not per thread), so code that a scope runs
+   on other threads (Keras' data adapters, tf.data) sees the same values.
+
+An unknown name is an AttributeError (reading or setting an attribute) or
+a ValueError (``update_params``/``scope`` keywords) that names it and
+lists the known options; a value of the wrong type is a TypeError naming
+the option and the expected type; a value of the right type outside the
+option's domain (``grad_nbuckets=0``, ``comm_default="GLOO"``) is a
+ValueError.
+
+These options are read by the Python layer only. The core's runtime knobs
+(hbcore/knobs.py: HB_FUSION_THRESHOLD, HB_CYCLE_TIME, HB_TIMELINE, ...) are
+read by the C++ core at ``init()``; no option here uses one of their
+environment variables (checked at import).
+"""
+import contextlib
+import os
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+from hbcore import knobs as _core_knobs
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+# Backends that can carry hbcore's collectives (MPI on host memory, NCCL on
+# CUDA memory; see DESIGN.md "Backends").
+COMM_BACKENDS = ("MPI", "NCCL")
+WIRE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+class Option(NamedTuple):
+    """One option.
+
+    Attributes:
+        name: the attribute / keyword name.
+        type: bool, int, float or str.
+        default: the default value (of ``type``).
+        doc: one line for the docs.
+        check: None, or a function that raises ValueError for a value of
+            the right type that the option does not accept, and returns the
+            value to store (e.g. upper-cased).
+    """
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    check: Optional[Callable[[str, Any], Any]] = None
+
+    @property
+    def env(self) -> str:
+        return "HB_" + self.name.upper()
+
+
+def _at_least(low: int) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        if value < low:
+            raise ValueError("option %s must be >= %d, got %r" % (
+                name, low, value))
+        return value
+    return check
+
+
+def _one_of(choices: Tuple[str, ...], upper: bool) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        norm = value.upper() if upper else value.lower()
+        if norm not in choices:
+            raise ValueError("option %s must be one of %s, got %r" % (
+                name, ", ".join(choices), value))
+        return norm
+    return check
+
+
+def _comm_backend(name: str, value: Any) -> Any:
+    value = _one_of(COMM_BACKENDS, upper=True)(name, value)
+    if value == "NCCL":
+        import hbcore
+
+        if not hbcore.nccl_built():
+            raise ValueError("option %s=NCCL: this hbcore build has no NCCL "
+                             "backend (hbcore.nccl_built() is False); "
+                             "backends here: MPI" % name)
+    return value
+
+
+OPTIONS: Tuple[Option, ...] = (
+    Option("grad_nbuckets", int, 1,
+           "gradients of one step travel as this many fused allreduce "
+           "groups, in reverse order of the variables (the first group "
+           "holds the last variables, whose gradients are ready first)",
+           _at_least(1)),
+    Option("data_sync_drop_remainder", bool, True,
+           "data sync: stop every rank after the step in which the first "
+           "rank runs out of data (False: ranks out of data join with "
+           "empty batches until every rank is out)"),
+    Option("comm_default", str, "MPI",
+           "backend that carries collectives of host tensors: MPI (NCCL is "
+           "chosen for CUDA tensors by the core whatever this says); "
+           "NCCL is accepted only by builds that have it",
+           _comm_backend),
+    Option("comm_pool_capacity", int, 1,
+           "HybridBackend's number of communicators per device; hbcore has "
+           "one communicator per process and fuses concurrent collectives "
+           "instead, so values > 1 are accepted and change nothing",
+           _at_least(1)),
+    Option("sharding", bool, False,
+           "sharded embedding (issue 10): variables created by "
+           "hb.embedding_scope are partitioned across ranks"),
+    Option("emb_min_rows_to_shard", int, 1,
+           "sharded embedding: tables with fewer rows stay replicated "
+           "(data parallel) instead of being sharded", _at_least(0)),
+    Option("emb_unique", bool, True,
+           "sharded embedding: deduplicate ids on each rank before they "
+           "are sent to the owning ranks"),
+    Option("emb_wire_dtype", str, "float32",
+           "sharded embedding: dtype of the embedding rows exchanged "
+           "between ranks (float32, float16 or bfloat16)",
+           _one_of(WIRE_DTYPES, upper=False)),
+)
+
+_BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
+
+
+def _check_no_core_collision() -> None:
+    core_envs = {k.env for k in _core_knobs.KNOBS}
+    clashes = sorted(o.env for o in OPTIONS if o.env in core_envs)
+    if clashes:  # pragma: no cover - a programming error caught in tests
+        raise AssertionError("options reuse core knob variables: %s" % clashes)
+
+
+_check_no_core_collision()
+
+
+def _type_name(t: type) -> str:
+    return t.__name__
+
+
+def _unknown(name: str) -> str:
+    return "unknown hbcore_tf option %r; known options: %s" % (
+        name, ", ".join(sorted(_BY_NAME)))
+
+
+def validate(name: str, value: Any) -> Any:
+    """Checks ``value`` for option ``name`` and returns the value to store.
+
+    Raises:
+        ValueError: unknown option, or a value outside the option's domain.
+        TypeError: a value of the wrong type.
+    """
+    option = _BY_NAME.get(name)
+    if option is None:
+        raise ValueError(_unknown(name))
+    ok = isinstance(value, option.type)
+    if option.type is int and isinstance(value, bool):
+        ok = False
+    if option.type is float and isinstance(value, int) and \
+            not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise TypeError("option %s expects a value of type %s, got %r (%s)" % (
+            name, _type_name(option.type), value, type(value).__name__))
+    return option.check(name, value) if option.check else value
+
+
+def parse_env_value(option: Option, text: str) -> Any:
+    """Parses the text of ``HB_<NAME>`` for ``option``.
+
+    Raises:
+        ValueError: the text is not a value of the option's type (the
+            message names the variable and the expected type).
+    """
+    raw = text.strip()
+    try:
+        if option.type is bool:
+            if raw.lower() in _TRUE:
+                value: Any = True
+            elif raw.lower() in _FALSE:
+                value = False
+            else:
+                raise ValueError("not a bool")
+        elif option.type is int:
+            value = int(raw)
+        elif option.type is float:
+            value = float(raw)
+        else:
+            value = raw
+        return validate(option.name, value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError("environment variable %s=%r is not a valid %s for "
+                         "option %s (%s)" % (option.env, text,
+                                             _type_name(option.type),
+                                             option.name, exc)) from None
+
+
+class Options:
+    """The options object (``hb.context.options``).
+
+    Attribute access reads an option's effective value; attribute
+    assignment sets its process-wide value (validated). See the module
+    docstring for the precedence.
+    """
+
+    def __init__(self, environ: Optional[Dict[str, str]] = None) -> None:
+        object.__setattr__(self, "_environ", environ)
+        object.__setattr__(self, "_base", None)
+        object.__setattr__(self, "_stack", [])
+
+    # -- layers ----------------------------------------------------------
+    def _values(self) -> Dict[str, Any]:
+        base = self._base
+        if base is None:
+            environ = os.environ if self._environ is None else self._environ
+            base = {}
+            for option in OPTIONS:
+                text = environ.get(option.env)
+                base[option.name] = (option.default if text is None
+                                     or text.strip() == ""
+                                     else parse_env_value(option, text))
+            object.__setattr__(self, "_base", base)
+        return base
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in _BY_NAME:
+            raise AttributeError(_unknown(name))
+        for layer in reversed(self._stack):
+            if name in layer:
+                return layer[name]
+        return self._values()[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _BY_NAME:
+            raise AttributeError(_unknown(name))
+        self._values()[name] = validate(name, value)
+
+    def __dir__(self) -> List[str]:
+        return sorted(_BY_NAME) + ["update", "scope", "as_dict", "reset"]
+
+    def __repr__(self) -> str:
+        return "Options(%s)" % ", ".join(
+            "%s=%r" % kv for kv in sorted(self.as_dict().items()))
+
+    # -- API -------------------------------------------------------------
+    def as_dict(self) -> Dict[str, Any]:
+        """Returns every option's effective value."""
+        return {name: getattr(self, name) for name in _BY_NAME}
+
+    def update(self, **kwargs: Any) -> None:
+        """Sets process-wide values (all validated before any is set).
+
+        Raises:
+            ValueError: an unknown option or a value outside its domain.
+            TypeError: a value of the wrong type.
+        """
+        checked = {k: validate(k, v) for k, v in kwargs.items()}
+        self._values().update(checked)
+
+    @contextlib.contextmanager
+    def scope(self, **kwargs: Any) -> Iterator["Options"]:
+        """Overrides options for the code inside; nests and unwinds.
+
+        Raises:
+            ValueError: an unknown option or a value outside its domain.
+            TypeError: a value of the wrong type.
+        """
+        layer = {k: validate(k, v) for k, v in kwargs.items()}
+        self._values()  # a bad environment value fails here, not later
+        self._stack.append(layer)
+        try:
+            yield self
+        finally:
+            # Scopes exit in reverse order of entry (with statements nest);
+            # remove() also copes with generators closed out of order.
+            self._stack.remove(layer)
+
+    def reset(self) -> None:
+        """Forgets process-wide values: the environment is read again at
+        the next use (scopes that are active stay active)."""
+        object.__setattr__(self, "_base", None)
+
+
+def option_table() -> List[Option]:
+    """Returns the option definitions (for docs and tests)."""
+    return list(OPTIONS)
+
+
+options = Options()

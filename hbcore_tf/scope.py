@@ -1,0 +1,250 @@
+"""``hb.scope``, ``@hb.function`` and ``hb.wraps``: data parallelism by scope.
+
+    with hb.scope(grad_nbuckets=2):
+        model = build_model()
+        opt = tf.compat.v1.train.AdagradOptimizer(0.1)   # or any Keras one
+        train_op = opt.minimize(loss)
+
+What happens inside an active scope (the outermost scope installs it, and
+removes it on exit; nested scopes only stack options):
+
+1. An optimizer that is CREATED (tf.compat.v1.train.Optimizer, Keras 3 and
+   tf_keras optimizers, current and legacy) becomes an instance of the
+   data-parallel subclass of its own class (hbcore_tf._data_parallel): its
+   gradients are averaged over ranks in ``grad_nbuckets`` fused groups, in
+   reverse variable order. The base-class ``__init__`` is patched for the
+   duration of the scope; the swap happens when it returns.
+2. A Keras model that is created becomes its data-parallel subclass:
+   ``train_step`` runs under the data-sync step weight of its batch, and
+   ``fit`` broadcasts the model's and the optimizer's variables (slots
+   built first) from rank 0 before training.
+3. Every variable created eagerly (TF2: Keras layers, tf.Variable, Keras
+   optimizer slots built in the scope) takes rank 0's initial value: a
+   variable creator broadcasts the initial value before the variable
+   exists, so ranks agree from the first step even in a custom loop.
+   Contract: every rank creates the same variables in the same order
+   (the broadcasts are collectives). tf.compat.v1 graphs get the
+   broadcast from hb.train.MonitoredTrainingSession instead (after the
+   session restored or initialised the variables), which also covers
+   slots and variables created outside the scope.
+
+Options given to the scope (``hb.scope(grad_nbuckets=2)``) apply to what
+is built inside; an optimizer reads ``grad_nbuckets`` when it is created.
+"""
+import contextlib
+import functools
+import itertools
+import threading
+from typing import Any, Callable, Iterator, List, Optional, Tuple
+
+import tensorflow as tf
+
+from hbcore_tf import _compat, _data_parallel
+from hbcore_tf.options import options
+
+_lock = threading.RLock()
+_depth = 0
+_patches: List[Tuple[type, str, Any]] = []
+_creator_scopes: List[Any] = []
+_init_counter = itertools.count()
+
+_BROADCASTABLE = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32,
+                  tf.int64, tf.uint8, tf.int8, tf.int16)
+
+
+# --- the patches ----------------------------------------------------------------
+
+def _wrap_init(cls: type, after: Callable[[Any], None]) -> None:
+    original = cls.__dict__["__init__"]
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        after(self)
+
+    _patches.append((cls, "__init__", original))
+    cls.__init__ = __init__
+
+
+def _wrap_new(cls: type, after: Callable[[Any], None]) -> None:
+    original = cls.__dict__["__new__"]
+    fn = original.__func__ if isinstance(original, staticmethod) else original
+
+    def __new__(klass, *args, **kwargs):
+        obj = fn(klass, *args, **kwargs)
+        after(obj)
+        return obj
+
+    _patches.append((cls, "__new__", original))
+    cls.__new__ = staticmethod(__new__)
+
+
+def _optimizer_bases() -> List[type]:
+    bases: List[type] = [tf.compat.v1.train.Optimizer]
+    keras3 = _compat._keras3_base()
+    if keras3 is not None:
+        bases.append(keras3)
+    new, legacy = _compat._tf_keras_bases()
+    bases += [b for b in (new, legacy) if b is not None]
+    return bases
+
+
+def _model_bases() -> List[type]:
+    import sys
+
+    bases = []
+    try:
+        from keras.src.models.model import Model
+        bases.append(Model)
+    except ImportError:  # pragma: no cover - Keras 3 not installed
+        pass
+    if "tf_keras" in sys.modules:
+        from tf_keras.src.engine.training import Model as TfKerasModel
+        bases.append(TfKerasModel)
+    return bases
+
+
+def _broadcast_creator(next_creator: Callable, **kwargs: Any) -> Any:
+    # Eager only: graph variables get their broadcast from the session.
+    if not tf.executing_eagerly():
+        return next_creator(**kwargs)
+    from hbcore_tf.mpi_ops import broadcast
+
+    initial = kwargs.get("initial_value")
+    if callable(initial):
+        initial = initial()
+    dtype = kwargs.get("dtype")
+    initial = tf.convert_to_tensor(
+        initial, dtype_hint=tf.as_dtype(dtype) if dtype is not None else None)
+    if initial.dtype in _BROADCASTABLE:
+        initial = broadcast(initial, 0,
+                            name="hb_scope_init_%d" % next(_init_counter))
+    kwargs["initial_value"] = initial
+    return next_creator(**kwargs)
+
+
+def _install() -> None:
+    if _compat.use_legacy_keras():
+        _compat.keras_module()  # import tf_keras so its bases get patched
+    for base in _optimizer_bases():
+        _wrap_init(base, _data_parallel.make_data_parallel)
+    for base in _model_bases():
+        _wrap_new(base, _data_parallel.make_data_parallel_model)
+    creator = tf.variable_creator_scope(_broadcast_creator)
+    creator.__enter__()
+    _creator_scopes.append(creator)
+
+
+def _uninstall() -> None:
+    while _patches:
+        cls, attr, original = _patches.pop()
+        setattr(cls, attr, original)
+    while _creator_scopes:
+        _creator_scopes.pop().__exit__(None, None, None)
+
+
+# --- public API -------------------------------------------------------------------
+
+@contextlib.contextmanager
+def scope(**kwargs: Any) -> Iterator[Any]:
+    """Data-parallel scope with option overrides (see the module docstring).
+
+    Args:
+        **kwargs: option values for the code inside (hbcore_tf.options).
+
+    Yields:
+        The hb context.
+
+    Raises:
+        ValueError: an unknown option or a value outside its domain.
+        TypeError: an option value of the wrong type.
+    """
+    global _depth
+    from hbcore_tf.context import context
+
+    with options.scope(**kwargs):
+        context.rank  # HybridBackend scripts never call init(): do it here
+        with _lock:
+            _depth += 1
+            if _depth == 1:
+                try:
+                    _install()
+                except BaseException:
+                    _depth -= 1
+                    _uninstall()
+                    raise
+        try:
+            yield context
+        finally:
+            with _lock:
+                _depth -= 1
+                if _depth == 0:
+                    _uninstall()
+
+
+def is_active() -> bool:
+    """Whether an hb.scope is active."""
+    return _depth > 0
+
+
+def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
+    """Decorator: runs the function inside ``hb.scope(**kwargs)``.
+
+    Usable as ``@hb.function``, ``@hb.function()`` or
+    ``@hb.function(grad_nbuckets=2)``; the options are validated when the
+    decorator is applied. Stacks with ``tf.function`` in either order (the
+    scope is active while the python function runs, i.e. while tracing
+    under tf.function).
+
+    Raises:
+        ValueError: an unknown option or a value outside its domain.
+        TypeError: an option value of the wrong type.
+    """
+    from hbcore_tf.options import validate
+
+    for name, value in kwargs.items():
+        validate(name, value)
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            with scope(**kwargs):
+                return func(*args, **kw)
+        return wrapper
+
+    return decorate if fn is None else decorate(fn)
+
+
+def wraps(cls: type) -> type:
+    """Class decorator: the data-parallel subclass of a user's optimizer
+    class (tf.compat.v1.train.Optimizer subclass, or a Keras 3 / tf_keras
+    optimizer class), with the same name.
+
+    Raises:
+        TypeError: ``cls`` is not an optimizer class.
+    """
+    if not isinstance(cls, type):
+        raise TypeError("hb.wraps expects an optimizer class, got %r" % (cls,))
+    if issubclass(cls, tf.compat.v1.train.Optimizer):
+        return _data_parallel.v1_class(cls)
+    try:
+        family = _compat.optimizer_class_family(cls)
+    except ValueError as exc:
+        raise TypeError("hb.wraps expects a tf.compat.v1.train.Optimizer, "
+                        "Keras 3 or tf_keras optimizer class, got %s.%s" % (
+                            cls.__module__, cls.__name__)) from exc
+    del family  # the instance's family is detected again when it is made
+    return _keras_wrapped(cls)
+
+
+def _keras_wrapped(cls: type) -> type:
+    def __init__(self, *args, **kwargs):
+        cls.__init__(self, *args, **kwargs)
+        _data_parallel.make_data_parallel(self)
+
+    # A thin subclass whose instances turn data-parallel when created, so
+    # grad_nbuckets is read per instance (at its creation).
+    wrapped = type(cls.__name__, (cls,), {
+        "__init__": __init__, "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
+    return wrapped

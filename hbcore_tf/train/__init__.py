@@ -1,0 +1,27 @@
+"""``hb.train``: HybridBackend's training API on hbcore.
+
+- ``<Name>Optimizer`` for every tf.compat.v1.train optimizer (generated,
+  hbcore_tf.train.optimizers), ``wraps_optimizer`` for your own class;
+- ``MonitoredTrainingSession`` (hbcore_tf.train.session);
+- ``Server`` and ``device_setter`` (hbcore_tf.train.server);
+- ``EvaluationHook`` (hbcore_tf.train.evaluation, imported on first use).
+"""
+from hbcore_tf.train.optimizers import OPTIMIZERS, wraps_optimizer
+from hbcore_tf.train.server import Server, device_setter
+from hbcore_tf.train.session import MonitoredTrainingSession
+
+globals().update(OPTIMIZERS)
+
+__all__ = sorted(OPTIMIZERS) + [
+    "EvaluationHook", "MonitoredTrainingSession", "Server", "device_setter",
+    "wraps_optimizer"]
+
+
+def __getattr__(name: str):
+    # EvaluationHook lives in its own module (metrics side); importing it
+    # lazily keeps hb.train importable on its own.
+    if name == "EvaluationHook":
+        from hbcore_tf.train.evaluation import EvaluationHook
+
+        return EvaluationHook
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,0 +1,42 @@
+"""``hb.train.Server`` and ``hb.train.device_setter``.
+
+HybridBackend started a gRPC ``tf.distribute.Server`` per process. hbcore
+carries every collective itself (MPI under hbrun), so no TF cluster is
+needed: the server is a stand-in whose ``target`` is the local target
+(``""``), which ``MonitoredTrainingSession`` accepts.
+"""
+from typing import Any
+
+
+class Server:
+    """A stand-in for tf.distribute.Server (see the module docstring).
+
+    Args:
+        *args, **kwargs: accepted and ignored (HybridBackend passed the
+            cluster spec and task here; hbcore takes them from hbrun).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        del args, kwargs
+
+    @property
+    def target(self) -> str:
+        """The session target: ``""``, this process's local runtime."""
+        return ""
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def join(self) -> None:
+        """Returns at once: there is no parameter-server role to serve."""
+
+
+def device_setter(*args: Any, **kwargs: Any) -> str:
+    """This rank's placement, for ``with tf.device(hb.train.device_setter())``:
+    ``/device:GPU:<i>`` when the rank has a GPU, else ``/device:CPU:0``.
+    Arguments (HybridBackend's replica_device_setter ones) are ignored.
+    """
+    from hbcore_tf.context import context
+
+    del args, kwargs
+    return context.current_device()

@@ -1,0 +1,120 @@
+"""``hb.train.MonitoredTrainingSession``: tf.compat.v1's, made data-parallel.
+
+Every rank opens the session as TF's chief would (ChiefSessionCreator:
+restore from ``checkpoint_dir`` when it holds a checkpoint, else run the
+initializers); there is no non-chief path, because a non-chief TF session
+waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
+
+1. a hook broadcasts every global variable (weights and optimizer slots)
+   from rank 0 right after the session is created, i.e. after the restore
+   or the initialisation, so every rank starts from rank 0's values;
+2. checkpoints, summaries and the step counter are written by rank 0 only
+   (on the other ranks the save/summary arguments are turned off), and
+   ``chief_only_hooks`` run on rank 0 only; rank 0's checkpoint saver gets
+   ``hb.context.saving_listeners``;
+3. with ``eval_fn``, an hbcore_tf.train.evaluation.EvaluationHook runs it
+   every ``eval_every_n_iter`` steps on every rank.
+
+Contract: every rank calls this with the same graph, so the broadcast
+(one grouped collective) is built and run identically everywhere.
+"""
+from typing import Any, Callable, List, Optional
+
+import tensorflow as tf
+
+from hbcore_tf.hooks import BroadcastGlobalVariablesHook
+
+_USE_DEFAULT = object()
+
+
+def _checkpoint_schedule(secs: Any, steps: Any) -> tuple:
+    # tf.compat.v1.train.MonitoredTrainingSession's defaulting rule.
+    if secs is _USE_DEFAULT and steps is _USE_DEFAULT:
+        return 600, None
+    if secs is _USE_DEFAULT:
+        return None, steps
+    if steps is _USE_DEFAULT:
+        return secs, None
+    return secs, steps
+
+
+def MonitoredTrainingSession(  # noqa: N802 - TF's name
+        master: str = "", is_chief: bool = True,
+        checkpoint_dir: Optional[str] = None, scaffold: Any = None,
+        hooks: Optional[List[Any]] = None,
+        chief_only_hooks: Optional[List[Any]] = None,
+        save_checkpoint_secs: Any = _USE_DEFAULT,
+        save_summaries_steps: Any = _USE_DEFAULT,
+        save_summaries_secs: Any = _USE_DEFAULT, config: Any = None,
+        stop_grace_period_secs: int = 120, log_step_count_steps: int = 100,
+        max_wait_secs: int = 7200, save_checkpoint_steps: Any = _USE_DEFAULT,
+        summary_dir: Optional[str] = None, save_graph_def: bool = True,
+        eval_every_n_iter: Optional[int] = None,
+        eval_fn: Optional[Callable[[], Any]] = None,
+        eval_steps: int = 100, eval_history: Optional[list] = None
+) -> tf.compat.v1.train.MonitoredSession:
+    """tf.compat.v1.train.MonitoredTrainingSession for data-parallel
+    training (see the module docstring). Takes every argument of TF's.
+
+    Args:
+        master, config, stop_grace_period_secs, max_wait_secs, scaffold,
+        hooks, save_summaries_steps, save_summaries_secs,
+        log_step_count_steps, summary_dir, save_graph_def,
+        save_checkpoint_secs, save_checkpoint_steps: as TF's.
+        is_chief: this process may write checkpoints and summaries; it
+            does only when it is also rank 0 (default True everywhere).
+        checkpoint_dir: restored by EVERY rank; written by rank 0.
+        chief_only_hooks: hooks run on rank 0 only.
+        eval_every_n_iter: evaluate every this many steps (default 1000).
+        eval_fn: builds the evaluation metrics (see EvaluationHook).
+        eval_steps: evaluation steps per evaluation.
+        eval_history: a list that receives each evaluation's values.
+
+    Returns:
+        A MonitoredSession.
+
+    Raises:
+        ValueError: eval_every_n_iter is given without eval_fn.
+    """
+    from hbcore_tf.context import context
+
+    if eval_every_n_iter is not None and eval_fn is None:
+        raise ValueError("MonitoredTrainingSession: eval_every_n_iter is "
+                         "given but eval_fn is None")
+    writer = bool(is_chief) and context.is_chief
+    scaffold = scaffold or tf.compat.v1.train.Scaffold()
+    all_hooks = [BroadcastGlobalVariablesHook(0)] + list(hooks or [])
+    secs, steps = _checkpoint_schedule(save_checkpoint_secs,
+                                       save_checkpoint_steps)
+    if writer:
+        all_hooks += list(chief_only_hooks or [])
+        if checkpoint_dir and (secs or steps):
+            all_hooks.append(tf.compat.v1.train.CheckpointSaverHook(
+                checkpoint_dir, save_secs=secs, save_steps=steps,
+                scaffold=scaffold, listeners=context.saving_listeners,
+                save_graph_def=save_graph_def))
+    if eval_fn is not None:
+        from hbcore_tf.train.evaluation import EvaluationHook
+
+        all_hooks.append(EvaluationHook(
+            eval_fn, steps=eval_steps,
+            every_n_iter=1000 if eval_every_n_iter is None
+            else eval_every_n_iter,
+            summary_dir=(summary_dir or checkpoint_dir) if writer else None,
+            history=eval_history))
+    off = {} if writer else {
+        "save_summaries_steps": None, "save_summaries_secs": None,
+        "log_step_count_steps": None}
+    summaries = {"save_summaries_steps": save_summaries_steps,
+                 "save_summaries_secs": save_summaries_secs,
+                 "log_step_count_steps": log_step_count_steps}
+    summaries.update(off)
+    kwargs = {k: v for k, v in summaries.items() if v is not _USE_DEFAULT}
+    return tf.compat.v1.train.MonitoredTrainingSession(
+        master=master, is_chief=True, checkpoint_dir=checkpoint_dir,
+        scaffold=scaffold, hooks=all_hooks, chief_only_hooks=None,
+        save_checkpoint_secs=None, save_checkpoint_steps=None,
+        config=config, stop_grace_period_secs=stop_grace_period_secs,
+        max_wait_secs=max_wait_secs,
+        summary_dir=summary_dir if writer else None,
+        save_graph_def=save_graph_def, **kwargs)

@@ -1,0 +1,48 @@
+"""hb.context / hb.Context and the HybridBackend options at 2 and 3 ranks:
+one hbrun launch per rank count (with HB_* option variables set) runs
+every case of tests/tf/rank_scripts/hb_context.py; each case is a test.
+"""
+import pytest
+
+from harness import emulated_hosts
+from train_util import case_names, launch, tensorflow_missing
+
+pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
+                                reason=str(tensorflow_missing()))
+
+SCRIPT = "hb_context.py"
+NPS = [2, 3]
+# The variables the rank script expects (its ENV); kept literal here so
+# the pytest process does not import TensorFlow.
+ENV = {"HB_GRAD_NBUCKETS": "2", "HB_DATA_SYNC_DROP_REMAINDER": "false",
+       "HB_COMM_DEFAULT": "mpi", "HB_EMB_WIRE_DTYPE": "float16",
+       "HB_STALL_CHECK_TIME_SECONDS": "5",
+       "HB_STALL_SHUTDOWN_TIME_SECONDS": "60"}
+
+
+def _run(np_):
+    return launch(SCRIPT, np_, env=ENV, timeout=240)
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_launch_is_clean(np_):
+    run = _run(np_)
+    run.assert_ok()
+    assert [run.results[r]["initial_rank"] for r in range(np_)] == \
+        list(range(np_)), run.results
+
+
+@pytest.mark.parametrize("np_", NPS)
+@pytest.mark.parametrize("case", case_names(SCRIPT))
+def test_case(np_, case):
+    _run(np_).assert_cases([case])
+
+
+def test_local_devices_on_emulated_hosts():
+    """Two emulated hosts with 2 and 1 ranks: local_devices lists the
+    ranks of this rank's host (every case runs again there)."""
+    hbrun_args, env = emulated_hosts([2, 1])
+    env.update(ENV)
+    run = launch(SCRIPT, 3, env=env, timeout=240, hbrun_args=hbrun_args)
+    run.assert_ok()
+    run.assert_cases(case_names(SCRIPT))
