@@ -45,7 +45,7 @@ from hbcore_tf.optimizers import DistributedOptimizer
 # HybridBackend's names.
 from hbcore_tf.context import Context, context
 from hbcore_tf.scope import function, scope, wraps
-from hbcore_tf import saved_model, train
+from hbcore_tf import data, metrics, saved_model, train
 
 from hbcore import __version__
 
@@ -58,6 +58,12 @@ def __getattr__(name: str):
         from hbcore_tf import sync_batch_norm
 
         return sync_batch_norm.layer_class()
+    if name == "keras":
+        # hb.keras (hb.keras.metrics, and Horovod's hbcore_tf.keras API)
+        # imports Keras: only on first use.
+        import hbcore_tf.keras
+
+        return hbcore_tf.keras
     if name == "estimator":
         # Raises ImportError: tf.estimator was removed in TensorFlow 2.16.
         import hbcore_tf.estimator  # noqa: F401
