@@ -19,7 +19,9 @@ values are fetched once. With hb.metrics the values are collectives and
 global: every rank gets the same numbers. Rank 0 logs them, writes them as
 TensorBoard scalars under ``summary_dir`` (at the global step when the
 graph has one) and every rank appends ``{"step": s, name: value, ...}`` to
-``history`` when given.
+``history`` when given. When the session ends normally (including the end
+of the input, OutOfRangeError), ``end()`` runs one more evaluation unless
+the last step was just evaluated.
 
 Invariant: every rank runs the same training steps (data sync makes sure),
 so every rank evaluates at the same steps and the collectives match.
@@ -68,6 +70,7 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._summary_dir = summary_dir
         self._history = history
         self._step = 0
+        self._evaluated_at = 0
         self._writer = None
 
     def begin(self) -> None:
@@ -98,6 +101,7 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._step += 1
         if self._step % self._every_n_iter == 0:
             self.evaluate(run_context.session)
+            self._evaluated_at = self._step
 
     def evaluate(self, session: Any) -> Dict[str, Any]:
         """Runs one evaluation now (every rank must call it together).
@@ -131,6 +135,12 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
         return results
 
     def end(self, session: Any) -> None:
+        # MonitoredSession calls end() on every rank when training stops
+        # normally; every rank stopped after the same step (data sync), so
+        # the decision below is the same everywhere.
+        if self._step > self._evaluated_at:
+            self.evaluate(session)
+            self._evaluated_at = self._step
         if self._writer is not None:
             self._writer.flush()
 
