@@ -30,14 +30,14 @@ LEGACY = keras.__name__ == "tf_keras"
 # Cases that use Keras' model.fit run in both Keras flavours; the others
 # (v1 graphs, custom loops, errors) only in the Keras 3 launch.
 FIT_CASES = ["fit_drop", "fit_keep", "fit_keep_sample_weight",
-             "fit_keep_classifier"]
+             "fit_keep_classifier", "empty_batch_layers"]
 CASES = ["errors", "empty_batch_structure", "default_from_env",
          "v1_monitored_drop", "v1_monitored_keep",
          "v1_initializable_two_epochs", "loop_eager_drop", "loop_eager_keep",
          "loop_tf_function_drop", "loop_tf_function_keep",
          "loop_dict_keep", "loop_inside_tf_function_keep", "early_stop",
          "fit_drop", "fit_keep", "fit_keep_sample_weight",
-         "fit_keep_classifier"]
+         "fit_keep_classifier", "empty_batch_layers"]
 assert CASES[-len(FIT_CASES):] == FIT_CASES
 BATCH = 4
 DIM = 3
@@ -427,6 +427,58 @@ def main():
                   atol=1e-5)
         identical_on_all_ranks(model.get_weights(), "classifier weights")
 
+    def empty_batch_layers():
+        # What docs/hybridbackend_data_sync.md says about built-in layers and
+        # losses on the empty batches of drop_remainder=False.
+        layers = keras.layers
+        x = tf.zeros([0, DIM])
+        for layer, inp, out_shape in [
+                (layers.Dense(2), x, (0, 2)),
+                (layers.Embedding(5, 2), tf.zeros([0, 4], tf.int32),
+                 (0, 4, 2)),
+                (layers.LayerNormalization(), x, (0, DIM)),
+                (layers.Dropout(0.5), x, (0, DIM)),
+                (layers.Flatten(), tf.zeros([0, 2, DIM]), (0, 2 * DIM))]:
+            got = layer(inp, training=True)
+            check(tuple(got.shape) == out_shape, "%s on an empty batch: %s" %
+                  (type(layer).__name__, got.shape))
+        dense = layers.Dense(4)
+        dense(tf.ones([1, DIM]))
+        for loss, y in [
+                (keras.losses.MeanSquaredError(), tf.zeros([0, 4])),
+                (keras.losses.BinaryCrossentropy(from_logits=True),
+                 tf.zeros([0, 4])),
+                (keras.losses.CategoricalCrossentropy(from_logits=True),
+                 tf.zeros([0, 4])),
+                (keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                 tf.zeros([0], tf.int32))]:
+            with tf.GradientTape() as tape:
+                value = loss(y, dense(x))
+            grads = tape.gradient(value, dense.trainable_weights)
+            check(all(g is not None and np.all(g.numpy() == 0) for g in grads),
+                  "%s: gradient of an empty batch is not zero" %
+                  type(loss).__name__)
+        # BatchNormalization's moving statistics become NaN on a rank that
+        # trains on an empty batch (the mean over 0 examples) ...
+        bn = layers.BatchNormalization()
+        bn(tf.ones([2, DIM]), training=True)
+        bn(x, training=True)
+        check(np.isnan(bn.moving_mean.numpy()).all(),
+              "BatchNormalization kept finite statistics on an empty batch")
+        # ... SyncBatchNormalization's do not: it averages over the global
+        # batch, here the batches of every rank but rank 0.
+        sbn = hvd.SyncBatchNormalization(momentum=0.5)
+        sbn(tf.ones([1, DIM]), training=False)
+        mine = x if rank == 0 else tf.constant(rank_values(3, rank,
+                                                           (BATCH, DIM)))
+        sbn(mine, training=True)
+        rows = np.concatenate([rank_values(3, r, (BATCH, DIM))
+                               for r in range(1, size)]).astype(np.float64)
+        close(sbn.moving_mean, 0.5 * rows.mean(axis=0),
+              "SyncBatchNormalization moving mean")
+        close(sbn.moving_variance, 0.5 + 0.5 * rows.var(axis=0),
+              "SyncBatchNormalization moving variance", rtol=1e-4)
+
     table = {
         "errors": errors,
         "empty_batch_structure": empty_batch_structure,
@@ -445,6 +497,7 @@ def main():
         "fit_keep": lambda: fit_case(False),
         "fit_keep_sample_weight": lambda: fit_case(False, weighted=True),
         "fit_keep_classifier": fit_keep_classifier,
+        "empty_batch_layers": empty_batch_layers,
     }
     skip = [c for c in CASES if c not in FIT_CASES] if LEGACY else []
     run_table(checker, table, CASES, skip=skip)
