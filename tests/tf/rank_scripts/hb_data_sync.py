@@ -32,7 +32,7 @@ LEGACY = keras.__name__ == "tf_keras"
 FIT_CASES = ["fit_drop", "fit_keep", "fit_keep_sample_weight",
              "fit_keep_classifier", "empty_batch_layers"]
 CASES = ["errors", "empty_batch_structure", "default_from_env",
-         "v1_monitored_drop", "v1_monitored_keep",
+         "v1_monitored_drop", "v1_monitored_keep", "v1_monitored_max_steps",
          "v1_initializable_two_epochs", "loop_eager_drop", "loop_eager_keep",
          "loop_tf_function_drop", "loop_tf_function_keep",
          "loop_dict_keep", "loop_inside_tf_function_keep", "early_stop",
@@ -208,7 +208,8 @@ def main():
         loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - y))
         opt = hvd.DistributedOptimizer(
             tf.compat.v1.train.GradientDescentOptimizer(LR))
-        return w, b, opt.minimize(loss)
+        return w, b, opt.minimize(
+            loss, global_step=tf.compat.v1.train.get_or_create_global_step())
 
     class Capture(tf.compat.v1.train.SessionRunHook):
         def __init__(self, tensors):
@@ -218,7 +219,7 @@ def main():
         def end(self, session):
             self.values = session.run(self.tensors)
 
-    def v1_monitored(drop):
+    def v1_monitored(drop, max_steps=None):
         with tf.Graph().as_default():
             # Each pass of the one-shot iterator is one epoch.
             it = hbd.make_one_shot_iterator(dataset(rank).repeat(EPOCHS),
@@ -226,9 +227,14 @@ def main():
             x, y = it.get_next()
             w, b, train_op = v1_model(x, y)
             capture = Capture([w, b])
+            hooks = [capture]
+            if max_steps:
+                # Stops before the data ends; nothing may be left pending.
+                hooks.append(tf.compat.v1.train.StopAtStepHook(
+                    last_step=max_steps))
             steps = 0
             with tf.compat.v1.train.MonitoredTrainingSession(
-                    hooks=[capture], save_checkpoint_secs=None,
+                    hooks=hooks, save_checkpoint_secs=None,
                     save_summaries_steps=None, log_step_count_steps=None
                     ) as sess:
                 while not sess.should_stop():
@@ -237,7 +243,7 @@ def main():
         # The repeated dataset is one long pass: both epochs' batches of a
         # rank follow each other, so simulate with one epoch of twice the
         # batches.
-        want = simulate_repeated(size, drop)
+        want = simulate_repeated(size, drop, max_steps)
         check(steps == want[0], "v1 steps %d, expected %d" % (steps, want[0]))
         close(capture.values[0], want[1], "v1 kernel", rtol=1e-4, atol=1e-5)
         close(capture.values[1], want[2], "v1 bias", rtol=1e-4, atol=1e-5)
@@ -325,6 +331,9 @@ def main():
         count = len(list(ds))
         check(count == min(nb(k) for k in range(size)),
               "after early stops: %d batches" % count)
+        # A prefetch after the sync is safe for passes run to their end.
+        counts = [len(list(ds.prefetch(2))) for _ in range(2)]
+        check(counts == [count] * 2, "prefetched passes: %s" % counts)
 
     # --- Keras model.fit ------------------------------------------------------------
 
@@ -438,7 +447,10 @@ def main():
                  (0, 4, 2)),
                 (layers.LayerNormalization(), x, (0, DIM)),
                 (layers.Dropout(0.5), x, (0, DIM)),
-                (layers.Flatten(), tf.zeros([0, 2, DIM]), (0, 2 * DIM))]:
+                (layers.Flatten(), tf.zeros([0, 2, DIM]), (0, 2 * DIM)),
+                (layers.GlobalAveragePooling1D(), tf.zeros([0, 2, DIM]),
+                 (0, DIM)),
+                (layers.Concatenate(), [x, x], (0, 2 * DIM))]:
             got = layer(inp, training=True)
             check(tuple(got.shape) == out_shape, "%s on an empty batch: %s" %
                   (type(layer).__name__, got.shape))
@@ -446,6 +458,9 @@ def main():
         dense(tf.ones([1, DIM]))
         for loss, y in [
                 (keras.losses.MeanSquaredError(), tf.zeros([0, 4])),
+                (keras.losses.MeanAbsoluteError(), tf.zeros([0, 4])),
+                (keras.losses.Huber(), tf.zeros([0, 4])),
+                (keras.losses.BinaryCrossentropy(), tf.zeros([0, 4])),
                 (keras.losses.BinaryCrossentropy(from_logits=True),
                  tf.zeros([0, 4])),
                 (keras.losses.CategoricalCrossentropy(from_logits=True),
@@ -485,6 +500,7 @@ def main():
         "default_from_env": default_from_env,
         "v1_monitored_drop": lambda: v1_monitored(True),
         "v1_monitored_keep": lambda: v1_monitored(False),
+        "v1_monitored_max_steps": lambda: v1_monitored(False, max_steps=3),
         "v1_initializable_two_epochs": v1_initializable_two_epochs,
         "loop_eager_drop": lambda: loop_case(True, False),
         "loop_eager_keep": lambda: loop_case(False, False),
@@ -506,7 +522,7 @@ def main():
     hvd.shutdown()
 
 
-def simulate_repeated(size, drop):
+def simulate_repeated(size, drop, max_steps=None):
     """simulate() for a dataset repeated EPOCHS times into one pass: rank
     r holds EPOCHS * NB(r) batches (its data, then its data again)."""
     w, b = [a.astype(np.float64) for a in initial_weights()]
@@ -514,6 +530,7 @@ def simulate_repeated(size, drop):
              for a in rank_data(r)[:2]] for r in range(size)]
     counts = [EPOCHS * nb(r) for r in range(size)]
     steps = min(counts) if drop else max(counts)
+    steps = min(steps, max_steps or steps)
     for s in range(steps):
         grads = [sim_grad(w, b, *(a[s * BATCH:(s + 1) * BATCH]
                                   for a in data[r]))
