@@ -16,8 +16,9 @@ Protocol (the same on every rank; one scalar collective per element):
    process, or the caller's ``name``): Min with ``drop_remainder=True``,
    Max with ``drop_remainder=False``. The k-th allreduce of one rank meets
    the k-th allreduce of every other rank, because each rank submits them
-   one at a time from a sequential ``map`` (the op is stateful, so tf.data
-   never parallelizes or reorders it).
+   one at a time from a sequential ``map``. (tf.data's default
+   ``map_parallelization`` rewrite would make that map parallel, stateful
+   op or not, and so read ahead; ``synchronized`` turns it off.)
 3. The element is yielded while the reduced flag is 1: with Min while
    every rank has data (so all stop at the first step some rank cannot
    fill, and that step is not run); with Max while some rank has data (a
