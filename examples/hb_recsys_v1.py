@@ -175,6 +175,8 @@ def main() -> None:
     if history[-1]["auc"] < 0.6:
         sys.exit("rank %d: final AUC %.3f is not better than chance"
                  % (rank, history[-1]["auc"]))
+    if rank == 0:
+        print("weights identical on all ranks")
 
 
 if __name__ == "__main__":

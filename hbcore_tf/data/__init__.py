@@ -1,4 +1,24 @@
 """hbcore_tf.data: input pipelines for distributed training (HybridBackend's
-``hb.data``)."""
+``hb.data``).
+
+Data sync (ranks with different numbers of batches):
+    ds = hb.data.synchronized(ds, drop_remainder=None)      # TF2, model.fit
+    it = hb.data.make_one_shot_iterator(ds)                  # v1 graphs
+    with hb.data.step_weight(batch): ...                     # custom loops
+
+Parquet input (pyarrow, the ``parquet`` extra):
+    ds = hb.data.ParquetDataset(files, batch_size, fields=None,
+                                partition_count=size, partition_index=rank)
+
+Horovod's tf.data service integration is hbcore_tf.data.compute_service.
+"""
 from hbcore_tf.data.dataframe import DataFrame, to_sparse
+from hbcore_tf.data.iterators import (SyncIterator, make_initializable_iterator,
+                                      make_iterator, make_one_shot_iterator)
 from hbcore_tf.data.parquet import ParquetDataset, read_parquet
+from hbcore_tf.data.sync import batch_weight, step_weight, synchronized
+
+__all__ = ["DataFrame", "ParquetDataset", "SyncIterator", "batch_weight",
+           "make_initializable_iterator", "make_iterator",
+           "make_one_shot_iterator", "read_parquet", "step_weight",
+           "synchronized", "to_sparse"]

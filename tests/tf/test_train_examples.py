@@ -23,6 +23,9 @@ EXAMPLES = {
                              "--batch-size", "16"],
     "tf2_gradient_tape.py": ["--steps", "20", "--batch-size", "32"],
     "tf1_monitored_session.py": ["--steps", "20", "--batch-size", "32"],
+    "hb_recsys_v1.py": ["--rows", "1500", "--epochs", "2",
+                        "--eval-every", "10", "--eval-steps", "4"],
+    "hb_keras_fit.py": ["--rows", "1500", "--epochs", "2"],
     "tf2_synthetic_benchmark.py": ["--model", "MobileNetV2", "--image-size",
                                    "32", "--num-classes", "10",
                                    "--batch-size", "4", "--num-iters", "2",
@@ -34,6 +37,8 @@ EXPECT = {
     "tf2_gradient_tape.py": "weights identical on all ranks",
     "tf1_monitored_session.py": "weights identical on all ranks",
     "tf2_synthetic_benchmark.py": "Total img/sec on 2 rank(s)",
+    "hb_recsys_v1.py": "weights identical on all ranks",
+    "hb_keras_fit.py": "weights and AUC identical on all ranks",
 }
 
 

@@ -1,0 +1,107 @@
+"""tf.compat.v1 iterators over synchronized datasets (HybridBackend's
+``hb.data.make_one_shot_iterator`` and friends).
+
+The iterator reads ``synchronized(ds)``, so its ``get_next()`` raises
+tf.errors.OutOfRangeError on every rank in the same step, which
+MonitoredTrainingSession turns into ``should_stop()`` on every rank.
+``get_next()`` also registers the batch's weight (1.0 unless the batch is
+empty) as the graph's data-sync step weight, so the data-parallel gradient
+reduction built in that graph averages over the ranks that had data
+(hbcore_tf._step_weight). Call ``get_next()`` once per training graph,
+before building the optimizer's update.
+"""
+from typing import Any, Optional
+
+import tensorflow as tf
+
+from hbcore_tf import _step_weight
+from hbcore_tf.data.sync import synchronized
+
+
+class SyncIterator:
+    """A tf.compat.v1 iterator over a synchronized dataset.
+
+    Behaves like the wrapped ``tf.compat.v1.data.Iterator`` (attributes
+    are forwarded); ``get_next`` additionally registers the step weight.
+    """
+
+    def __init__(self, iterator: Any) -> None:
+        self._iterator = iterator
+
+    def get_next(self, name: Optional[str] = None) -> Any:
+        """The next batch; registers its weight in the graph.
+
+        Raises:
+          ValueError: the graph already has a data-sync step weight (a
+            second get_next, or a second data-sync iterator).
+        """
+        batch = self._iterator.get_next(name=name)
+        _step_weight.register_in_graph(_step_weight.batch_weight(batch))
+        return batch
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._iterator, attr)
+
+
+def _check_graph_mode(what: str) -> None:
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "hb.data.%s is for tf.compat.v1 graphs; in TF2 code iterate "
+            "hb.data.synchronized(ds) directly" % what)
+
+
+def make_one_shot_iterator(ds: tf.data.Dataset,
+                           drop_remainder: Optional[bool] = None
+                           ) -> SyncIterator:
+    """A one-shot iterator over ``synchronized(ds, drop_remainder)``.
+
+    Args:
+      ds: a batched dataset (see ``synchronized``).
+      drop_remainder: see ``synchronized`` (None: the option).
+
+    Returns:
+      A SyncIterator.
+
+    Raises:
+      RuntimeError: called eagerly.
+      TypeError, ValueError: as ``synchronized``.
+    """
+    _check_graph_mode("make_one_shot_iterator")
+    return SyncIterator(tf.compat.v1.data.make_one_shot_iterator(
+        synchronized(ds, drop_remainder)))
+
+
+def make_initializable_iterator(ds: tf.data.Dataset,
+                                drop_remainder: Optional[bool] = None
+                                ) -> SyncIterator:
+    """An initializable iterator over ``synchronized(ds, drop_remainder)``.
+
+    Run its ``initializer`` on every rank before each pass (epoch).
+
+    Args:
+      ds: a batched dataset (see ``synchronized``).
+      drop_remainder: see ``synchronized`` (None: the option).
+
+    Returns:
+      A SyncIterator.
+
+    Raises:
+      RuntimeError: called eagerly.
+      TypeError, ValueError: as ``synchronized``.
+    """
+    _check_graph_mode("make_initializable_iterator")
+    return SyncIterator(tf.compat.v1.data.make_initializable_iterator(
+        synchronized(ds, drop_remainder)))
+
+
+def make_iterator(ds: tf.data.Dataset,
+                  drop_remainder: Optional[bool] = None) -> SyncIterator:
+    """HybridBackend's ``make_iterator``: a one-shot iterator over
+    ``synchronized(ds, drop_remainder)``.
+
+    Raises:
+      RuntimeError: called eagerly.
+      TypeError, ValueError: as ``synchronized``.
+    """
+    _check_graph_mode("make_iterator")
+    return make_one_shot_iterator(ds, drop_remainder)
