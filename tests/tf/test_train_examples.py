@@ -26,6 +26,7 @@ EXAMPLES = {
     "hb_recsys_v1.py": ["--rows", "1500", "--epochs", "2",
                         "--eval-every", "10", "--eval-steps", "4"],
     "hb_keras_fit.py": ["--rows", "1500", "--epochs", "2"],
+    "smddp_tf2_mnist.py": ["--steps", "10", "--batch-size", "16"],
     "tf2_synthetic_benchmark.py": ["--model", "MobileNetV2", "--image-size",
                                    "32", "--num-classes", "10",
                                    "--batch-size", "4", "--num-iters", "2",
@@ -39,6 +40,7 @@ EXPECT = {
     "tf2_synthetic_benchmark.py": "Total img/sec on 2 rank(s)",
     "hb_recsys_v1.py": "weights identical on all ranks",
     "hb_keras_fit.py": "weights and AUC identical on all ranks",
+    "smddp_tf2_mnist.py": "weights identical on all ranks",
 }
 
 

@@ -1,0 +1,24 @@
+"""hbcore_tf.smddp, the smdistributed.dataparallel.tensorflow API, at 2 and
+3 ranks (tests/tf/rank_scripts/smddp.py); smddp's TF2 example runs as
+examples/smddp_tf2_mnist.py in test_train_examples.py.
+"""
+import pytest
+
+from train_util import case_names, op_launch, tensorflow_missing
+
+pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
+                                reason=str(tensorflow_missing()))
+
+SCRIPT = "smddp.py"
+NPS = [2, 3]
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_launch_is_clean(np_):
+    op_launch(SCRIPT, np_).assert_ok()
+
+
+@pytest.mark.parametrize("np_", NPS)
+@pytest.mark.parametrize("case", case_names(SCRIPT))
+def test_case(np_, case):
+    op_launch(SCRIPT, np_).assert_cases([case])
