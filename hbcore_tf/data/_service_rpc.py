@@ -1,0 +1,200 @@
+"""The compute service: a small request/response server run by rank 0 of a
+tf.data service compute job, and its client.
+
+Why it exists: the training job and the compute job are two separate MPI
+jobs, so they cannot use hbcore's collectives with each other. They meet
+through this service, whose address and authentication key the compute
+job writes into the config file (TfDataServiceConfig).
+
+Protocol (multiprocessing.connection: pickled tuples over TCP, HMAC
+authentication with the key): one request, one reply, per round trip.
+
+    ("register_dispatcher", id, address)  -> True
+    ("wait_dispatcher", id, seconds)      -> address, or None after seconds
+    ("register_worker", id)               -> True
+    ("wait_workers", id, n, seconds)      -> True once n workers of that
+                                             dispatcher registered, else
+                                             False after seconds
+    ("wait_shutdown", seconds)            -> True once shutdown was asked,
+                                             False when seconds passed first
+    ("shutdown",)                         -> True; every wait_shutdown returns
+    ("ping",)                             -> True
+
+The server answers each connection in its own thread; waits are on one
+condition variable, never busy. A client that cannot reach the server
+raises ConnectionError naming the address (the compute job is gone).
+"""
+import secrets
+import socket
+import threading
+import time
+from multiprocessing.connection import Client, Listener
+from typing import Any, Dict, Optional, Tuple
+
+
+def advertised_host() -> str:
+    """This host's name if it resolves, else 127.0.0.1."""
+    name = socket.gethostname()
+    try:
+        socket.gethostbyname(name)
+        return name
+    except OSError:
+        return "127.0.0.1"
+
+
+def new_key() -> str:
+    return secrets.token_hex(16)
+
+
+class ComputeServiceServer:
+    """The server (compute job, rank 0). ``address`` is host:port."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._listener = Listener(("0.0.0.0", 0), authkey=key.encode())
+        port = self._listener.address[1]
+        self.address = "%s:%d" % (advertised_host(), port)
+        self._cond = threading.Condition()
+        self._dispatchers: Dict[int, str] = {}
+        self._workers: Dict[int, int] = {}
+        self._shutdown = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True,
+                                        name="hbcore-compute-service")
+        self._thread.start()
+
+    @property
+    def shutdown_requested(self) -> bool:
+        with self._cond:
+            return self._shutdown
+
+    def wait_shutdown(self, seconds: Optional[float]) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._shutdown, seconds)
+
+    def request_shutdown(self) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        self._closed = True
+        self.request_shutdown()
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn = self._listener.accept()
+            except (OSError, EOFError):
+                if self._closed:
+                    return
+                continue  # a client that failed authentication
+            threading.Thread(target=self._serve, args=(conn,),
+                             daemon=True).start()
+
+    def _serve(self, conn: Any) -> None:
+        with conn:
+            while True:
+                try:
+                    request = conn.recv()
+                except (EOFError, OSError):
+                    return
+                try:
+                    conn.send(self._answer(request))
+                except (EOFError, OSError):
+                    return
+
+    def _answer(self, request: Tuple[Any, ...]) -> Any:
+        kind = request[0]
+        with self._cond:
+            if kind == "register_dispatcher":
+                self._dispatchers[int(request[1])] = str(request[2])
+                self._cond.notify_all()
+                return True
+            if kind == "wait_dispatcher":
+                key = int(request[1])
+                self._cond.wait_for(lambda: key in self._dispatchers,
+                                    float(request[2]))
+                return self._dispatchers.get(key)
+            if kind == "register_worker":
+                key = int(request[1])
+                self._workers[key] = self._workers.get(key, 0) + 1
+                self._cond.notify_all()
+                return True
+            if kind == "wait_workers":
+                key, count = int(request[1]), int(request[2])
+                return self._cond.wait_for(
+                    lambda: self._workers.get(key, 0) >= count,
+                    float(request[3]))
+            if kind == "wait_shutdown":
+                return self._cond.wait_for(lambda: self._shutdown,
+                                           float(request[1]))
+            if kind == "shutdown":
+                self._shutdown = True
+                self._cond.notify_all()
+                return True
+            if kind == "ping":
+                return True
+        raise ValueError("unknown compute service request %r" % (kind,))
+
+
+class ComputeServiceClient:
+    """A connection to the compute service (thread-safe)."""
+
+    def __init__(self, address: str, key: str, verbose: bool = False) -> None:
+        self.address = address
+        self._key = key
+        self._verbose = verbose
+        self._lock = threading.Lock()
+        self._conn: Any = None
+
+    def call(self, *request: Any) -> Any:
+        """One round trip.
+
+        Raises:
+          ConnectionError: the service cannot be reached (the compute job
+            is not running any more).
+        """
+        with self._lock:
+            try:
+                if self._conn is None:
+                    host, port = self.address.rsplit(":", 1)
+                    self._conn = Client((host, int(port)),
+                                        authkey=self._key.encode())
+                self._conn.send(request)
+                return self._conn.recv()
+            except (OSError, EOFError) as exc:
+                self._conn = None
+                raise ConnectionError(
+                    "the tf.data service compute job's service at %s cannot "
+                    "be reached (%s): is the compute job still running?" % (
+                        self.address, exc)) from exc
+
+    def wait_for(self, request: Tuple[Any, ...], what: str,
+                 timeout: Optional[float]) -> Any:
+        """Repeats a waiting request (its last element is the seconds the
+        server may wait) until it gives a true reply; TimeoutError after
+        ``timeout`` seconds (None: forever). Each round trip waits at most
+        a second on the server, so a compute job that dies is noticed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 1.0 if deadline is None else min(
+                1.0, max(0.0, deadline - time.monotonic()))
+            reply = self.call(*(request + (left,)))
+            if reply:
+                return reply
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("timed out after %ss waiting for %s" % (
+                    timeout, what))
+            if self._verbose:
+                print("hbcore: waiting for %s" % what, flush=True)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

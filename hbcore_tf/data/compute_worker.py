@@ -1,0 +1,143 @@
+"""The compute job of a tf.data service setup (Horovod's compute_worker).
+
+    hbrun -np 4 python -m hbcore_tf.data.compute_worker /tmp/compute.json
+    hbrun -np 4 python -m hbcore_tf.data.compute_worker --dispatchers 2 /tmp/compute.json
+    hbrun -np 4 python -m hbcore_tf.data.compute_worker --dispatcher-side training /tmp/compute.json
+
+Every rank runs one tf.data service worker; the ranks are split into
+``--dispatchers`` groups of ``np / dispatchers`` workers (np must be a
+multiple), each group serving one dispatcher. With the compute side, the
+first rank of each group also runs its dispatcher; with the training side,
+the training job's ``tf_data_service`` runs them and the workers wait for
+them to register. Rank 0 runs the compute service (see _service_rpc) and
+writes the config file once every rank is ready to serve; the job then
+serves until the training job calls ``compute_client().shutdown()``, or it
+is interrupted (SIGINT/SIGTERM), and exits 0 after stopping its servers.
+"""
+import argparse
+import signal
+import sys
+import threading
+from typing import List, Optional
+
+import tensorflow as tf
+
+import hbcore
+from hbcore_tf.data._service_rpc import (ComputeServiceServer, advertised_host,
+                                         new_key)
+from hbcore_tf.data.compute_service import (DISPATCHER_SIDES, ComputeClient,
+                                            TfDataServiceConfig)
+
+
+HEARTBEAT_MS = 500
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m hbcore_tf.data.compute_worker",
+        description="Runs tf.data service workers (and dispatchers) for a "
+                    "training job; writes CONFIG for it.")
+    parser.add_argument("configfile", help="the config file to write")
+    parser.add_argument("--dispatchers", type=int, default=1,
+                        help="number of dispatchers (1: shared by all "
+                             "training ranks; else one per training rank)")
+    parser.add_argument("--dispatcher-side", default="compute",
+                        choices=DISPATCHER_SIDES,
+                        help="where dispatchers run (default: compute)")
+    parser.add_argument("--timeout", type=float, default=60,
+                        help="seconds to wait for dispatchers and workers "
+                             "to register")
+    parser.add_argument("--reuse-dataset", action="store_true",
+                        help="default of send_to_data_service's "
+                             "reuse_dataset")
+    parser.add_argument("--round-robin", action="store_true",
+                        help="default of send_to_data_service's round_robin")
+    parser.add_argument("--verbose", action="store_true")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    hbcore.init()
+    rank, size = hbcore.rank(), hbcore.size()
+    if args.dispatchers < 1 or size % args.dispatchers:
+        # Every rank sees the same arguments, so every rank stops here.
+        print("compute_worker: the number of compute ranks (hbrun -np %d) "
+              "must be a multiple of --dispatchers (%d)" % (
+                  size, args.dispatchers), file=sys.stderr, flush=True)
+        hbcore.shutdown()
+        return 2
+    per_dispatcher = size // args.dispatchers
+    server = ComputeServiceServer(new_key()) if rank == 0 else None
+    service = hbcore.broadcast_object(
+        (server.address, server.key) if server else None, root_rank=0)
+    config = TfDataServiceConfig(
+        args.dispatchers, per_dispatcher, args.dispatcher_side,
+        [service[0]], service[1], timeout=args.timeout,
+        reuse_dataset=args.reuse_dataset, round_robin=args.round_robin)
+    client = ComputeClient(config, verbose=args.verbose)
+    dispatcher_id = rank // per_dispatcher
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+
+    dispatcher = None
+    if args.dispatcher_side == "compute" and rank % per_dispatcher == 0:
+        dispatcher = tf.data.experimental.service.DispatchServer(
+            tf.data.experimental.service.DispatcherConfig(port=0))
+        port = int(dispatcher.target.rsplit(":", 1)[1])
+        client.register_dispatcher(dispatcher_id,
+                                   "%s:%d" % (advertised_host(), port))
+    # Everyone is ready to accept registrations: publish the config. With
+    # training-side dispatchers the workers can only start once the
+    # training job (which needs this file) registered its dispatchers.
+    hbcore.barrier()
+    if rank == 0:
+        config.write(args.configfile)
+        print("compute_worker: %d rank(s), %d dispatcher(s) on the %s side; "
+              "config written to %s" % (size, args.dispatchers,
+                                        args.dispatcher_side, args.configfile),
+              flush=True)
+
+    worker = None
+    while not stop.is_set():
+        try:
+            address = client.wait_for_dispatcher_registration(
+                dispatcher_id, timeout=1.0)
+            break
+        except TimeoutError:
+            continue
+    else:
+        address = None
+    if address is not None:
+        worker = tf.data.experimental.service.WorkerServer(
+            tf.data.experimental.service.WorkerConfig(
+                dispatcher_address=address,
+                worker_address=advertised_host() + ":%port%",
+                # Workers learn about new jobs (every epoch of a rank's own
+                # dataset is one) through heartbeats: keep them short.
+                heartbeat_interval_ms=HEARTBEAT_MS))
+        client.register_worker_for_dispatcher(dispatcher_id)
+
+    # Serve until the training job asks us to stop, or a signal arrives.
+    rpc = client._rpc  # noqa: SLF001
+    while not stop.is_set():
+        try:
+            if rpc.call("wait_shutdown", 1.0):
+                break
+        except ConnectionError:
+            break  # rank 0's service is gone: the job is ending
+    if worker is not None:
+        worker._stop()  # pylint: disable=protected-access
+    if dispatcher is not None:
+        dispatcher._stop()  # pylint: disable=protected-access
+    hbcore.barrier()
+    if server is not None:
+        server.close()
+    hbcore.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

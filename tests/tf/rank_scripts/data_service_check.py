@@ -1,0 +1,53 @@
+"""Training side of the tf.data service checks: reads one epoch of a finite
+dataset through the compute job and reports which elements it got and
+which process ran the map function (the pid read from /proc/self/stat by
+a TF op inside the map, so it is the pid of the process that executed
+it). Rank 0 then stops the compute job.
+
+    python data_service_check.py CONFIG MODE N
+    MODE: "shared" (one dispatcher, reuse_dataset=True: one job read by
+    every rank) or "sharded" (each rank reads its .shard(size, rank)).
+"""
+import os
+import sys
+
+from train_common import report, tf  # noqa: F401
+
+import hbcore  # noqa: E402
+import hbcore_tf as hvd  # noqa: E402
+from hbcore_tf.data.compute_service import (TfDataServiceConfig,  # noqa: E402
+                                            tf_data_service)
+
+
+def pid_of_executing_process(_):
+    stat = tf.io.read_file("/proc/self/stat")
+    return tf.strings.to_number(tf.strings.split(stat, " ")[0], tf.int64)
+
+
+def main() -> None:
+    path, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    config = TfDataServiceConfig.read(path, wait_for_file_creation=True)
+    with tf_data_service(config, rank):
+        ds = tf.data.Dataset.range(n)
+        if mode == "sharded":
+            ds = ds.shard(size, rank)
+        ds = ds.map(lambda i: (i, pid_of_executing_process(i)))
+        ds = ds.send_to_data_service(config, rank, size,
+                                     reuse_dataset=(mode == "shared"))
+        got = [(int(i), int(p)) for i, p in ds]
+        hvd.barrier()
+        if rank == 0:
+            config.compute_client().shutdown()
+    everyone = hbcore.allgather_object(got)
+    trainers = hbcore.allgather_object(os.getpid())
+    report({"rank": rank, "size": size, "ok": True,
+            "elements": sorted(i for part in everyone for i, _ in part),
+            "map_pids": sorted({p for part in everyone for _, p in part}),
+            "trainer_pids": trainers})
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

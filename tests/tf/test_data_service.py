@@ -1,0 +1,153 @@
+"""Horovod's tf.data service integration (hbcore_tf.data.compute_service and
+compute_worker): a compute job and a training job, 2 ranks each, with
+compute-side and training-side dispatchers; every element of a finite
+dataset reaches training exactly once per epoch (distributed_epoch), the
+map function runs in the compute job's processes, the compute job exits 0
+when the training job stops it and leaves no process behind; bad counts,
+a missing config file and an unreachable compute job are errors.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from train_util import ROOT, launch, tensorflow_missing
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from harness import base_env, kill_tree  # noqa: E402
+
+pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
+                                reason=str(tensorflow_missing()))
+
+TIMEOUT_S = 180
+N = 60
+
+
+def start_compute_job(config, np_=2, args=()):
+    command = [sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np_),
+               sys.executable, "-m", "hbcore_tf.data.compute_worker"]
+    command += list(args) + [str(config)]
+    env = base_env({"TF_CPP_MIN_LOG_LEVEL": "2"})
+    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, errors="replace",
+                            start_new_session=True)
+
+
+def finish(proc, timeout=TIMEOUT_S):
+    """(returncode, stdout, stderr); kills the tree on timeout."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, err = proc.communicate()
+        pytest.fail("compute job did not stop\n%s\n%s" % (out[-2000:],
+                                                          err[-2000:]))
+    return proc.returncode, out, err
+
+
+def leftovers(config):
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if str(config) in " ".join(proc.info["cmdline"] or []):
+                found.append(proc.pid)
+        except psutil.Error:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("side", ["compute", "training"])
+@pytest.mark.parametrize("mode", ["shared", "sharded"])
+def test_every_element_once_map_in_compute_job(tmp_path, side, mode):
+    """shared: one dispatcher and one job read by both training ranks;
+    sharded: one dispatcher (and one worker) per training rank, each rank
+    reading its .shard(size, rank)."""
+    config = tmp_path / "compute.json"
+    dispatchers = "1" if mode == "shared" else "2"
+    compute = start_compute_job(config, args=["--dispatcher-side", side,
+                                              "--dispatchers", dispatchers])
+    try:
+        run = launch("data_service_check.py", 2, timeout=TIMEOUT_S,
+                     args=[str(config), mode, str(N)], cache=False)
+        run.assert_ok()
+        code, out, err = finish(compute)
+    finally:
+        kill_tree(compute.pid)
+    assert code == 0, err[-3000:]
+    result = run.results[0]
+    assert result["elements"] == list(range(N)), result["elements"]
+    assert result["map_pids"], result
+    assert not set(result["map_pids"]) & set(result["trainer_pids"]), result
+    assert leftovers(config) == []
+
+
+@pytest.mark.parametrize("side", ["compute", "training"])
+def test_example_runs_2_plus_2(tmp_path, side):
+    config = tmp_path / "compute.json"
+    compute = start_compute_job(config, args=["--dispatcher-side", side])
+    try:
+        command = [sys.executable, "-m", "hbcore.launcher.cli", "-np", "2",
+                   sys.executable,
+                   os.path.join(ROOT, "examples", "tf2_data_service.py"),
+                   str(config), "--examples", "512", "--epochs", "2"]
+        train = subprocess.run(command, env=base_env(
+            {"TF_CPP_MIN_LOG_LEVEL": "2"}), capture_output=True, text=True,
+            timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+        code, _, err = finish(compute)
+    finally:
+        kill_tree(compute.pid)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "weights identical on all ranks" in train.stdout, train.stdout
+    assert code == 0, err[-3000:]
+    assert leftovers(config) == []
+
+
+def test_np_not_a_multiple_of_dispatchers(tmp_path):
+    config = tmp_path / "compute.json"
+    code, _, err = finish(start_compute_job(config, np_=3,
+                                            args=["--dispatchers", "2"]))
+    assert code != 0
+    assert "must be a multiple of --dispatchers (2)" in err, err[-2000:]
+    assert not config.exists()
+
+
+def run_code(code, timeout=120):
+    env = base_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
+    out = subprocess.run([sys.executable, "-c", code], env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_errors_without_a_compute_job(tmp_path):
+    """A config file that never appears times out; a training size that
+    does not match the dispatchers and an unreachable compute job raise,
+    naming what is wrong."""
+    missing = tmp_path / "never.json"
+    dead = tmp_path / "dead.json"
+    dead.write_text(json.dumps({
+        "dispatchers": 2, "workers_per_dispatcher": 1,
+        "dispatcher_side": "compute", "addresses": ["127.0.0.1:9"],
+        "key": "00", "timeout": 5}))
+    out = run_code(
+        "import tensorflow as tf\n"
+        "from hbcore_tf.data.compute_service import TfDataServiceConfig\n"
+        "try:\n"
+        "    TfDataServiceConfig.read(%r, wait_for_file_creation=True,"
+        " timeout=1)\n"
+        "except TimeoutError as e: print('TIMEOUT', e)\n"
+        "cfg = TfDataServiceConfig.read(%r)\n"
+        "ds = tf.data.Dataset.range(4)\n"
+        "try: ds.send_to_data_service(cfg, 0, 3)\n"
+        "except ValueError as e: print('SIZE', e)\n"
+        "try: ds.send_to_data_service(cfg, 0, 2)\n"
+        "except ConnectionError as e: print('GONE', e)\n"
+        % (str(missing), str(dead)))
+    assert "TIMEOUT" in out and "did not appear within 1" in out, out
+    assert "SIZE" in out and "2 dispatchers" in out and "3 ranks" in out, out
+    assert "GONE" in out and "127.0.0.1:9" in out, out
+
