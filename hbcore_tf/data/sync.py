@@ -41,6 +41,7 @@ then stops at the same element on every rank, and no rank is left with a
 submitted allreduce that the others never join.
 """
 import itertools
+import os
 import threading
 from typing import Any, Optional
 
@@ -145,10 +146,10 @@ def synchronized(ds: tf.data.Dataset, drop_remainder: Optional[bool] = None,
     synced = (tagged.map(agree)
               .take_while(lambda element, anyone: anyone > 0)
               .map(lambda element, anyone: element))
-    return synced.with_options(_lockstep_options())
+    return synced.with_options(_lockstep_options(ds))
 
 
-def _lockstep_options() -> tf.data.Options:
+def _lockstep_options(ds: tf.data.Dataset) -> tf.data.Options:
     # Nothing may pull elements (and so submit collectives) before the
     # training loop asks for them. tf.data's default rewrites would: an
     # injected prefetch, and map_parallelization, which turns a plain map
@@ -162,6 +163,18 @@ def _lockstep_options() -> tf.data.Options:
     options.experimental_optimization.inject_prefetch = False
     options.experimental_optimization.map_parallelization = False
     options.experimental_warm_start = False
+    # The sync map's allreduce is asynchronous; without a pool of its own,
+    # tf.data runs the map on the pool of the caller of GetNext (the
+    # inter-op pool when the iterator is read inside a tf.function or a
+    # v1 graph), where GetNext itself holds a thread while it waits for
+    # the map: with one inter-op thread every step then stalls (measured:
+    # ~0.4 s per step, and a livelock under load). The private pool is as
+    # large as tf.data's default shared pool, unless the pipeline already
+    # has one of at least 2 threads.
+    existing = ds.options().threading.private_threadpool_size or 0
+    if existing < 2:
+        options.threading.private_threadpool_size = max(
+            2, len(os.sched_getaffinity(0)))
     return options
 
 

@@ -7,8 +7,11 @@ the whole job in numpy (closed-form gradients of a linear model under the
 mean squared error; no TensorFlow, no hbcore): with drop_remainder=True
 min(NB) steps over every rank's batches; with drop_remainder=False max(NB)
 steps, each step's gradient averaged over the ranks that still had a
-batch. Step counts and final weights must equal the simulation and be
-identical on every rank. Two epochs wherever a loop can repeat.
+batch. The Embedding classifier case uses the same model in plain
+single-process TensorFlow as its reference instead. Step counts and final
+weights must equal the reference and be identical on every rank. Two
+epochs wherever a loop can repeat. ``empty_batch_layers`` checks the
+table of built-in layers and losses in docs/hybridbackend_data_sync.md.
 
 Run by tests/tf/test_hb_data_sync.py under hbrun.
 """
