@@ -10,11 +10,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
 
-from train_util import ROOT, launch, tensorflow_missing
+from train_util import ROOT, SCRIPTS, _pythonpath, launch, tensorflow_missing
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from harness import base_env, kill_tree  # noqa: E402
@@ -35,6 +36,12 @@ def start_compute_job(config, np_=2, args=()):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, errors="replace",
                             start_new_session=True)
+
+
+def launch_env():
+    """The environment of a training launch: rank scripts importable."""
+    return base_env({"TF_CPP_MIN_LOG_LEVEL": "2",
+                     "PYTHONPATH": os.pathsep.join(_pythonpath())})
 
 
 def finish(proc, timeout=TIMEOUT_S):
@@ -151,3 +158,38 @@ def test_errors_without_a_compute_job(tmp_path):
     assert "SIZE" in out and "2 dispatchers" in out and "3 ranks" in out, out
     assert "GONE" in out and "127.0.0.1:9" in out, out
 
+
+
+def test_training_ends_when_the_compute_job_dies(tmp_path):
+    """The compute job is killed while the training process reads from it:
+    the training process exits non-zero, naming the lost compute job,
+    instead of waiting on the tf.data service forever."""
+    config = tmp_path / "compute.json"
+    started = tmp_path / "started"
+    compute = start_compute_job(config)
+    command = [sys.executable, "-m", "hbcore.launcher.cli", "-np", "1",
+               sys.executable,
+               os.path.join(SCRIPTS, "data_service_reader.py"),
+               str(config), str(started)]
+    train = subprocess.Popen(command, env=launch_env(),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             errors="replace", start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while not started.exists():   # handshake: the reader got an element
+            assert train.poll() is None, train.communicate()
+            assert time.monotonic() < deadline, "the reader never started"
+            time.sleep(0.2)
+        kill_tree(compute.pid)
+        try:
+            out, err = train.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the training process still runs 90 s after its "
+                        "compute job died")
+    finally:
+        kill_tree(train.pid)
+        kill_tree(compute.pid)
+    assert train.returncode != 0, out
+    assert "cannot be reached" in err, err[-3000:]
+    assert leftovers(config) == []
