@@ -28,6 +28,9 @@ N = 60
 
 
 def start_compute_job(config, np_=2, args=()):
+    """hbrun -np NP python -m hbcore_tf.data.compute_worker ARGS CONFIG, run
+    from CONFIG's directory (never from the checkout, whose unbuilt
+    packages would shadow the installed ones under ``python -m``)."""
     command = [sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np_),
                sys.executable, "-m", "hbcore_tf.data.compute_worker"]
     command += list(args) + [str(config)]
@@ -35,7 +38,8 @@ def start_compute_job(config, np_=2, args=()):
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, errors="replace",
-                            start_new_session=True)
+                            start_new_session=True,
+                            cwd=os.path.dirname(str(config)))
 
 
 def launch_env():
@@ -103,7 +107,7 @@ def test_example_runs_2_plus_2(tmp_path, side):
                    str(config), "--examples", "512", "--epochs", "2"]
         train = subprocess.run(command, env=base_env(
             {"TF_CPP_MIN_LOG_LEVEL": "2"}), capture_output=True, text=True,
-            timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+            timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, cwd=str(tmp_path))
         code, _, err = finish(compute)
     finally:
         kill_tree(compute.pid)
@@ -122,9 +126,9 @@ def test_np_not_a_multiple_of_dispatchers(tmp_path):
     assert not config.exists()
 
 
-def run_code(code, timeout=120):
+def run_code(code, cwd, timeout=120):
     env = base_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
-    out = subprocess.run([sys.executable, "-c", code], env=env,
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=str(cwd),
                          capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
@@ -153,7 +157,7 @@ def test_errors_without_a_compute_job(tmp_path):
         "except ValueError as e: print('SIZE', e)\n"
         "try: ds.send_to_data_service(cfg, 0, 2)\n"
         "except ConnectionError as e: print('GONE', e)\n"
-        % (str(missing), str(dead)))
+        % (str(missing), str(dead)), tmp_path)
     assert "TIMEOUT" in out and "did not appear within 1" in out, out
     assert "SIZE" in out and "2 dispatchers" in out and "3 ranks" in out, out
     assert "GONE" in out and "127.0.0.1:9" in out, out
@@ -174,7 +178,8 @@ def test_training_ends_when_the_compute_job_dies(tmp_path):
     train = subprocess.Popen(command, env=launch_env(),
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
-                             errors="replace", start_new_session=True)
+                             errors="replace", start_new_session=True,
+                             cwd=str(tmp_path))
     try:
         deadline = time.monotonic() + TIMEOUT_S
         while not started.exists():   # handshake: the reader got an element

@@ -11,6 +11,9 @@ import pytest
 
 from train_util import ROOT, case_names, launch, tensorflow_missing
 
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from harness import base_env  # noqa: E402
+
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
 
@@ -29,7 +32,7 @@ def test_case(np_, case):
     launch(SCRIPT, np_).assert_cases([case])
 
 
-def test_missing_pyarrow_names_the_extra():
+def test_missing_pyarrow_names_the_extra(tmp_path):
     """Importing hbcore_tf.data works without pyarrow; building a
     ParquetDataset raises ImportError naming the extra to install."""
     code = (
@@ -39,9 +42,11 @@ def test_missing_pyarrow_names_the_extra():
         "    d.ParquetDataset('x.parquet', 2)\n"
         "except ImportError as e:\n"
         "    print('IMPORT-ERROR:', e)\n")
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
+    # The hbcore under test (see tests/under_test.py), run outside the
+    # checkout so that its unbuilt packages never shadow an installed one.
+    env = base_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
     out = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "IMPORT-ERROR:" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "hbcore[parquet]" in out.stdout, out.stdout
