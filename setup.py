@@ -131,7 +131,8 @@ class BuildNative(build_ext):
         for d in (header_dir, tf_src_dir):
             os.makedirs(d, exist_ok=True)
         shutil.copy2(os.path.join(core_inc, "hbcore", "c_api.h"), header_dir)
-        for src in glob.glob(os.path.join(ROOT, "csrc", "tf", "*.cc")):
+        for src in (glob.glob(os.path.join(ROOT, "csrc", "tf", "*.cc")) +
+                    glob.glob(os.path.join(ROOT, "csrc", "tf", "*.h"))):
             shutil.copy2(src, tf_src_dir)
 
         module = self.get_ext_fullpath(ext.name)

@@ -66,12 +66,13 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import psutil
 
 import hbcore as hb
+from _timing import measure
 
 import mpi4py  # noqa: E402  (after hbcore: it loads the shared libmpi first)
 
@@ -136,30 +137,6 @@ class Row:
 
 
 # --- measuring -------------------------------------------------------------
-
-def measure(comm: MPI.Intracomm, fns: Sequence[Callable[[], object]],
-            reps: int, inner: int = 1, warmup: int = 3) -> List[float]:
-    """Times each of ``fns``; returns per-call seconds for each.
-
-    Every repetition: a barrier, then ``inner`` calls.
-    The functions' repetitions are interleaved, rotating which goes first.
-    Returns the median over repetitions of the slowest rank's time per call.
-    """
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    local = np.zeros((len(fns), reps))
-    for rep in range(reps):
-        for k in range(len(fns)):
-            i = (rep + k) % len(fns)
-            comm.Barrier()
-            start = time.perf_counter()
-            for _ in range(inner):
-                fns[i]()
-            local[i, rep] = (time.perf_counter() - start) / inner
-    slowest = np.max(np.stack(comm.allgather(local)), axis=0)
-    return [float(np.median(slowest[i])) for i in range(len(fns))]
-
 
 def inner_calls(nbytes: int) -> int:
     """Back-to-back calls per repetition: many for tiny buffers, 1 for big."""

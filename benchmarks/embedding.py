@@ -40,11 +40,12 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Dict, List, Optional
+
+from _launch import hbrun, run, worker_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -235,39 +236,17 @@ def exchange_share(path: str) -> Optional[float]:
     return busy / (end - start)
 
 
-def _env(timeline: Optional[str]) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HB_", "HOROVOD_"))}
-    paths = [ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    env.update({"PYTHONPATH": os.pathsep.join(paths),
-                "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1"})
-    if timeline:
-        env["HB_TIMELINE"] = timeline
-    return env
-
-
 def launch(args: argparse.Namespace, worker: str, np_: int,
            directory: str) -> dict:
     tag = "%s%d" % (worker, np_)
     out = os.path.join(directory, tag + ".json")
     timeline = os.path.join(directory, tag + ".trace.json")
-    command = [sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np_),
-               sys.executable, os.path.abspath(__file__), "--worker", worker,
-               "--out", out, "--rows", str(args.rows), "--tables",
-               str(args.tables), "--hot", str(args.hot), "--batch-size",
-               str(args.batch_size), "--steps", str(args.steps),
-               "--warmup", str(args.warmup)]
-    try:
-        proc = subprocess.run(command, env=_env(timeline), cwd=ROOT,
-                              capture_output=True, text=True,
-                              errors="replace", timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        raise SystemExit("%s -np %d timed out after %ss" % (
-            worker, np_, args.timeout))
-    if proc.returncode != 0:
-        raise SystemExit("%s -np %d failed (exit %d):\n%s" % (
-            worker, np_, proc.returncode, (proc.stdout + proc.stderr)[-4000:]))
+    argv = [os.path.abspath(__file__), "--worker", worker, "--out", out,
+            "--rows", str(args.rows), "--tables", str(args.tables), "--hot",
+            str(args.hot), "--batch-size", str(args.batch_size), "--steps",
+            str(args.steps), "--warmup", str(args.warmup)]
+    run([hbrun(np_, argv)], [worker_env({"HB_TIMELINE": timeline})],
+        args.timeout, "%s -np %d" % (worker, np_))
     with open(out) as f:
         result = json.load(f)
     if os.path.exists(timeline):

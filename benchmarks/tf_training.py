@@ -39,12 +39,12 @@ between the markers.
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from typing import Dict, List
+
+from _launch import free_ports, run, worker_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -200,61 +200,16 @@ def _worker_args(args: argparse.Namespace, role: str, out: str) -> List[str]:
                 ["--no-exchange"] if role == "bound" else [])
 
 
-def _env() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HB_", "HOROVOD_", "TF_CONFIG"))}
-    paths = [ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
-    env.update({"PYTHONPATH": os.pathsep.join(paths),
-                "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1",
-                "PYTHONUNBUFFERED": "1"})
-    return env
-
-
-def _run(commands: List[List[str]], envs: List[Dict[str, str]],
-         timeout: float, what: str) -> None:
-    procs = [subprocess.Popen(c, env=e, cwd=ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True,
-                              errors="replace", start_new_session=True)
-             for c, e in zip(commands, envs)]
-    deadline = time.monotonic() + timeout
-    outputs = []
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                try:
-                    os.killpg(p.pid, 9)
-                except OSError:
-                    pass
-            raise SystemExit("%s timed out after %ss" % (what, timeout))
-        outputs.append(out)
-        if proc.returncode != 0:
-            raise SystemExit("%s failed (exit %s):\n%s" % (
-                what, proc.returncode, out[-4000:]))
-
-
-def _free_ports(n: int) -> List[int]:
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("localhost", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def run_hbcore(args: argparse.Namespace, np_: int, directory: str,
                exchange: bool = True) -> dict:
     tag = "%d%s" % (np_, "" if exchange else "bound")
     out = os.path.join(directory, "hbcore%s.json" % tag)
     timeline = os.path.join(directory, "timeline%s.json" % tag)
-    env = _env()
-    env["HB_TIMELINE"] = timeline
+    env = worker_env({"HB_TIMELINE": timeline})
     command = [sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np_),
                sys.executable] + _worker_args(
                    args, "hbcore" if exchange else "bound", out)
-    _run([command], [env], args.timeout, "hbcore -np %d" % np_)
+    run([command], [env], args.timeout, "hbcore -np %d" % np_)
     with open(out) as f:
         result = json.load(f)
     result.update(timeline_overhead(timeline))
@@ -263,16 +218,14 @@ def run_hbcore(args: argparse.Namespace, np_: int, directory: str,
 
 def run_mwms(args: argparse.Namespace, workers: int, directory: str) -> dict:
     out = os.path.join(directory, "mwms.json")
-    cluster = {"worker": ["localhost:%d" % p for p in _free_ports(workers)]}
+    cluster = {"worker": ["localhost:%d" % p for p in free_ports(workers)]}
     commands, envs = [], []
     for index in range(workers):
-        env = _env()
-        env["TF_CONFIG"] = json.dumps({"cluster": cluster,
-                                       "task": {"type": "worker",
-                                                "index": index}})
+        env = worker_env({"TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}})})
         commands.append([sys.executable] + _worker_args(args, "mwms", out))
         envs.append(env)
-    _run(commands, envs, args.timeout, "MultiWorkerMirroredStrategy")
+    run(commands, envs, args.timeout, "MultiWorkerMirroredStrategy")
     with open(out) as f:
         return json.load(f)
 

@@ -34,12 +34,18 @@ def _sources() -> Tuple[List[str], str]:
     import hbcore
 
     here = os.path.dirname(os.path.abspath(__file__))
-    installed = os.path.join(here, "_csrc", "hbcore_ops.cc")
-    if os.path.exists(installed):
-        return [installed], os.path.join(hbcore.__path__[0], "include")
+    installed = os.path.join(here, "_csrc")
+    if os.path.exists(os.path.join(installed, "hbcore_ops.cc")):
+        return (_files(installed, ".cc"),
+                os.path.join(hbcore.__path__[0], "include"))
     root = _repo_root()
-    return ([os.path.join(root, "csrc", "tf", "hbcore_ops.cc")],
+    return (_files(os.path.join(root, "csrc", "tf"), ".cc"),
             os.path.join(root, "csrc", "core", "include"))
+
+
+def _files(directory: str, suffix: str) -> List[str]:
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.endswith(suffix))
 
 
 def _tf_flags() -> Tuple[List[str], List[str], str]:
@@ -63,7 +69,9 @@ def _cache_dir() -> str:
 def _key(sources: List[str], include: str, flags: List[str],
          tf_version: str) -> str:
     digest = hashlib.sha256()
-    for path in sources + [os.path.join(include, "hbcore", "c_api.h")]:
+    headers = _files(os.path.dirname(sources[0]), ".h")
+    for path in sources + headers + [os.path.join(include, "hbcore",
+                                                  "c_api.h")]:
         with open(path, "rb") as f:
             digest.update(f.read())
     digest.update(" ".join(flags).encode())

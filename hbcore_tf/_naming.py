@@ -28,13 +28,23 @@ traced different things before, so a trailing ``_<digits>`` is stripped
 from every FuncGraph name. (Plain tf.function graphs are named after the
 Python function, e.g. ``train_step``, and carry no counter.)
 
-Eager mode has no graph to name ops by: unnamed calls get
-``<kind>.noname.<n>`` from a per-kind counter. Like Horovod, this requires
-every rank to issue its unnamed eager collectives in the same order.
+Eager mode has no graph to name ops by. An unnamed eager collective
+runs to completion inside the call that creates it (synchronous eager
+execution), so it needs a name unique only among the unnamed collectives
+of its kind in flight at that moment: the call takes the lowest free slot
+``<kind>.eager.<slot>`` and frees it when the op returned. Calls made one
+after another therefore reuse one name, which the core's response cache
+then answers without a full negotiation (with a fresh name per call, every
+eager collective was a cache miss). Concurrent calls from several threads
+get distinct slots. Like Horovod, this requires every rank to issue its
+unnamed eager collectives in the same order. Under asynchronous eager
+execution an op may still run after the call returned, so there the name
+comes from a per-kind counter (``<kind>.noname.<n>``) instead.
 """
 import contextlib
 import re
-from typing import Any, Iterator, Optional
+import threading
+from typing import Any, Dict, Iterator, Optional, Set
 
 import tensorflow as tf
 
@@ -54,9 +64,31 @@ def _scope_base(name: str) -> str:
     return base
 
 
-def eager_name(kind: str) -> str:
-    """Returns the next ``<kind>.noname.<n>`` of this process."""
-    return auto_name(kind)
+_slots_lock = threading.Lock()
+_busy_slots: Dict[str, Set[int]] = {}
+
+
+@contextlib.contextmanager
+def _eager_slot(kind: str) -> Iterator[str]:
+    """Holds the lowest free ``<kind>.eager.<slot>`` name while the
+    synchronous eager op created inside the context runs."""
+    with _slots_lock:
+        busy = _busy_slots.setdefault(kind, set())
+        slot = 0
+        while slot in busy:
+            slot += 1
+        busy.add(slot)
+    try:
+        yield "%s.eager.%d" % (kind, slot)
+    finally:
+        with _slots_lock:
+            busy.discard(slot)
+
+
+def _eager_is_async() -> bool:
+    from tensorflow.python.eager import context
+
+    return context.context().is_async()
 
 
 def graph_path(graph: Any) -> str:
@@ -73,7 +105,8 @@ def graph_path(graph: Any) -> str:
 
 @contextlib.contextmanager
 def op_scope(kind: str, name: Optional[str],
-             ignore_name_scope: bool = False) -> Iterator[str]:
+             ignore_name_scope: bool = False,
+             eager: Optional[bool] = None) -> Iterator[str]:
     """Yields the core name of one collective op; in graph mode the op is
     to be created inside the context (a unique name scope).
 
@@ -82,9 +115,18 @@ def op_scope(kind: str, name: Optional[str],
         name: user-given name or None.
         ignore_name_scope: drop the enclosing name scopes from the name
             (keeps the graph path and the op's own scope name).
+        eager: ``tf.executing_eagerly()`` when the caller already knows it.
     """
-    if tf.executing_eagerly():
-        yield name if name is not None else eager_name(kind)
+    if eager is None:
+        eager = tf.executing_eagerly()
+    if eager:
+        if name is not None:
+            yield name
+        elif _eager_is_async():
+            yield auto_name(kind)
+        else:
+            with _eager_slot(kind) as slot_name:
+                yield slot_name
         return
     graph = tf.compat.v1.get_default_graph()
     base = kind if name is None else _scope_base(name)

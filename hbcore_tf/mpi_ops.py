@@ -18,7 +18,9 @@ local argument (root rank, splits, dtype) and ``tf.errors.AbortedError``
 once the runtime shut down on any rank. Calls before :func:`init` raise
 ``ValueError`` (:class:`hbcore.NotInitializedError`) in Python.
 """
-from typing import Any, List, Mapping, Optional, Sequence, Union
+import contextlib
+from typing import (Any, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 # hbcore first: it loads libmpi and libhbcore, which the op library links to.
 import hbcore
@@ -131,6 +133,19 @@ def _refuse_adasum(op: int, what: str) -> None:
             "op=hvd.Average or hvd.Sum" % what)
 
 
+def _as_tensor(value: Any) -> tf.Tensor:
+    """``tf.convert_to_tensor(value)``, skipped for tensors (it costs about
+    ten microseconds per eager call)."""
+    return value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(
+        value)
+
+
+def _on_device(device: str) -> Any:
+    """``tf.device(device)``, or nothing for '' (default placement): the
+    context manager costs microseconds on every eager call."""
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
 def _collective(tensors: Sequence[Any], op_code: int, kind: str,
                 name: Optional[str], ignore_name_scope: bool = False,
                 reduce_op: int = Sum, root_rank: int = 0,
@@ -140,18 +155,42 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
 
     A single tensor is named ``<name>``; a group ``<name>.0``, ``<name>.1``..
     """
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [_as_tensor(t) for t in tensors]
     if not tensors:
         return []
-    with _naming.op_scope(kind, name, ignore_name_scope) as base:
-        names = ([base] if len(tensors) == 1 else
-                 ["%s.%d" % (base, i) for i in range(len(tensors))])
+    eager = tf.executing_eagerly()
+    with _naming.op_scope(kind, name, ignore_name_scope, eager) as base:
         outputs = _lib.hbcore_collective(
-            tensors, tf.constant(names, dtype=tf.string), op=op_code,
+            tensors, _names_tensor(base, len(tensors), eager), op=op_code,
             reduce_op=int(reduce_op), root_rank=int(root_rank),
             prescale_factor=float(prescale_factor),
-            postscale_factor=float(postscale_factor))
+            postscale_factor=float(postscale_factor), eager=eager)
     return list(outputs)
+
+
+# Eager string tensors of the names used so far (tf.constant costs tens of
+# microseconds, a good part of an eager collective's latency). Bounded: a
+# program that keeps making new names empties it now and then.
+_EAGER_NAMES_MAX = 4096
+_eager_names: Dict[Tuple[str, int], tf.Tensor] = {}
+
+
+def _names_tensor(base: str, count: int, eager: bool) -> tf.Tensor:
+    """The names input of one collective op over ``count`` tensors: a single
+    tensor is named ``base``, a group ``base.0``, ``base.1``, ..."""
+    if eager:
+        key = (base, count)
+        cached = _eager_names.get(key)
+        if cached is not None:
+            return cached
+    names = ([base] if count == 1 else
+             ["%s.%d" % (base, i) for i in range(count)])
+    tensor = tf.constant(names, dtype=tf.string)
+    if eager:
+        if len(_eager_names) >= _EAGER_NAMES_MAX:
+            _eager_names.clear()
+        _eager_names[key] = tensor
+    return tensor
 
 
 _SPARSE_SCALE_ERROR = ("Pre/postscale_factor are not supported with "
@@ -248,11 +287,11 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
     _refuse_adasum(op, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse_args(op, prescale_factor, postscale_factor)
-        with tf.device(device_sparse):
+        with _on_device(device_sparse):
             return _sparse_allreduce([tensor], op, name,
                                      ignore_name_scope)[0]
-    with tf.device(device_dense):
-        compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    with _on_device(device_dense):
+        compressed, ctx = compression.compress(_as_tensor(tensor))
         reduced = _collective([compressed], _ALLREDUCE, "HbcoreAllreduce", name,
                               ignore_name_scope, op, 0, prescale_factor,
                               postscale_factor)[0]
@@ -304,8 +343,8 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
         _check_sparse_args(op, prescale_factor, postscale_factor)
     out: List[Any] = [None] * len(tensors)
     if dense_idx:
-        with tf.device(device_dense):
-            pairs = [compression.compress(tf.convert_to_tensor(tensors[i]))
+        with _on_device(device_dense):
+            pairs = [compression.compress(_as_tensor(tensors[i]))
                      for i in dense_idx]
             reduced = _collective([p[0] for p in pairs], _ALLREDUCE,
                                   "HbcoreGroupedAllreduce", name,
@@ -315,7 +354,7 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
                 out[i] = compression.decompress(value, ctx)
     if sparse_idx:
         sparse_name = None if name is None else name + "_sparse"
-        with tf.device(device_sparse):
+        with _on_device(device_sparse):
             reduced = _sparse_allreduce([tensors[i] for i in sparse_idx], op,
                                         sparse_name, ignore_name_scope)
         for i, value in zip(sparse_idx, reduced):
@@ -443,7 +482,8 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
     with _naming.op_scope("HbcoreAlltoall", name,
                           ignore_name_scope) as op_name:
         output, received = _lib.hbcore_alltoall(
-            tensor, splits_tensor, tf.constant(op_name, dtype=tf.string))
+            tensor, splits_tensor, tf.constant(op_name, dtype=tf.string),
+            eager=tf.executing_eagerly())
     return output if splits is None else (output, received)
 
 
@@ -476,8 +516,8 @@ def reducescatter(tensor: TensorLike, device_dense: str = "",
     _check_process_set(process_set)
     op = Average if op is None else ReduceOp(int(op))
     _refuse_adasum(op, "reducescatter")
-    with tf.device(device_dense):
-        compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    with _on_device(device_dense):
+        compressed, ctx = compression.compress(_as_tensor(tensor))
         reduced = _collective([compressed], _REDUCESCATTER,
                               "HbcoreReducescatter", name, ignore_name_scope,
                               op, 0, prescale_factor, postscale_factor)[0]
@@ -505,8 +545,8 @@ def grouped_reducescatter(tensors: Sequence[TensorLike],
     tensors = list(tensors)
     if not tensors:
         return tensors
-    with tf.device(device_dense):
-        pairs = [compression.compress(tf.convert_to_tensor(t))
+    with _on_device(device_dense):
+        pairs = [compression.compress(_as_tensor(t))
                  for t in tensors]
         reduced = _collective([p[0] for p in pairs], _REDUCESCATTER,
                               "HbcoreGroupedReducescatter", name,

@@ -8,15 +8,18 @@
 // with fresh names reuse one cached kernel instead of instantiating one per
 // name.
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "hbcore/c_api.h"
+#include "output_pool.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -93,12 +96,23 @@ class Invocation {
   void Complete() {
     ctx_->SetStatus(status_);
     done_();
+    completed_.store(true, std::memory_order_release);
+  }
+
+  // Spins (yielding) until the invocation completed or `limit` passed.
+  void SpinUntilComplete(std::chrono::microseconds limit) const {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!completed_.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
   }
 
  private:
   OpKernelContext* ctx_;
   AsyncOpKernel::DoneCallback done_;
   std::atomic<int> remaining_;
+  std::atomic<bool> completed_{false};
   std::mutex mu_;
   Status status_;
 };
@@ -152,8 +166,8 @@ hb_request BaseRequest(const std::string& name, int op) {
 }
 
 // Submits prepared requests; on rejection fails the kernel at once (no
-// callback will run for them).
-void Submit(std::vector<hb_request>* requests,
+// callback will run for them) and returns false.
+bool Submit(std::vector<hb_request>* requests,
             std::vector<std::unique_ptr<Slot>>* slots, OpKernelContext* ctx,
             const AsyncOpKernel::DoneCallback& done) {
   for (size_t i = 0; i < requests->size(); ++i) {
@@ -165,9 +179,44 @@ void Submit(std::vector<hb_request>* requests,
   if (code != HB_OK) {
     ctx->SetStatus(ToTfStatus(code, err));
     done();
-    return;
+    return false;
   }
   for (auto& s : *slots) s.release();  // owned by the core until RequestDone
+  return true;
+}
+
+// Eager execution blocks the calling thread on the op. Its requests are
+// the whole burst, so the core negotiates them at once (hb_flush), and a
+// short spin here usually sees them complete before TF's wait for `done`
+// would put the thread to sleep (saving a sleep and a wake-up, tens of
+// microseconds on a VM). Never used in graphs: there the thread belongs to
+// TF's executor, and other ops of the step may be ready to run on it.
+constexpr auto kEagerSpin = std::chrono::microseconds(200);
+
+void AwaitEager(const Invocation& invocation) {
+  hb_flush();
+  invocation.SpinUntilComplete(kEagerSpin);
+}
+
+// The output of an allreduce or broadcast, which has its input's shape:
+// the input's own buffer when TF lets the op take it over (no other reader:
+// the collective runs in place and nothing is allocated), else a recycled
+// buffer for a large output, else one from TF's allocator.
+Status SameShapeOutput(OpKernelContext* ctx, int i, OutputPool* pool,
+                       Tensor** out) {
+  const Tensor& in = ctx->input(i);
+  if (ctx->forward_input_to_output_with_shape(i, i, in.shape(), out)) {
+    return Status();
+  }
+  if (in.TotalBytes() >= OutputPool::kMinPooledBytes) {
+    Tensor pooled;
+    if (pool->Allocate(in.dtype(), in.shape(), &pooled)) {
+      ctx->set_output(i, std::move(pooled));
+      *out = ctx->mutable_output(i);
+      return Status();
+    }
+  }
+  return ctx->allocate_output(i, in.shape(), out);
 }
 
 // Allreduce, allgather, broadcast and reducescatter of a list of tensors of
@@ -180,6 +229,7 @@ class CollectiveOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_rank_));
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -197,6 +247,14 @@ class CollectiveOp : public AsyncOpKernel {
     std::vector<std::unique_ptr<Slot>> slots(n);
     const bool sized_by_peers =
         op_ == HB_ALLGATHER || op_ == HB_REDUCESCATTER;
+    if (!sized_by_peers) {
+      size_t pooled = 0;
+      for (int i = 0; i < n; ++i) {
+        const size_t bytes = ctx->input(i).TotalBytes();
+        if (bytes >= OutputPool::kMinPooledBytes) pooled += bytes;
+      }
+      if (pooled > 0) pool_->Reserve(pooled);
+    }
     for (int i = 0; i < n; ++i) {
       const Tensor& in = ctx->input(i);
       name_copies[i] = names.flat<tensorflow::tstring>()(i);
@@ -223,16 +281,21 @@ class CollectiveOp : public AsyncOpKernel {
         r.alloc = &AllocateOutput;
       } else {
         Tensor* out = nullptr;
-        OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(i, in.shape(), &out),
+        OP_REQUIRES_OK_ASYNC(ctx, SameShapeOutput(ctx, i, pool_.get(), &out),
                              done);
         r.output = out->NumElements() ? out->data() : nullptr;
       }
     }
-    Submit(&requests, &slots, ctx, done);
+    if (Submit(&requests, &slots, ctx, done) && eager_) {
+      AwaitEager(*invocation);
+    }
   }
 
  private:
+  bool eager_ = false;
   int op_ = HB_ALLREDUCE;
+  // Shared with the buffers it handed out, which may outlive the kernel.
+  std::shared_ptr<OutputPool> pool_ = std::make_shared<OutputPool>();
   int reduce_op_ = HB_REDUCE_SUM;
   int root_rank_ = 0;
   float prescale_ = 1.0f;
@@ -241,7 +304,9 @@ class CollectiveOp : public AsyncOpKernel {
 
 class AlltoallOp : public AsyncOpKernel {
  public:
-  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
+  explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+  }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& in = ctx->input(0);
@@ -282,8 +347,13 @@ class AlltoallOp : public AsyncOpKernel {
       }
       return Status();
     };
-    Submit(&requests, &slots, ctx, done);
+    if (Submit(&requests, &slots, ctx, done) && eager_) {
+      AwaitEager(*invocation);
+    }
   }
+
+ private:
+  bool eager_ = false;
 };
 
 // Join and barrier: no data; join outputs the last rank that joined.
@@ -378,6 +448,7 @@ REGISTER_OP("HbcoreCollective")
     .Attr("root_rank: int = 0")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
+    .Attr("eager: bool = false")  // called eagerly: see AwaitEager
     .SetIsStateful()
     .SetShapeFn(CollectiveShape)
     .Doc("Allreduce/allgather/broadcast/reducescatter of tensors announced "
@@ -390,6 +461,7 @@ REGISTER_OP("HbcoreAlltoall")
     .Output("output: T")
     .Output("received_splits: int64")
     .Attr("T: " HB_TF_TYPES)
+    .Attr("eager: bool = false")  // called eagerly: see AwaitEager
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle out;

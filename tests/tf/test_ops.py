@@ -128,6 +128,17 @@ def test_misc(np_):
 
 
 @pytest.mark.parametrize("np_", NPS)
+def test_output_buffers(np_):
+    """Allreduce/broadcast outputs: taken-over inputs (in place), recycled
+    buffers never reused while a tensor holds them, inputs still read
+    elsewhere left intact; unnamed eager calls reusing one name with new
+    shapes."""
+    tf_run(np_).assert_cases(["buffers/" + c for c in [
+        "outputs-kept-while-used", "in-place", "eager-inputs-kept",
+        "unnamed-eager-shapes"]])
+
+
+@pytest.mark.parametrize("np_", NPS)
 def test_shutdown(np_):
     """A pending op fails with AbortedError when a peer shuts down; calls
     after shutdown raise ValueError."""

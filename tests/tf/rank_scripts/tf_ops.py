@@ -14,6 +14,8 @@ order, so a failing case does not desynchronise the next ones):
                   BroadcastGlobalVariablesHook + MonitoredTrainingSession
 - errors/*        mismatch, invalid root, bad splits, Adasum, ...
 - misc/*          topology ops, objects, variables, compression, join
+- buffers/*       in-place outputs, recycled output buffers, unnamed eager
+                  names reused with new shapes
 - shutdown/*      a pending op fails with AbortedError when a peer shuts down
 
 Each rank reports the core names its tf.function and v1 graph produced
@@ -549,6 +551,75 @@ def misc_cases() -> None:
 
 # ------------------------------------------------------------------- shutdown
 
+def buffer_cases() -> None:
+    """Outputs of allreduce and broadcast: the input's buffer when the op
+    may take it over, recycled buffers (>= 64 KiB) otherwise. A recycled
+    buffer must never be handed out while a tensor still uses it, and an
+    input that something else still reads must never be overwritten."""
+    big = (70000,)  # 280 KB of float32: above the pool's threshold
+    inputs = all_rank_data(op_table.seed("buffers"), SIZE, big, "float32")
+    total = np.sum(inputs, axis=0)
+    var = tf.Variable(inputs[RANK])
+
+    def kept_outputs():
+        @tf.function
+        def reduce_read():
+            return hvd.allreduce(var.read_value(), op=hvd.Sum,
+                                 name="buffers.kept")
+        first = reduce_read()
+        var.assign(inputs[RANK] * 2)
+        second = reduce_read()
+        third = reduce_read()
+        var.assign(inputs[RANK])
+        assert_close(np_of(first), total, "float32", "first output kept")
+        assert_close(np_of(second), total * 2, "float32", "second output")
+        assert_close(np_of(third), total * 2, "float32", "third output")
+        assert_close(np_of(var), inputs[RANK], "float32", "input unchanged")
+    run("buffers/outputs-kept-while-used", kept_outputs)
+
+    def in_place():
+        @tf.function
+        def reduce_fresh(x):
+            fresh = x * 2.0  # only the collective reads it: taken over
+            return (hvd.allreduce(fresh, op=hvd.Sum, name="buffers.fresh"),
+                    hvd.broadcast(fresh + 1.0, SIZE - 1,
+                                  name="buffers.fresh_bcast"))
+        x = tf.constant(inputs[RANK])
+        for _ in range(3):
+            reduced, bcast = reduce_fresh(x)
+            assert_close(np_of(reduced), total * 2, "float32", "in place")
+            assert_close(np_of(bcast), inputs[SIZE - 1] * 2 + 1, "float32",
+                         "broadcast in place")
+        assert_close(np_of(x), inputs[RANK], "float32", "argument unchanged")
+    run("buffers/in-place", in_place)
+
+    def eager_inputs_kept():
+        x = tf.constant(inputs[RANK])
+        outs = [hvd.allreduce(x, op=hvd.Sum) for _ in range(3)]
+        b = hvd.broadcast(x, 0)
+        assert_close(np_of(x), inputs[RANK], "float32", "eager input kept")
+        for out in outs:
+            assert_close(np_of(out), total, "float32", "eager output")
+        assert_close(np_of(b), inputs[0], "float32", "eager broadcast")
+    run("buffers/eager-inputs-kept", eager_inputs_kept)
+
+    def unnamed_eager_shapes():
+        # Unnamed eager calls made one after another share one core name;
+        # a new shape under that name must renegotiate, not reuse.
+        for n in (3, 5, 3, 70000, 1):
+            x = all_rank_data(op_table.seed("unnamed%d" % n), SIZE, (n,),
+                              "float64")
+            got = hvd.allreduce(tf.constant(x[RANK]), op=hvd.Sum)
+            assert_close(np_of(got), np.sum(x, axis=0), "float64",
+                         "unnamed eager allreduce of %d" % n)
+            got = hvd.grouped_allreduce([tf.constant(x[RANK])] * 2,
+                                        op=hvd.Max)
+            for g in got:
+                assert_close(np_of(g), np.max(x, axis=0), "float64",
+                             "unnamed eager grouped of %d" % n)
+    run("buffers/unnamed-eager-shapes", unnamed_eager_shapes)
+
+
 def shutdown_cases() -> None:
     def aborted():
         # Rank 0 submits a tensor nobody else does; the others shut down
@@ -589,6 +660,7 @@ def main() -> None:
     graph_cases()
     error_cases()
     misc_cases()
+    buffer_cases()
     shutdown_cases()
     if RANK == 0 and OUT_DIR:
         try:

@@ -1,0 +1,98 @@
+"""What the benchmark drivers share: the environment of a worker job and
+running worker processes under a hard timeout.
+
+A driver (``python benchmarks/X.py``) starts its own workers (hbrun jobs,
+or plain processes for MultiWorkerMirroredStrategy); every worker gets the
+same environment: the checkout first on PYTHONPATH, no inherited HB_* /
+HOROVOD_* / TF_CONFIG settings, quiet TensorFlow, one OpenMP thread.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Returns the environment of one worker process.
+
+    Args:
+        extra: variables set on top (e.g. HB_TIMELINE, TF_CONFIG).
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HB_", "HOROVOD_", "TF_CONFIG"))}
+    paths = [ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env.update({"PYTHONPATH": os.pathsep.join(paths),
+                "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1"})
+    env.update(extra or {})
+    return env
+
+
+def hbrun(np_: int, argv: Sequence[str],
+          hbrun_args: Sequence[str] = ()) -> List[str]:
+    """The command line of an hbrun job of ``np_`` ranks running ``argv``
+    with this interpreter."""
+    return ([sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np_)] +
+            list(hbrun_args) + [sys.executable] + list(argv))
+
+
+def run(commands: Sequence[Sequence[str]], envs: Sequence[Dict[str, str]],
+        timeout: float, what: str) -> List[str]:
+    """Runs processes side by side and returns their combined outputs.
+
+    Each process gets its own session, so a timeout kills every process
+    it started.
+
+    Raises:
+        SystemExit: a process failed (its output's tail is in the message)
+            or they did not all finish within ``timeout`` seconds.
+    """
+    procs = [subprocess.Popen(list(c), env=e, cwd=ROOT,
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              errors="replace", start_new_session=True)
+             for c, e in zip(commands, envs)]
+    deadline = time.monotonic() + timeout
+    outputs = []
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(
+                timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                try:
+                    os.killpg(p.pid, 9)
+                except OSError:
+                    pass
+            raise SystemExit("%s timed out after %ss" % (what, timeout))
+        outputs.append(out)
+        if proc.returncode != 0:
+            raise SystemExit("%s failed (exit %s):\n%s" % (
+                what, proc.returncode, out[-4000:]))
+    return outputs
+
+
+def free_ports(n: int) -> List[int]:
+    """``n`` TCP ports on localhost that were free a moment ago."""
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def print_and_save(lines: Sequence[str], results: object,
+                   path: Optional[str]) -> None:
+    """Prints the table; with ``path`` (--json) also writes the numbers."""
+    print("\n".join(lines))
+    if path:
+        with open(path, "w") as f:
+            json.dump({"results": results, "table": list(lines)}, f, indent=1)

@@ -1,0 +1,80 @@
+#include "output_pool.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tensorflow/core/framework/allocation_description.pb.h"
+
+namespace hbcore_tf {
+
+namespace {
+// TF's own alignment for CPU tensors (Eigen's widest vector loads).
+constexpr size_t kAlignment = 64;
+}  // namespace
+
+// A TensorBuffer whose memory goes back to its pool when TF drops it.
+class OutputPool::Buffer : public tensorflow::TensorBuffer {
+ public:
+  Buffer(std::shared_ptr<OutputPool> pool, Block block, size_t bytes)
+      : tensorflow::TensorBuffer(block.get()),
+        pool_(std::move(pool)),
+        block_(std::move(block)),
+        bytes_(bytes) {}
+  ~Buffer() override { pool_->Release(std::move(block_), bytes_); }
+
+  size_t size() const override { return bytes_; }
+  tensorflow::TensorBuffer* root_buffer() override { return this; }
+  void FillAllocationDescription(
+      tensorflow::AllocationDescription* proto) const override {
+    proto->set_requested_bytes(static_cast<int64_t>(bytes_));
+    proto->set_allocated_bytes(static_cast<int64_t>(bytes_));
+    proto->set_allocator_name("hbcore_output_pool");
+  }
+
+ private:
+  std::shared_ptr<OutputPool> pool_;
+  Block block_;
+  size_t bytes_;
+};
+
+void OutputPool::Reserve(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  max_free_bytes_ = std::max(max_free_bytes_, 2 * bytes);
+}
+
+bool OutputPool::Allocate(tensorflow::DataType dtype,
+                          const tensorflow::TensorShape& shape,
+                          tensorflow::Tensor* out) {
+  const size_t bytes = shape.num_elements() * tensorflow::DataTypeSize(dtype);
+  Block block;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(bytes);
+    if (it != free_.end() && !it->second.empty()) {
+      block = std::move(it->second.back());
+      it->second.pop_back();
+      free_bytes_ -= bytes;
+    }
+  }
+  if (!block) {
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    block.reset(std::aligned_alloc(kAlignment, rounded));
+    if (!block) return false;
+  }
+  // TF's buffers are reference counted (core::RefCounted deletes itself on
+  // the last Unref), so no owner object here. The tensor takes its own
+  // reference; the buffer starts with one, ours.
+  auto* buffer = new Buffer(shared_from_this(), std::move(block), bytes);
+  *out = tensorflow::Tensor(dtype, shape, buffer);
+  buffer->Unref();
+  return true;
+}
+
+void OutputPool::Release(Block block, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_bytes_ + bytes > max_free_bytes_) return;  // `block` frees it
+  free_[bytes].push_back(std::move(block));
+  free_bytes_ += bytes;
+}
+
+}  // namespace hbcore_tf
