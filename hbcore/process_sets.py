@@ -145,6 +145,23 @@ def process_set_id(process_set: Optional[ProcessSet]) -> int:
     return int(set_id)
 
 
+def process_set_by_id(set_id: int) -> ProcessSet:
+    """A registered ProcessSet for ``set_id`` (the global set for 0), e.g.
+    for the gradient of an op that recorded only the id.
+
+    Raises:
+        ValueError: no set has that id.
+    """
+    if set_id == 0:
+        return global_process_set
+    info = core.process_set_info(int(set_id))
+    if info is None:
+        raise ValueError("No known process set with id %d" % set_id)
+    ps = ProcessSet(info[2])
+    ps.process_set_id = int(set_id)
+    return ps
+
+
 def _members(process_set: ProcessSet) -> List[int]:
     """The ranks to submit for ``process_set``: its ranks, or those of its
     communicator translated to hbcore ranks ([] where it is
