@@ -775,8 +775,9 @@ PYBIND11_MODULE(_core, m) {
         int code;
         {
           py::gil_scoped_release release;
-          code = hb_add_process_set(ranks.data(), static_cast<int>(ranks.size()),
-                                    &id, err, sizeof(err));
+          code = hb_add_process_set(ranks.data(),
+                                    static_cast<int>(ranks.size()), &id, err,
+                                    sizeof(err));
         }
         if (code != HB_OK) RaiseFor(code, err);
         return id;

@@ -162,7 +162,8 @@ int hb_init(int64_t comm, const hb_config_entry* config, int config_count,
   // members); they get ids 1, 2, ... On a failure every rank fails the same
   // way and shuts the runtime down.
   for (int i = 0, offset = 0; i < num_sets; offset += set_sizes[i], ++i) {
-    std::vector<int> ranks(set_ranks + offset, set_ranks + offset + set_sizes[i]);
+    std::vector<int> ranks(set_ranks + offset,
+                           set_ranks + offset + set_sizes[i]);
     SetOpWaiter waiter;
     int code = SubmitSetOp(g_runtime.get(), hbcore::OpType::kProcessSetAdd,
                            ranks, 0, true, &waiter, err, err_len);
@@ -264,9 +265,8 @@ int hb_process_set_ids(int* ids, int max_ids) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_runtime) return -1;
   std::vector<int> all = g_runtime->ProcessSetIds();
-  for (int i = 0; ids != nullptr && i < max_ids && i < static_cast<int>(all.size()); ++i) {
-    ids[i] = all[i];
-  }
+  const int n = static_cast<int>(all.size());
+  for (int i = 0; ids != nullptr && i < max_ids && i < n; ++i) ids[i] = all[i];
   return static_cast<int>(all.size());
 }
 

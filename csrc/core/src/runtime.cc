@@ -43,10 +43,14 @@ const char* OpName(int op) {
   return IsValidOpType(op) ? OpTypeName(static_cast<OpType>(op)) : "unknown";
 }
 
-// The key of an in-flight name: names are unique per process set.
-std::string FlightKey(const std::string& name, int process_set_id) {
+// The key of an in-flight name (names are unique per process set): the
+// name itself for the global set, so its hot path copies nothing; else the
+// name and the set id, built in `scratch`.
+const std::string& FlightKey(const std::string& name, int process_set_id,
+                             std::string* scratch) {
   if (process_set_id == 0) return name;
-  return name + '\x1f' + std::to_string(process_set_id);
+  *scratch = name + '\x1f' + std::to_string(process_set_id);
+  return *scratch;
 }
 
 std::string IdList(const std::map<int, ProcessSetInfo>& table) {
@@ -336,9 +340,10 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
                             (stopped_ ? stop_reason_ : shutdown_reason_));
   }
   std::unordered_set<std::string> batch;  // duplicates within a group
+  std::string scratch;
   for (const TensorEntry& e : entries) {
     const std::string& name = e.request.name;
-    const std::string key = FlightKey(name, e.process_set_id);
+    const std::string& key = FlightKey(name, e.process_set_id, &scratch);
     if (in_flight_.count(key) || (count > 1 && !batch.insert(key).second)) {
       return Status(HB_ERR_DUPLICATE_NAME,
                     "a tensor named '" + name + "' is already in flight on "
@@ -352,7 +357,7 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
   const auto now = Clock::now();
   for (TensorEntry& e : entries) {
     e.enqueued = now;
-    in_flight_.insert(FlightKey(e.request.name, e.process_set_id));
+    in_flight_.insert(FlightKey(e.request.name, e.process_set_id, &scratch));
     queue_.push_back(std::move(e));
   }
   // Only a sleeping background thread needs the (system-call) wake-up; a
@@ -544,7 +549,9 @@ void Runtime::Loop() {
       for (TensorEntry& e : queue_) {
         auto it = sets_.find(e.process_set_id);
         if (it == sets_.end() || !it->second->member()) {
-          in_flight_.erase(FlightKey(e.request.name, e.process_set_id));
+          std::string scratch;
+          in_flight_.erase(FlightKey(e.request.name, e.process_set_id,
+                                     &scratch));
           orphans.push_back(std::move(e));
           continue;
         }
@@ -666,7 +673,8 @@ void Runtime::Execute(SetState* set, const CycleOutput& cycle) {
   }
   // Batches finish in plan order, so the response cache changes in the
   // same order on every rank.
-  set->executor->Run(batches, [&](size_t b, std::vector<TensorResult>* results) {
+  set->executor->Run(batches, [&](size_t b,
+                                  std::vector<TensorResult>* results) {
     const Executor::Batch& batch = batches[b];
     for (size_t k = 0; k < batch.responses.size(); ++k) {
       set->controller->Commit(cycle, plan[b][k], batch.entries[k]);
@@ -757,7 +765,8 @@ Status Runtime::ApplySetOps(const CycleOutput& cycle,
 void Runtime::FailEntry(TensorEntry* e, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    in_flight_.erase(FlightKey(e->request.name, e->process_set_id));
+    std::string scratch;
+    in_flight_.erase(FlightKey(e->request.name, e->process_set_id, &scratch));
   }
   hb_result out{nullptr, 0, -1};
   e->done(e->user, status.code(), status.message().c_str(), &out);
@@ -771,9 +780,11 @@ void Runtime::Finish(const std::vector<TensorEntry*>& entries,
   // done instead of sleeping and being woken once per tensor.
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::string scratch;
     for (TensorEntry* e : entries) {
       if (e != nullptr) {
-        in_flight_.erase(FlightKey(e->request.name, e->process_set_id));
+        in_flight_.erase(
+            FlightKey(e->request.name, e->process_set_id, &scratch));
       }
     }
   }
