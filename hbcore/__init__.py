@@ -36,6 +36,8 @@ for _module, _names in {
         "alltoall_async reducescatter reducescatter_async "
         "grouped_reducescatter barrier join"),
     "hbcore.objects": "broadcast_object allgather_object",
+    "hbcore.process_sets": (
+        "ProcessSet global_process_set add_process_set remove_process_set"),
     "hbcore.exceptions": (
         "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
         "NotInitializedError ShutdownError ConfigError WaitTimeoutError"),

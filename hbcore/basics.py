@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from hbcore import process_sets as process_sets_module
 from hbcore._native import MPI_LIBRARY, core
 from hbcore.exceptions import NotInitializedError
 from hbcore.knobs import value_text
@@ -74,7 +75,7 @@ def defer_config(config: Mapping[str, Any]) -> None:
             _deferred[name] = value_text(name, value)
 
 
-def init(comm: Optional[Any] = None,
+def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
          config: Optional[Mapping[str, Any]] = None) -> None:
     """Starts the runtime of this process: MPI (if nobody did), the private
     communicator and the background thread. Idempotent: while the runtime
@@ -88,6 +89,14 @@ def init(comm: Optional[Any] = None,
             using or free the one passed. A list of ranks of
             MPI_COMM_WORLD: those ranks, in that order (this rank must be
             one of them; only they call init with this list).
+        process_sets: as in Horovod: None; a list of
+            :class:`~hbcore.ProcessSet` (the same list on every rank; built
+            from ranks, or from mpi4py communicators that are
+            ``MPI.COMM_NULL`` on non-members), registered with ids 1, 2, ...
+            in order besides the global set; or ``"dynamic"``, which
+            enables :func:`~hbcore.add_process_set` after init (as
+            ``HB_DYNAMIC_PROCESS_SETS=1`` does, without touching
+            ``os.environ``).
         config: knob name -> value, e.g. ``{"fusion_threshold": 1 << 20,
             "cycle_time": 0.5, "timeline": "tl.json"}``
             (:data:`hbcore.knobs.KNOBS` lists the names). These override the
@@ -100,7 +109,8 @@ def init(comm: Optional[Any] = None,
         TypeError: ``comm`` is neither None, a list of ranks nor an mpi4py
             communicator; or ``config`` is not a mapping of str to values.
         ValueError: a rank in the list is out of range or repeated, or this
-            rank is not in it.
+            rank is not in it; a process set is invalid or a duplicate
+            (then the runtime is shut down again on every rank).
         InvalidArgumentError: the communicator is MPI_COMM_NULL or an
             intercommunicator.
         ConfigError: a ``config`` entry or an HB_* / HOROVOD_* variable has
@@ -109,26 +119,54 @@ def init(comm: Optional[Any] = None,
     """
     entries = dict(_deferred)
     entries.update(_config_entries(config))
+    if comm is not None and not isinstance(comm, (list, tuple, range)) and \
+            not callable(getattr(comm, "py2f", None)):
+        raise TypeError("init(comm=...) takes None, a list of ranks or an "
+                        "mpi4py communicator, not %s" % type(comm).__name__)
+    try:
+        world_ranks = _world_ranks_of(comm)
+    except Exception:  # e.g. MPI_COMM_NULL: core.init names the problem
+        world_ranks = None
+    process_sets_module.set_world_ranks(world_ranks)
+    set_members, dynamic = process_sets_module._init_args(process_sets)
+    if dynamic:
+        entries["dynamic_process_sets"] = "true"
     overrides = sorted(entries.items())
     if comm is None:
-        core.init(core.HB_COMM_WORLD, overrides)
+        core.init(core.HB_COMM_WORLD, overrides, set_members)
     elif isinstance(comm, (list, tuple, range)):
         sub = _communicator_of_ranks(comm)
         try:
-            core.init(sub.py2f(), overrides)
+            core.init(sub.py2f(), overrides, set_members)
         finally:
             sub.Free()
-    elif callable(getattr(comm, "py2f", None)):
-        core.init(comm.py2f(), overrides)
     else:
-        raise TypeError("init(comm=...) takes None, a list of ranks or an "
-                        "mpi4py communicator, not %s" % type(comm).__name__)
+        core.init(comm.py2f(), overrides, set_members)
+    process_sets_module._register_init_sets(process_sets)
     # Registered (again) last, so it runs before the atexit handler of any
     # library imported earlier that might finalise MPI (mpi4py).
     atexit.unregister(_shutdown_at_exit)
     atexit.register(_shutdown_at_exit)
     if not isinstance(sys.excepthook, _ExitOnUncaught):
         sys.excepthook = _ExitOnUncaught(sys.excepthook)
+
+
+def _world_ranks_of(comm: Any) -> Optional[List[int]]:
+    """hbcore rank -> MPI_COMM_WORLD rank for init's ``comm``; None when
+    they agree (``comm`` is None: mpi4py need not be loaded)."""
+    if comm is None:
+        return None
+    if isinstance(comm, (list, tuple, range)):
+        return [int(r) for r in comm]
+    from mpi4py import MPI
+
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return [int(r) for r in MPI.Group.Translate_ranks(
+            group, list(range(group.size)), world)]
+    finally:
+        group.Free()
+        world.Free()
 
 
 def _communicator_of_ranks(ranks: Sequence[int]) -> Any:

@@ -105,6 +105,9 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("log_level", "HB_LOG_LEVEL", "log_level", "WARNING", 0, 0, "level",
          "one of " + ", ".join(LOG_LEVELS),
          Flag("--log-level", "LEVEL")),
+    Knob("dynamic_process_sets", "HB_DYNAMIC_PROCESS_SETS", "bool", "0", 0,
+         0, "flag",
+         "allow adding and removing process sets after init"),
 )
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}

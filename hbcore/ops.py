@@ -17,6 +17,8 @@ import numpy as np
 
 from hbcore._native import core
 from hbcore.exceptions import InvalidArgumentError
+from hbcore.process_sets import ProcessSet, global_process_set
+from hbcore.process_sets import process_set_id as _set_id
 
 
 class ReduceOp(enum.IntEnum):
@@ -80,14 +82,21 @@ _counters_lock = threading.Lock()
 Handle = core.Handle
 
 
-def auto_name(prefix: str, name: Optional[str] = None) -> str:
+def auto_name(prefix: str, name: Optional[str] = None,
+              process_set_id: int = 0) -> str:
     """``name``, or ``<prefix>.noname.<n>`` from a per-prefix counter (shared
     by hbcore_tf's eager calls); rank-consistent only when every rank makes
-    its unnamed calls in the same order, as in Horovod."""
+    its unnamed calls in the same order, as in Horovod. Each process set
+    counts on its own (``<prefix>.ps<id>.noname.<n>``), so calls on a set
+    that some ranks are not in leave the others' names in step."""
     if name is not None:
         return name
+    if process_set_id:
+        prefix = "%s.ps%d" % (prefix, process_set_id)
     with _counters_lock:
-        counter = _counters.setdefault(prefix, itertools.count())
+        counter = _counters.get(prefix)
+        if counter is None:
+            counter = _counters[prefix] = itertools.count()
         return "%s.noname.%d" % (prefix, next(counter))
 
 
@@ -131,11 +140,11 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
 
 
 # core.submit_one(name, op, reduce_op, input, output, root_rank, prescale,
-# postscale, splits, allocate, result_kind, result) enqueues one request and
-# returns its Handle, whose wait() returns ``result`` or what
-# ``result_kind`` names; core.submit(requests, result_kind, result) does the
-# same for a group, each request a tuple of those first 10 fields
-# (_request). Single-tensor calls pass the fields positionally: that is
+# postscale, splits, allocate, result_kind, result, process_set_id)
+# enqueues one request and returns its Handle, whose wait() returns
+# ``result`` or what ``result_kind`` names; core.submit(requests,
+# result_kind, result, process_set_id) does the same for a group, each
+# request a tuple of those first 10 fields (_request). Single-tensor calls pass the fields positionally: that is
 # their hot path. The C++ side checks dtypes and applies int()/float() to
 # the numbers; inputs must be C-contiguous arrays (_as_input), outputs
 # writeable ones as well (_as_inplace, np.empty_like).
@@ -185,20 +194,23 @@ def poll(handle: Handle) -> bool:
 def allreduce_async(tensor: Any, average: Optional[bool] = None,
                     name: Optional[str] = None, op: Optional[int] = None,
                     prescale_factor: float = 1.0,
-                    postscale_factor: float = 1.0) -> Handle:
+                    postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an allreduce of ``tensor`` into a new array; see allreduce."""
     reduce_op = resolve_op(average, op)
+    set_id = _set_id(process_set)
     array = _as_input(tensor)
     out = np.empty_like(array)
-    return _submit_one(auto_name("allreduce", name), _ALLREDUCE, reduce_op,
-                       array, out, 0, prescale_factor, postscale_factor, None,
-                       False, _GIVEN, out)
+    return _submit_one(auto_name("allreduce", name, set_id), _ALLREDUCE,
+                       reduce_op, array, out, 0, prescale_factor,
+                       postscale_factor, None, False, _GIVEN, out, set_id)
 
 
 def allreduce(tensor: Any, average: Optional[bool] = None,
               name: Optional[str] = None, op: Optional[int] = None,
               prescale_factor: float = 1.0,
-              postscale_factor: float = 1.0) -> np.ndarray:
+              postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces ``tensor`` over all ranks.
 
     Args:
@@ -208,37 +220,45 @@ def allreduce(tensor: Any, average: Optional[bool] = None,
         op: Average (default), Sum, Min, Max or Product.
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after the reduction.
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member. Average divides by the set's size.
 
     Returns:
         A new array with the reduced values.
 
     Raises:
         MismatchError: shape, dtype, op or scale factors differ across ranks.
-        InvalidArgumentError: the request is malformed on this rank.
+        InvalidArgumentError: the request is malformed on this rank, or
+            this rank is not a member of ``process_set``.
     """
     return synchronize(allreduce_async(tensor, average, name, op,
-                                       prescale_factor, postscale_factor))
+                                       prescale_factor, postscale_factor,
+                                       process_set))
 
 
 def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
                      name: Optional[str] = None, op: Optional[int] = None,
                      prescale_factor: float = 1.0,
-                     postscale_factor: float = 1.0) -> Handle:
+                     postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an in-place allreduce of ``tensor``; see allreduce_."""
     reduce_op = resolve_op(average, op)
+    set_id = _set_id(process_set)
     array = _as_inplace(tensor, "allreduce_")
-    return _submit_one(auto_name("allreduce", name), _ALLREDUCE, reduce_op,
-                       array, array, 0, prescale_factor, postscale_factor,
-                       None, False, _GIVEN, array)
+    return _submit_one(auto_name("allreduce", name, set_id), _ALLREDUCE,
+                       reduce_op, array, array, 0, prescale_factor,
+                       postscale_factor, None, False, _GIVEN, array, set_id)
 
 
 def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
                name: Optional[str] = None, op: Optional[int] = None,
                prescale_factor: float = 1.0,
-               postscale_factor: float = 1.0) -> np.ndarray:
+               postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Like allreduce, but writes the result into ``tensor`` and returns it."""
     return synchronize(allreduce_async_(tensor, average, name, op,
-                                        prescale_factor, postscale_factor))
+                                        prescale_factor, postscale_factor,
+                                        process_set))
 
 
 def grouped_allreduce_async(tensors: Sequence[Any],
@@ -246,22 +266,25 @@ def grouped_allreduce_async(tensors: Sequence[Any],
                             name: Optional[str] = None,
                             op: Optional[int] = None,
                             prescale_factor: float = 1.0,
-                            postscale_factor: float = 1.0) -> Handle:
+                            postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an allreduce of several tensors negotiated together."""
     reduce_op = resolve_op(average, op)
-    base = auto_name("grouped_allreduce", name)
+    set_id = _set_id(process_set)
+    base = auto_name("grouped_allreduce", name, set_id)
     arrays = [_as_input(t) for t in tensors]
     outs = [np.empty_like(a) for a in arrays]
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, o, reduce_op,
                      prescale=prescale_factor, postscale=postscale_factor)
             for i, (a, o) in enumerate(zip(arrays, outs))]
-    return _submit(reqs, _GIVEN, outs)
+    return _submit(reqs, _GIVEN, outs, set_id)
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
                       name: Optional[str] = None, op: Optional[int] = None,
                       prescale_factor: float = 1.0,
-                      postscale_factor: float = 1.0) -> List[np.ndarray]:
+                      postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """Allreduces a list of tensors as one group: they are announced in the
     same negotiation cycle and fused together.
 
@@ -269,7 +292,8 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
         A list of reduced arrays, in input order.
     """
     return synchronize(grouped_allreduce_async(
-        tensors, average, name, op, prescale_factor, postscale_factor))
+        tensors, average, name, op, prescale_factor, postscale_factor,
+        process_set))
 
 
 def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
@@ -277,109 +301,132 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
                              name: Optional[str] = None,
                              op: Optional[int] = None,
                              prescale_factor: float = 1.0,
-                             postscale_factor: float = 1.0) -> Handle:
+                             postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """In-place twin of grouped_allreduce_async."""
     reduce_op = resolve_op(average, op)
-    base = auto_name("grouped_allreduce", name)
+    set_id = _set_id(process_set)
+    base = auto_name("grouped_allreduce", name, set_id)
     arrays = [_as_inplace(t, "grouped_allreduce_") for t in tensors]
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, a, reduce_op,
                      prescale=prescale_factor, postscale=postscale_factor)
             for i, a in enumerate(arrays)]
-    return _submit(reqs, _GIVEN, arrays)
+    return _submit(reqs, _GIVEN, arrays, set_id)
 
 
 def grouped_allreduce_(tensors: Sequence[np.ndarray],
                        average: Optional[bool] = None,
                        name: Optional[str] = None, op: Optional[int] = None,
                        prescale_factor: float = 1.0,
-                       postscale_factor: float = 1.0) -> List[np.ndarray]:
+                       postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """In-place twin of grouped_allreduce."""
     return synchronize(grouped_allreduce_async_(
-        tensors, average, name, op, prescale_factor, postscale_factor))
+        tensors, average, name, op, prescale_factor, postscale_factor,
+        process_set))
 
 
 # --- allgather / broadcast -------------------------------------------------
 
-def allgather_async(tensor: Any, name: Optional[str] = None) -> Handle:
+def allgather_async(tensor: Any, name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an allgather; see allgather."""
+    set_id = _set_id(process_set)
     array = _as_input(tensor)
-    return _submit_one(auto_name("allgather", name), _ALLGATHER, Sum, array,
-                       None, 0, 1.0, 1.0, None, True, _OUTPUT)
+    return _submit_one(auto_name("allgather", name, set_id), _ALLGATHER, Sum,
+                       array, None, 0, 1.0, 1.0, None, True, _OUTPUT, None,
+                       set_id)
 
 
-def allgather(tensor: Any, name: Optional[str] = None) -> np.ndarray:
+def allgather(tensor: Any, name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Concatenates ``tensor`` from every rank along the first dimension.
 
     The first dimension may differ across ranks; the others must match.
 
     Returns:
-        An array with the rows of rank 0, then rank 1, and so on.
+        An array with the rows of rank 0, then rank 1, and so on (the
+        members of ``process_set``, in rank order).
 
     Raises:
         MismatchError: dtype or trailing dimensions differ across ranks.
         InvalidArgumentError: ``tensor`` is a scalar.
     """
-    return synchronize(allgather_async(tensor, name))
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
 def broadcast_async(tensor: Any, root_rank: int,
-                    name: Optional[str] = None) -> Handle:
+                    name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts a broadcast into a new array; see broadcast."""
+    set_id = _set_id(process_set)
     array = _as_input(tensor)
     out = np.empty_like(array)
-    return _submit_one(auto_name("broadcast", name), _BROADCAST, Sum, array,
-                       out, root_rank, 1.0, 1.0, None, False, _GIVEN, out)
+    return _submit_one(auto_name("broadcast", name, set_id), _BROADCAST, Sum,
+                       array, out, root_rank, 1.0, 1.0, None, False, _GIVEN,
+                       out, set_id)
 
 
 def broadcast(tensor: Any, root_rank: int,
-              name: Optional[str] = None) -> np.ndarray:
-    """Returns ``root_rank``'s ``tensor`` on every rank.
+              name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> np.ndarray:
+    """Returns ``root_rank``'s ``tensor`` on every rank (of
+    ``process_set``; ``root_rank`` is a global rank, as in Horovod).
 
     Raises:
-        InvalidArgumentError: ``root_rank`` is not in [0, size()).
+        InvalidArgumentError: ``root_rank`` is not in [0, size()) or not a
+            member of ``process_set``.
         MismatchError: shape, dtype or root differ across ranks.
     """
-    return synchronize(broadcast_async(tensor, root_rank, name))
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 def broadcast_async_(tensor: np.ndarray, root_rank: int,
-                     name: Optional[str] = None) -> Handle:
+                     name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an in-place broadcast; see broadcast_."""
+    set_id = _set_id(process_set)
     array = _as_inplace(tensor, "broadcast_")
-    return _submit_one(auto_name("broadcast", name), _BROADCAST, Sum, array,
-                       array, root_rank, 1.0, 1.0, None, False, _GIVEN, array)
+    return _submit_one(auto_name("broadcast", name, set_id), _BROADCAST, Sum,
+                       array, array, root_rank, 1.0, 1.0, None, False, _GIVEN,
+                       array, set_id)
 
 
 def broadcast_(tensor: np.ndarray, root_rank: int,
-               name: Optional[str] = None) -> np.ndarray:
+               name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Overwrites ``tensor`` with ``root_rank``'s values and returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 # --- alltoall / reducescatter ----------------------------------------------
 
 def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
-                   name: Optional[str] = None) -> Handle:
+                   name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an alltoall; see alltoall."""
+    set_id = _set_id(process_set)
     array = _as_input(tensor)
     if splits is None:
         rows, kind = None, _OUTPUT
     else:
         rows = [int(s) for s in np.asarray(splits).reshape(-1)]
         kind = _OUTPUT_AND_SPLITS
-    return _submit_one(auto_name("alltoall", name), _ALLTOALL, Sum, array,
-                       None, 0, 1.0, 1.0, rows, True, kind)
+    return _submit_one(auto_name("alltoall", name, set_id), _ALLTOALL, Sum,
+                       array, None, 0, 1.0, 1.0, rows, True, kind, None, set_id)
 
 
 def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
-             name: Optional[str] = None) -> Any:
+             name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> Any:
     """Sends ``splits[r]`` rows of ``tensor`` to rank r and gathers what
     every rank sent here, in rank order.
 
     Args:
         tensor: array with at least one dimension.
         splits: rows sent to each rank (sums to ``tensor.shape[0]``); when
-            None the first dimension is split evenly.
+            None the first dimension is split evenly. In a process set, one
+            entry per member, in rank order.
 
     Returns:
         The received array; with ``splits``, a tuple of it and the number of
@@ -389,60 +436,69 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
         InvalidArgumentError: splits have the wrong length or sum, or the
             first dimension does not divide evenly.
     """
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
 def reducescatter_async(tensor: Any, name: Optional[str] = None,
                         op: int = Average, prescale_factor: float = 1.0,
-                        postscale_factor: float = 1.0) -> Handle:
+                        postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> Handle:
     """Starts a reducescatter; see reducescatter."""
+    set_id = _set_id(process_set)
     array = _as_input(tensor)
-    return _submit_one(auto_name("reducescatter", name), _REDUCESCATTER, op,
-                       array, None, 0, prescale_factor, postscale_factor, None,
-                       True, _OUTPUT)
+    return _submit_one(auto_name("reducescatter", name, set_id),
+                       _REDUCESCATTER, op, array, None, 0, prescale_factor,
+                       postscale_factor, None, True, _OUTPUT, None, set_id)
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
                   prescale_factor: float = 1.0,
-                  postscale_factor: float = 1.0) -> np.ndarray:
+                  postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces ``tensor`` over all ranks and returns this rank's block of
     rows. With n rows and s ranks, rank r gets n // s rows, plus one when
-    r < n % s.
+    r < n % s (in a process set: s members, r the set rank).
 
     Raises:
         MismatchError: shape, dtype or op differ across ranks.
     """
     return synchronize(reducescatter_async(tensor, name, op, prescale_factor,
-                                           postscale_factor))
+                                           postscale_factor, process_set))
 
 
 def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
                           op: int = Average, prescale_factor: float = 1.0,
-                          postscale_factor: float = 1.0) -> List[np.ndarray]:
+                          postscale_factor: float = 1.0,
+        process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """Reducescatters a list of tensors announced together."""
-    base = auto_name("grouped_reducescatter", name)
+    set_id = _set_id(process_set)
+    base = auto_name("grouped_reducescatter", name, set_id)
     reqs = [_request("%s.%d" % (base, i), _REDUCESCATTER, _as_input(t),
                      reduce_op=op, prescale=prescale_factor,
                      postscale=postscale_factor, allocate=True)
             for i, t in enumerate(tensors)]
-    return synchronize(_submit(reqs, _OUTPUTS))
+    return synchronize(_submit(reqs, _OUTPUTS, None, set_id))
 
 
 def grouped_allgather(tensors: Sequence[Any],
-                      name: Optional[str] = None) -> List[np.ndarray]:
+                      name: Optional[str] = None,
+        process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """Allgathers a list of tensors announced together."""
-    base = auto_name("grouped_allgather", name)
+    set_id = _set_id(process_set)
+    base = auto_name("grouped_allgather", name, set_id)
     reqs = [_request("%s.%d" % (base, i), _ALLGATHER, _as_input(t),
                      allocate=True) for i, t in enumerate(tensors)]
-    return synchronize(_submit(reqs, _OUTPUTS))
+    return synchronize(_submit(reqs, _OUTPUTS, None, set_id))
 
 
 # --- synchronisation -------------------------------------------------------
 
-def barrier() -> None:
-    """Blocks until every rank reached the barrier."""
-    synchronize(_submit_one(auto_name("barrier"), _BARRIER, Sum, None, None,
-                            0, 1.0, 1.0, None, False, _NOTHING))
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Blocks until every rank (of ``process_set``) reached the barrier."""
+    set_id = _set_id(process_set)
+    synchronize(_submit_one(auto_name("barrier", None, set_id), _BARRIER, Sum,
+                            None, None, 0, 1.0, 1.0, None, False, _NOTHING,
+                            None, set_id))
 
 
 def join() -> int:

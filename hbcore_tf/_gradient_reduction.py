@@ -67,7 +67,9 @@ class GradientReducer:
             consecutive gradients), or lists of variables, each list one
             call (variables in no list get a call each).
         device_dense, device_sparse: passed to grouped_allreduce.
-        process_set: only the global set is supported.
+        process_set: the ranks the gradients are reduced over (default:
+            all; Average divides by the set's size). Every member must
+            reduce; ranks outside it must not.
         scale_local_gradients: multiply gradients of local variables (see
             register_local) by 1/size (with any op, as Horovod does: the
             loss of each rank is one share of the global loss).
@@ -79,7 +81,7 @@ class GradientReducer:
 
     Raises:
         ValueError: bad groups, or gradient_predivide_factor with op != Average.
-        NotImplementedError: Adasum, or a process set other than the global.
+        NotImplementedError: Adasum.
     """
 
     def __init__(self, name: str, compression: Any = Compression.none,
@@ -113,9 +115,15 @@ class GradientReducer:
         self.device_sparse = device_sparse
         self.scale_local_gradients = scale_local_gradients
         self.bucket_bytes = int(bucket_bytes)
-        process_sets.check(process_set)
+        process_sets.process_set_id(process_set)  # registered, or raises
+        self.process_set = process_set
         self._local: Dict[Any, Any] = {}
         self._eager_fns: Dict[Any, Callable] = {}
+
+    def _set_size(self) -> int:
+        if process_sets.process_set_id(self.process_set) == 0:
+            return size()
+        return self.process_set.size()
 
     # -- local (not reduced) variables ------------------------------------
     def register_local(self, variable: Any) -> None:
@@ -174,7 +182,8 @@ class GradientReducer:
                     [grads[i] for i in part], device_dense=self.device_dense,
                     device_sparse=self.device_sparse,
                     compression=self.compression, op=self.op,
-                    prescale_factor=pre, postscale_factor=post, name=name)
+                    prescale_factor=pre, postscale_factor=post, name=name,
+                    process_set=self.process_set)
                 for i, value in zip(part, reduced):
                     out[i] = value
         return out
@@ -203,7 +212,7 @@ class GradientReducer:
             reduced = grouped_allreduce(
                 tensors, device_dense=self.device_dense,
                 device_sparse=self.device_sparse, compression=self.compression,
-                op=Sum, name=name)
+                op=Sum, name=name, process_set=self.process_set)
             if carry:
                 total = reduced.pop()
             for i, value in zip(members, reduced):
@@ -237,10 +246,10 @@ class GradientReducer:
                 continue
             if self.is_local(var):
                 # As Horovod 0.28: a local gradient is returned as computed
-                # (no sparse_as_dense), divided by size() whenever
+                # (no sparse_as_dense), divided by the set's size whenever
                 # scale_local_gradients is set, whatever the reduce op.
                 if self.scale_local_gradients:
-                    out[i] = _scale(grad, 1.0 / size())
+                    out[i] = _scale(grad, 1.0 / self._set_size())
                 continue
             if self.sparse_as_dense and isinstance(grad, tf.IndexedSlices):
                 grad = tf.convert_to_tensor(grad)

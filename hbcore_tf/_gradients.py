@@ -29,6 +29,7 @@ from typing import Any, List, Optional, Sequence
 import tensorflow as tf
 
 from hbcore_tf import mpi_ops
+from hbcore_tf.process_sets import ProcessSet, process_set_by_id
 
 # Reduce op of the gradient allreduce for allgather and broadcast
 # (Horovod 0.28: Average; mpi_ops.py _allgather_grad / _broadcast_grad).
@@ -60,6 +61,8 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
     reduce_op = op.get_attr("reduce_op")
     prescale = op.get_attr("prescale_factor")
     postscale = op.get_attr("postscale_factor")
+    # The gradient runs over the forward op's process set.
+    ps = process_set_by_id(op.get_attr("process_set_id"))
     idx = [i for i in range(n) if _differentiable(inputs[i])]
     result: List[Optional[tf.Tensor]] = [None] * (n + 1)  # + names input
     if not idx:
@@ -81,21 +84,22 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
             chosen.append(g)
         values = mpi_ops.grouped_allreduce(
             chosen, op=reduce_op, prescale_factor=prescale,
-            postscale_factor=postscale)
+            postscale_factor=postscale, process_set=ps)
     else:
         dense = _dense_grads(op, grads)
         chosen = [dense[i] for i in idx]
         if kind == mpi_ops._ALLGATHER:
-            values = _allgather_grad([inputs[i] for i in idx], chosen)
+            values = _allgather_grad([inputs[i] for i in idx], chosen, ps)
         elif kind == mpi_ops._BROADCAST:
-            values = _broadcast_grad(chosen, op.get_attr("root_rank"))
+            values = _broadcast_grad(chosen, op.get_attr("root_rank"), ps)
         elif kind == mpi_ops._REDUCESCATTER:
             factor = prescale * postscale
             if reduce_op == mpi_ops.Sum:
-                factor *= mpi_ops.size()
+                factor *= (mpi_ops.size() if ps.process_set_id == 0
+                           else ps.size())
             if factor != 1.0:
                 chosen = [g * tf.cast(factor, g.dtype) for g in chosen]
-            values = mpi_ops.grouped_allgather(chosen)
+            values = mpi_ops.grouped_allgather(chosen, process_set=ps)
         else:
             raise ValueError("HbcoreCollective with unknown op %d" % kind)
     for i, v in zip(idx, values):
@@ -103,22 +107,27 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
     return result
 
 
-def _allgather_grad(inputs: List[tf.Tensor],
-                    grads: List[tf.Tensor]) -> List[tf.Tensor]:
+def _allgather_grad(inputs: List[tf.Tensor], grads: List[tf.Tensor],
+                    ps: ProcessSet) -> List[tf.Tensor]:
     """This rank's rows of the averaged output gradients. The per-rank
     first dimensions come from one allgather of the local ones; the rank
-    is read by an op, so every rank builds the same graph."""
-    reduced = mpi_ops.grouped_allreduce(grads, op=_GATHER_GRAD_OP)
+    is read by an op, so every rank builds the same graph (in a process
+    set, the member's set rank, which cannot change while the set
+    exists)."""
+    reduced = mpi_ops.grouped_allreduce(grads, op=_GATHER_GRAD_OP,
+                                        process_set=ps)
     local_dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
-    dims = tf.reshape(mpi_ops.allgather(local_dims), [-1, len(inputs)])
-    r = mpi_ops.rank_op()
+    dims = tf.reshape(mpi_ops.allgather(local_dims, process_set=ps),
+                      [-1, len(inputs)])
+    r = (mpi_ops.rank_op() if ps.process_set_id == 0
+         else tf.constant(ps.rank(), tf.int32))
     offsets = tf.reduce_sum(dims[:r], axis=0)
     return [g[offsets[j]:offsets[j] + dims[r, j]]
             for j, g in enumerate(reduced)]
 
 
-def _broadcast_grad(grads: List[tf.Tensor], root_rank: int
-                    ) -> List[tf.Tensor]:
+def _broadcast_grad(grads: List[tf.Tensor], root_rank: int,
+                    ps: ProcessSet) -> List[tf.Tensor]:
     """The averaged output gradients on the root, zeros on the other ranks.
 
     Invariant: every rank creates AND runs the same allreduce, so the
@@ -130,7 +139,8 @@ def _broadcast_grad(grads: List[tf.Tensor], root_rank: int
     a collective the others never submitted (or, worse, matched one of the
     same name from a later graph).
     """
-    reduced = mpi_ops.grouped_allreduce(grads, op=_BROADCAST_GRAD_OP)
+    reduced = mpi_ops.grouped_allreduce(grads, op=_BROADCAST_GRAD_OP,
+                                        process_set=ps)
     is_root = tf.equal(mpi_ops.rank_op(), root_rank)
     # tf.where, not a multiplication by a 0/1 mask: non-finite averaged
     # gradients must still give exact zeros off the root.
@@ -144,6 +154,7 @@ def _alltoall_grad(op: Any, grad: Any, _received_splits_grad: Any
         return [None, None, None]
     if grad is None:
         grad = tf.zeros_like(op.outputs[0])
-    back, _ = mpi_ops.alltoall(tf.convert_to_tensor(grad),
-                               splits=op.outputs[1])
+    back, _ = mpi_ops.alltoall(
+        tf.convert_to_tensor(grad), splits=op.outputs[1],
+        process_set=process_set_by_id(op.get_attr("process_set_id")))
     return [back, None, None]  # tensor, splits, name

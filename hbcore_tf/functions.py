@@ -12,7 +12,6 @@ import tensorflow as tf
 from hbcore_tf import mpi_ops
 from hbcore_tf.embedding.table import is_rank_local
 from hbcore_tf.process_sets import ProcessSet, global_process_set
-from hbcore_tf.process_sets import check as _check_process_set
 
 
 def broadcast_variables(variables: Sequence[Any], root_rank: int,
@@ -28,7 +27,7 @@ def broadcast_variables(variables: Sequence[Any], root_rank: int,
         variables: tf.Variable / Keras variables, the same list (order,
             shapes, dtypes) on every rank.
         root_rank: rank whose values are kept.
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all).
         inplace: accepted for Horovod compatibility; the broadcast is
             always one grouped op followed by assigns.
 
@@ -80,15 +79,15 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
         root_rank: rank whose object is sent.
         session: ignored (no graph is needed).
         name: name matched across ranks (auto-generated when None).
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all).
 
     Returns:
         The root's object, unpickled on every rank.
     """
     del session
     mpi_ops._check_initialized()
-    _check_process_set(process_set)
-    return hbcore.broadcast_object(obj, root_rank, name=name)
+    return hbcore.broadcast_object(obj, root_rank, name=name,
+                                   process_set=process_set)
 
 
 def broadcast_object_fn(root_rank: int = 0, session: Any = None,
@@ -112,9 +111,8 @@ def allgather_object(obj: Any, session: Any = None,
         obj: any cloudpickle-able object.
         session: ignored (no graph is needed).
         name: name matched across ranks (auto-generated when None).
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all).
     """
     del session
     mpi_ops._check_initialized()
-    _check_process_set(process_set)
-    return hbcore.allgather_object(obj, name=name)
+    return hbcore.allgather_object(obj, name=name, process_set=process_set)

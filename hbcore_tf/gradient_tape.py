@@ -112,7 +112,7 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         num_groups: deprecated alias of ``groups`` as an integer.
         groups: None (one fused collective per gradient() call), an integer
             k, or a list of lists of variables (one collective per list).
-        process_set: only the global set is supported.
+        process_set: the ranks gradients are reduced over (default: all).
         scale_local_gradients: divide gradients of local sources (see
             ``register_local_source``) by size().
 

@@ -40,7 +40,7 @@ from hbcore_tf import _build, _naming
 from hbcore_tf.compression import Compression
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)
-from hbcore_tf.process_sets import check as _check_process_set
+from hbcore_tf.process_sets import process_set_id as _check_process_set
 
 _lib = tf.load_op_library(_build.op_library_path())
 
@@ -98,22 +98,20 @@ def init(comm: Any = None, process_sets: Any = None,
         comm: None (every rank of MPI_COMM_WORLD), a list of
             MPI_COMM_WORLD ranks, or an mpi4py communicator; see
             :func:`hbcore.init`.
-        process_sets: must be None or empty (only the global set exists).
+        process_sets: None, a list of :class:`ProcessSet` (registered with
+            ids 1, 2, ... besides the global set) or ``"dynamic"``; see
+            :func:`hbcore.init`.
         config: knob name -> value, overriding HB_* / HOROVOD_* variables
             (an hbcore extension; see :func:`hbcore.init`).
 
     Raises:
-        NotImplementedError: ``process_sets`` was given.
         TypeError, ValueError: ``comm`` is not a valid communicator or list
-            of ranks, or ``config`` is not a mapping.
+            of ranks, ``config`` is not a mapping, or a process set is
+            invalid or a duplicate.
         hbcore.exceptions.ConfigError: a ``config`` entry or an HB_* /
             HOROVOD_* variable is invalid.
     """
-    if process_sets:
-        raise NotImplementedError(
-            "hbcore_tf.init(process_sets=...) is not supported: hbcore has "
-            "only the global process set")
-    hbcore.init(comm, config=config)
+    hbcore.init(comm, process_sets, config=config)
 
 
 # --- helpers -----------------------------------------------------------------
@@ -150,7 +148,8 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
                 name: Optional[str], ignore_name_scope: bool = False,
                 reduce_op: int = Sum, root_rank: int = 0,
                 prescale_factor: float = 1.0,
-                postscale_factor: float = 1.0) -> List[tf.Tensor]:
+                postscale_factor: float = 1.0,
+                process_set_id: int = 0) -> List[tf.Tensor]:
     """One HbcoreCollective op over ``tensors`` (all announced together).
 
     A single tensor is named ``<name>``; a group ``<name>.0``, ``<name>.1``..
@@ -159,12 +158,14 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
     if not tensors:
         return []
     eager = tf.executing_eagerly()
-    with _naming.op_scope(kind, name, ignore_name_scope, eager) as base:
+    with _naming.op_scope(_set_kind(kind, process_set_id), name,
+                          ignore_name_scope, eager) as base:
         outputs = _lib.hbcore_collective(
             tensors, _names_tensor(base, len(tensors), eager), op=op_code,
             reduce_op=int(reduce_op), root_rank=int(root_rank),
             prescale_factor=float(prescale_factor),
-            postscale_factor=float(postscale_factor), eager=eager)
+            postscale_factor=float(postscale_factor), eager=eager,
+            process_set_id=process_set_id)
     return list(outputs)
 
 
@@ -193,6 +194,13 @@ def _names_tensor(base: str, count: int, eager: bool) -> tf.Tensor:
     return tensor
 
 
+def _set_kind(kind: str, process_set_id: int) -> str:
+    """The op kind for naming: each process set counts its unnamed eager
+    calls apart, so calls on a set some ranks are not in leave the others'
+    names in step."""
+    return kind if not process_set_id else "%s_ps%d" % (kind, process_set_id)
+
+
 _SPARSE_SCALE_ERROR = ("Pre/postscale_factor are not supported with "
                        "tf.IndexedSlices")
 
@@ -215,27 +223,30 @@ def _check_sparse_args(op: int, prescale_factor: float,
         raise NotImplementedError(_SPARSE_SCALE_ERROR)
 
 
-def _average_values(values: tf.Tensor) -> tf.Tensor:
-    """Gathered IndexedSlices values divided by size(): true division for
-    floating types (Horovod), truncation toward zero for integers (the
-    core's integer Average), so the dtype is kept."""
-    divisor = tf.cast(size(), values.dtype)
+def _average_values(values: tf.Tensor, process_set_id: int = 0) -> tf.Tensor:
+    """Gathered IndexedSlices values divided by the set's size: true
+    division for floating types (Horovod), truncation toward zero for
+    integers (the core's integer Average), so the dtype is kept."""
+    divisor = tf.cast(size() if not process_set_id else
+                      _process_set_info(process_set_id)[0], values.dtype)
     if values.dtype.is_floating or values.dtype.is_complex:
         return values / divisor
     return tf.truncatediv(values, divisor)
 
 
 def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], op: int,
-                      name: Optional[str], ignore_name_scope: bool
-                      ) -> List[tf.IndexedSlices]:
+                      name: Optional[str], ignore_name_scope: bool,
+                      process_set_id: int = 0) -> List[tf.IndexedSlices]:
     """Allreduce of IndexedSlices as one grouped allgather of all values and
     indices (duplicate indices then sum up when the slices are applied).
     The arguments were checked by _check_sparse_args."""
     n = len(slices)
     gathered = _collective([s.values for s in slices] +
                            [s.indices for s in slices], _ALLGATHER,
-                           "HbcoreSparseAllreduce", name, ignore_name_scope)
-    return [tf.IndexedSlices(_average_values(gathered[i]) if op == Average
+                           "HbcoreSparseAllreduce", name, ignore_name_scope,
+                           process_set_id=process_set_id)
+    return [tf.IndexedSlices(_average_values(gathered[i], process_set_id)
+                             if op == Average
                              else gathered[i],
                              gathered[n + i], dense_shape=s.dense_shape)
             for i, s in enumerate(slices)]
@@ -267,7 +278,8 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
         prescale_factor: multiplies the input before the reduction.
         postscale_factor: multiplies the result after the reduction.
         name: name matched across ranks (derived from the graph when None).
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
         ignore_name_scope: leave enclosing name scopes out of the name.
 
     Returns:
@@ -282,19 +294,19 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
         tf.errors.InvalidArgumentError: e.g. Average on bool.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     op = _resolve_op(average, op)
     _refuse_adasum(op, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse_args(op, prescale_factor, postscale_factor)
         with _on_device(device_sparse):
             return _sparse_allreduce([tensor], op, name,
-                                     ignore_name_scope)[0]
+                                     ignore_name_scope, set_id)[0]
     with _on_device(device_dense):
         compressed, ctx = compression.compress(_as_tensor(tensor))
         reduced = _collective([compressed], _ALLREDUCE, "HbcoreAllreduce", name,
                               ignore_name_scope, op, 0, prescale_factor,
-                              postscale_factor)[0]
+                              postscale_factor, set_id)[0]
         return compression.decompress(reduced, ctx)
 
 
@@ -329,7 +341,7 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
         scale factor it does not support raises before any op is created.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     op = _resolve_op(average, op)
     _refuse_adasum(op, "grouped_allreduce")
     tensors = list(tensors)
@@ -349,14 +361,15 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
             reduced = _collective([p[0] for p in pairs], _ALLREDUCE,
                                   "HbcoreGroupedAllreduce", name,
                                   ignore_name_scope, op, 0, prescale_factor,
-                                  postscale_factor)
+                                  postscale_factor, set_id)
             for i, (_, ctx), value in zip(dense_idx, pairs, reduced):
                 out[i] = compression.decompress(value, ctx)
     if sparse_idx:
         sparse_name = None if name is None else name + "_sparse"
         with _on_device(device_sparse):
             reduced = _sparse_allreduce([tensors[i] for i in sparse_idx], op,
-                                        sparse_name, ignore_name_scope)
+                                        sparse_name, ignore_name_scope,
+                                        set_id)
         for i, value in zip(sparse_idx, reduced):
             out[i] = value
     return out
@@ -374,7 +387,8 @@ def allgather(tensor: TensorLike, name: Optional[str] = None,
             the others must match.
         name: name matched across ranks (derived from the graph when None).
         ignore_name_scope: leave enclosing name scopes out of the name.
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
 
     Returns:
         The rows of rank 0, then rank 1, and so on.
@@ -385,9 +399,9 @@ def allgather(tensor: TensorLike, name: Optional[str] = None,
         tf.errors.InvalidArgumentError: ``tensor`` is a scalar.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     return _collective([tensor], _ALLGATHER, "HbcoreAllgather", name,
-                       ignore_name_scope)[0]
+                       ignore_name_scope, process_set_id=set_id)[0]
 
 
 def grouped_allgather(tensors: Sequence[TensorLike],
@@ -401,9 +415,9 @@ def grouped_allgather(tensors: Sequence[TensorLike],
         One gathered tensor per input, in input order.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     return _collective(list(tensors), _ALLGATHER, "HbcoreGroupedAllgather",
-                       name, ignore_name_scope)
+                       name, ignore_name_scope, process_set_id=set_id)
 
 
 def broadcast(tensor: TensorLike, root_rank: int, name: Optional[str] = None,
@@ -417,9 +431,10 @@ def broadcast(tensor: TensorLike, root_rank: int, name: Optional[str] = None,
             across ranks.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     return _collective([tensor], _BROADCAST, "HbcoreBroadcast", name,
-                       ignore_name_scope, root_rank=root_rank)[0]
+                       ignore_name_scope, root_rank=root_rank,
+                       process_set_id=set_id)[0]
 
 
 def broadcast_(variables: Sequence[Any], root_rank: int,
@@ -432,19 +447,20 @@ def broadcast_(variables: Sequence[Any], root_rank: int,
         variables: tf.Variable / Keras variables.
         root_rank: rank whose values are kept.
         name: base name matched across ranks.
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
 
     Returns:
         Eagerly, the variables; in a graph, the assign results (tensors that
         read the variables after the assignment).
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     variables = list(variables)
     if not variables:
         return []
     values = _collective(variables, _BROADCAST, "HbcoreBroadcastInplace",
-                         name, root_rank=root_rank)
+                         name, root_rank=root_rank, process_set_id=set_id)
     assigned = [v.assign(x) for v, x in zip(variables, values)]
     return variables if tf.executing_eagerly() else assigned
 
@@ -463,7 +479,8 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
             dimension); None splits the first dimension evenly.
         name: name matched across ranks (derived from the graph when None).
         ignore_name_scope: leave enclosing name scopes out of the name.
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
 
     Returns:
         The received tensor; when ``splits`` is given, a tuple of it and the
@@ -474,16 +491,16 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
             or an uneven first dimension without splits.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
     splits_tensor = (tf.zeros([0], tf.int64) if splits is None else
                      tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]),
                              tf.int64))
-    with _naming.op_scope("HbcoreAlltoall", name,
+    with _naming.op_scope(_set_kind("HbcoreAlltoall", set_id), name,
                           ignore_name_scope) as op_name:
         output, received = _lib.hbcore_alltoall(
             tensor, splits_tensor, tf.constant(op_name, dtype=tf.string),
-            eager=tf.executing_eagerly())
+            eager=tf.executing_eagerly(), process_set_id=set_id)
     return output if splits is None else (output, received)
 
 
@@ -504,7 +521,8 @@ def reducescatter(tensor: TensorLike, device_dense: str = "",
         compression: Compression.none or Compression.fp16.
         op: Average (default), Sum, Min, Max or Product.
         name: name matched across ranks (derived from the graph when None).
-        process_set: only the global process set is supported.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
         ignore_name_scope: leave enclosing name scopes out of the name.
         prescale_factor, postscale_factor: as in :func:`allreduce`.
 
@@ -513,14 +531,15 @@ def reducescatter(tensor: TensorLike, device_dense: str = "",
         tf.errors.FailedPreconditionError: ranks disagree on the tensor.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     op = Average if op is None else ReduceOp(int(op))
     _refuse_adasum(op, "reducescatter")
     with _on_device(device_dense):
         compressed, ctx = compression.compress(_as_tensor(tensor))
         reduced = _collective([compressed], _REDUCESCATTER,
                               "HbcoreReducescatter", name, ignore_name_scope,
-                              op, 0, prescale_factor, postscale_factor)[0]
+                              op, 0, prescale_factor, postscale_factor,
+                              set_id)[0]
         return compression.decompress(reduced, ctx)
 
 
@@ -539,7 +558,7 @@ def grouped_reducescatter(tensors: Sequence[TensorLike],
         This rank's block of each reduced tensor, in input order.
     """
     _check_initialized()
-    _check_process_set(process_set)
+    set_id = _check_process_set(process_set)
     op = Average if op is None else ReduceOp(int(op))
     _refuse_adasum(op, "grouped_reducescatter")
     tensors = list(tensors)
@@ -551,7 +570,7 @@ def grouped_reducescatter(tensors: Sequence[TensorLike],
         reduced = _collective([p[0] for p in pairs], _REDUCESCATTER,
                               "HbcoreGroupedReducescatter", name,
                               ignore_name_scope, op, 0, prescale_factor,
-                              postscale_factor)
+                              postscale_factor, set_id)
         return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
 
 
@@ -577,19 +596,37 @@ def barrier(process_set: ProcessSet = global_process_set,
         None eagerly; in a graph, the op to run.
     """
     _check_initialized()
-    _check_process_set(process_set)
-    with _naming.op_scope("HbcoreBarrier", name) as op_name:
-        return _lib.hbcore_barrier(tf.constant(op_name, dtype=tf.string))
+    set_id = _check_process_set(process_set)
+    with _naming.op_scope(_set_kind("HbcoreBarrier", set_id),
+                          name) as op_name:
+        return _lib.hbcore_barrier(tf.constant(op_name, dtype=tf.string),
+                                   process_set_id=set_id)
 
 
 # --- topology ops ---------------------------------------------------------------
 # Read when the op runs, so a graph may be built before init() or elsewhere.
 
 def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: the number of ranks, read at execution time."""
+    """An int32 scalar op: the number of ranks, read at execution time (for
+    a process set other than the global one: its size when the op is
+    created).
+
+    Raises:
+        ValueError: ``process_set_id`` is not a registered set.
+    """
     if process_set_id != 0:
-        raise NotImplementedError("only the global process set (id 0) exists")
+        return tf.constant(_process_set_info(process_set_id)[0], tf.int32,
+                           name=name)
     return _lib.hbcore_topology(what="size", name=name)
+
+
+def _process_set_info(process_set_id: int) -> tuple:
+    _check_initialized()
+    info = core.process_set_info(int(process_set_id))
+    if info is None:
+        raise ValueError("Process set does not exist or has not been "
+                         "registered.")
+    return info
 
 
 def local_size_op(name: Optional[str] = None) -> tf.Tensor:
@@ -609,10 +646,14 @@ def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
 
 def process_set_included_op(process_set_id: int = 0,
                             name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: 1 for the global set (the only one)."""
-    if process_set_id != 0:
-        raise NotImplementedError("only the global process set (id 0) exists")
-    return tf.constant(1, tf.int32, name=name)
+    """An int32 scalar op: 1 if this rank belongs to the process set, else 0
+    (as of when the op is created).
+
+    Raises:
+        ValueError: ``process_set_id`` is not a registered set.
+    """
+    info = _process_set_info(process_set_id)
+    return tf.constant(1 if info[1] >= 0 else 0, tf.int32, name=name)
 
 
 for _op_type in ("HbcoreJoin", "HbcoreBarrier", "HbcoreTopology"):

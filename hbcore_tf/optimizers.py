@@ -377,7 +377,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
             integer k (k collectives over consecutive gradients), or a list
             of lists of variables (one collective per list; other variables
             one each).
-        process_set: only the global set is supported.
+        process_set: the ranks gradients are reduced over (default: all).
         scale_local_gradients: divide gradients of variables registered
             with ``register_local_var`` by size() (with any op, as Horovod).
         bucket_cap_mb: SageMaker alias: the fusion threshold in MiB when

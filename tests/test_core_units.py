@@ -14,6 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The core files that do not touch MPI (transport, backend, runtime do).
 PURE_SOURCES = ["types", "config", "logging", "message", "coordinator",
                 "response_cache", "controller", "stall_inspector", "fusion",
+                "process_set",
                 "scaling", "fused_layout", "reduce_kernels"]
 
 

@@ -520,11 +520,14 @@ struct Scratch {
 // Fills `r` and `part` from the 10 fields of one request, in the order
 // (name, op, reduce_op, input, output, root_rank, prescale, postscale,
 // splits, allocate) -- the positional arguments of submit_one and the
-// tuples given to submit. input and output are C-contiguous numpy arrays or
-// None; splits is a sequence of ints or None. `f` must stay alive until
-// hb_enqueue returns: `r` points into the name and the input's shape.
-void Prepare(PyObject* const* f, hb_request* r, Part* part, Scratch* scratch) {
+// tuples given to submit -- and the request's process set. input and
+// output are C-contiguous numpy arrays or None; splits is a sequence of
+// ints or None. `f` must stay alive until hb_enqueue returns: `r` points
+// into the name and the input's shape.
+void Prepare(PyObject* const* f, int process_set_id, hb_request* r, Part* part,
+             Scratch* scratch) {
   std::memset(r, 0, sizeof(*r));
+  r->process_set_id = process_set_id;
   if (!PyUnicode_Check(f[0])) {
     throw py::type_error(std::string("hbcore tensor name must be a str, got ") +
                          Py_TYPE(f[0])->tp_name);
@@ -590,12 +593,13 @@ PyObject* ResultOrNone(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t i) {
 }
 
 // submit_one(name, op, reduce_op, input, output, root_rank, prescale,
-// postscale, splits, allocate, result_kind, result=None) -> Handle: one
-// request, the common case, without building a list of tuples.
+// postscale, splits, allocate, result_kind, result=None,
+// process_set_id=0) -> Handle: one request, the common case, without
+// building a list of tuples.
 PyObject* SubmitOne(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded([&] {
-    if (nargs != 11 && nargs != 12) {
-      throw py::type_error("submit_one() takes 11 or 12 positional arguments");
+    if (nargs < 11 || nargs > 13) {
+      throw py::type_error("submit_one() takes 11 to 13 positional arguments");
     }
     py::object obj = NewHandle(
         1, ToInt(args[10]),
@@ -603,20 +607,23 @@ PyObject* SubmitOne(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Handle& handle = HandleOf(obj.ptr());
     hb_request request;
     Scratch scratch;
-    Prepare(args, &request, handle.begin(), &scratch);
+    Prepare(args, nargs == 13 ? ToInt(args[12]) : 0, &request, handle.begin(),
+            &scratch);
     handle.set_name(py::reinterpret_borrow<py::object>(args[0]));
     Enqueue(&request, handle);
     return obj.release().ptr();
   });
 }
 
-// submit(requests, result_kind, result=None) -> Handle: a group of
-// requests, each a tuple of Prepare's 10 fields, submitted atomically.
+// submit(requests, result_kind, result=None, process_set_id=0) -> Handle:
+// a group of requests, each a tuple of Prepare's 10 fields, submitted
+// atomically on one process set.
 PyObject* Submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded([&] {
-    if (nargs != 2 && nargs != 3) {
-      throw py::type_error("submit() takes 2 or 3 positional arguments");
+    if (nargs < 2 || nargs > 4) {
+      throw py::type_error("submit() takes 2 to 4 positional arguments");
     }
+    const int process_set_id = nargs == 4 ? ToInt(args[3]) : 0;
     if (!PyList_Check(args[0])) throw py::type_error("requests must be a list");
     // A copy: converting fields may run Python code that changes the list.
     py::tuple items =
@@ -637,7 +644,7 @@ PyObject* Submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       }
       PyObject* fields[10];
       for (int k = 0; k < 10; ++k) fields[k] = PyTuple_GET_ITEM(item, k);
-      Prepare(fields, &requests[i], part + i, &scratch[i]);
+      Prepare(fields, process_set_id, &requests[i], part + i, &scratch[i]);
       if (i == 0) handle.set_name(py::reinterpret_borrow<py::object>(fields[0]));
     }
     Enqueue(requests.data(), handle);
@@ -653,10 +660,12 @@ PyCFunction FastCall(PyObject* (*f)(PyObject*, PyObject* const*, Py_ssize_t)) {
 PyMethodDef g_submit_defs[] = {
     {"submit_one", FastCall(&SubmitOne), METH_FASTCALL,
      "submit_one(name, op, reduce_op, input, output, root_rank, prescale, "
-     "postscale, splits, allocate, result_kind, result=None) -> Handle"},
+     "postscale, splits, allocate, result_kind, result=None, "
+     "process_set_id=0) -> Handle"},
     {"submit", FastCall(&Submit), METH_FASTCALL,
-     "submit(requests, result_kind, result=None) -> Handle: the requests "
-     "(tuples of submit_one's first 10 arguments) in one hb_enqueue"},
+     "submit(requests, result_kind, result=None, process_set_id=0) -> "
+     "Handle: the requests (tuples of submit_one's first 10 arguments) in "
+     "one hb_enqueue"},
 };
 
 // The numbers that cross the core's boundary, exported under their C API
@@ -731,23 +740,96 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "init",
       [](int64_t comm,
-         const std::vector<std::pair<std::string, std::string>>& config) {
+         const std::vector<std::pair<std::string, std::string>>& config,
+         const std::vector<std::vector<int>>& process_sets) {
         std::vector<hb_config_entry> entries;
         for (const auto& c : config) {
           entries.push_back({c.first.c_str(), c.second.c_str()});
+        }
+        std::vector<int> ranks, sizes;
+        for (const auto& set : process_sets) {
+          ranks.insert(ranks.end(), set.begin(), set.end());
+          sizes.push_back(static_cast<int>(set.size()));
         }
         char err[1024] = {0};
         int code;
         {
           py::gil_scoped_release release;
           code = hb_init(comm, entries.data(), static_cast<int>(entries.size()),
-                         err, sizeof(err));
+                         ranks.data(), sizes.data(),
+                         static_cast<int>(sizes.size()), err, sizeof(err));
         }
         if (code != HB_OK) RaiseFor(code, err);
       },
       py::arg("comm") = HB_COMM_WORLD,
       py::arg("config") = std::vector<std::pair<std::string, std::string>>(),
-      "init(comm, config): hb_init with (knob name, value text) overrides");
+      py::arg("process_sets") = std::vector<std::vector<int>>(),
+      "init(comm, config, process_sets): hb_init with (knob name, value "
+      "text) overrides and process sets (lists of ranks; [] on a rank that "
+      "is not a member and does not know them)");
+  m.def(
+      "add_process_set",
+      [](const std::vector<int>& ranks) {
+        char err[1024] = {0};
+        int id = -1;
+        int code;
+        {
+          py::gil_scoped_release release;
+          code = hb_add_process_set(ranks.data(),
+                                    static_cast<int>(ranks.size()), &id, err,
+                                    sizeof(err));
+        }
+        if (code != HB_OK) RaiseFor(code, err);
+        return id;
+      },
+      "add_process_set(ranks) -> id: hb_add_process_set (collective)");
+  m.def(
+      "remove_process_set",
+      [](int id) {
+        char err[1024] = {0};
+        int removed = 0;
+        int code;
+        {
+          py::gil_scoped_release release;
+          code = hb_remove_process_set(id, &removed, err, sizeof(err));
+        }
+        if (code != HB_OK) RaiseFor(code, err);
+        return removed != 0;
+      },
+      "remove_process_set(id) -> bool: hb_remove_process_set (collective)");
+  m.def(
+      "process_set_info",
+      [](int id) -> py::object {
+        int size = 0, rank = -1;
+        int code = hb_process_set_info(id, &size, &rank, nullptr, 0);
+        if (code == HB_ERR_INVALID_ARGUMENT) return py::none();
+        if (code != HB_OK) {
+          RaiseFor(code, "hbcore has not been initialized; use hbcore.init().");
+        }
+        std::vector<int> ranks(static_cast<size_t>(size));
+        code = hb_process_set_info(id, &size, &rank, ranks.data(), size);
+        // Removed in between: as unknown.
+        if (code != HB_OK || static_cast<size_t>(size) != ranks.size()) {
+          return py::none();
+        }
+        return py::make_tuple(size, rank, ranks);
+      },
+      "process_set_info(id) -> (size, rank or -1, ranks), or None for an "
+      "unknown id");
+  m.def(
+      "process_set_ids",
+      [] {
+        int n = hb_process_set_ids(nullptr, 0);
+        if (n < 0) {
+          RaiseFor(HB_ERR_NOT_INITIALIZED,
+                   "hbcore has not been initialized; use hbcore.init().");
+        }
+        std::vector<int> ids(static_cast<size_t>(n));
+        n = hb_process_set_ids(ids.data(), n);
+        ids.resize(static_cast<size_t>(std::min<int>(n, ids.size())));
+        return ids;
+      },
+      "process_set_ids() -> ascending ids of the process sets");
   m.def(
       "check_config",
       [](const std::vector<std::pair<std::string, std::string>>& config) {

@@ -153,10 +153,12 @@ void RequestDone(void* user, int code, const char* message,
   if (slot->invocation->FinishOne()) slot->invocation->Complete();
 }
 
-hb_request BaseRequest(const std::string& name, int op) {
+// `process_set_id`: the op's attribute of that name (0: every rank).
+hb_request BaseRequest(const std::string& name, int op, int process_set_id) {
   hb_request r{};
   r.name = name.c_str();
   r.op = op;
+  r.process_set_id = process_set_id;
   r.reduce_op = HB_REDUCE_SUM;
   r.prescale_factor = 1.0;
   r.postscale_factor = 1.0;
@@ -230,6 +232,7 @@ class CollectiveOp : public AsyncOpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -259,7 +262,7 @@ class CollectiveOp : public AsyncOpKernel {
       const Tensor& in = ctx->input(i);
       name_copies[i] = names.flat<tensorflow::tstring>()(i);
       hb_request& r = requests[i];
-      r = BaseRequest(name_copies[i], op_);
+      r = BaseRequest(name_copies[i], op_, process_set_id_);
       r.dtype = ToHbDtype(in.dtype());
       OP_REQUIRES_ASYNC(ctx, r.dtype >= 0,
                         absl::InvalidArgumentError(absl::StrCat(
@@ -300,12 +303,14 @@ class CollectiveOp : public AsyncOpKernel {
   int root_rank_ = 0;
   float prescale_ = 1.0f;
   float postscale_ = 1.0f;
+  int process_set_id_ = 0;
 };
 
 class AlltoallOp : public AsyncOpKernel {
  public:
   explicit AlltoallOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
     OP_REQUIRES_OK(c, c->GetAttr("eager", &eager_));
+    OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
@@ -319,7 +324,8 @@ class AlltoallOp : public AsyncOpKernel {
     auto flat = splits.flat<int64_t>();
     for (int64_t i = 0; i < flat.size(); ++i) split_values.push_back(flat(i));
 
-    std::vector<hb_request> requests(1, BaseRequest(name, HB_ALLTOALL));
+    std::vector<hb_request> requests(
+        1, BaseRequest(name, HB_ALLTOALL, process_set_id_));
     hb_request& r = requests[0];
     r.dtype = ToHbDtype(in.dtype());
     OP_REQUIRES_ASYNC(ctx, r.dtype >= 0,
@@ -354,6 +360,7 @@ class AlltoallOp : public AsyncOpKernel {
 
  private:
   bool eager_ = false;
+  int process_set_id_ = 0;
 };
 
 // Join and barrier: no data; join outputs the last rank that joined.
@@ -361,12 +368,17 @@ class ControlOp : public AsyncOpKernel {
  public:
   explicit ControlOp(OpKernelConstruction* c)
       : AsyncOpKernel(c),
-        op_(c->def().op() == "HbcoreJoin" ? HB_JOIN : HB_BARRIER) {}
+        op_(c->def().op() == "HbcoreJoin" ? HB_JOIN : HB_BARRIER) {
+    if (op_ == HB_BARRIER) {
+      OP_REQUIRES_OK(c, c->GetAttr("process_set_id", &process_set_id_));
+    }
+  }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const std::string name(ctx->input(0).scalar<tensorflow::tstring>()());
     auto invocation = std::make_shared<Invocation>(ctx, done, 1);
-    std::vector<hb_request> requests(1, BaseRequest(name, op_));
+    std::vector<hb_request> requests(1,
+                                     BaseRequest(name, op_, process_set_id_));
     requests[0].dtype = HB_UINT8;
     std::vector<std::unique_ptr<Slot>> slots;
     slots.push_back(std::make_unique<Slot>());
@@ -384,6 +396,7 @@ class ControlOp : public AsyncOpKernel {
 
  private:
   const int op_;
+  int process_set_id_ = 0;
 };
 
 // rank/size/local_rank/local_size/cross_rank/cross_size, read when the op
@@ -449,6 +462,7 @@ REGISTER_OP("HbcoreCollective")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
     .Attr("eager: bool = false")  // called eagerly: see AwaitEager
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(CollectiveShape)
     .Doc("Allreduce/allgather/broadcast/reducescatter of tensors announced "
@@ -462,6 +476,7 @@ REGISTER_OP("HbcoreAlltoall")
     .Output("received_splits: int64")
     .Attr("T: " HB_TF_TYPES)
     .Attr("eager: bool = false")  // called eagerly: see AwaitEager
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle out;
@@ -484,6 +499,7 @@ REGISTER_OP("HbcoreJoin")
 
 REGISTER_OP("HbcoreBarrier")
     .Input("tensor_name: string")
+    .Attr("process_set_id: int = 0")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs);
 

@@ -1,11 +1,13 @@
 // The C API: a thin shell over the one Runtime of the process.
 #include "hbcore/c_api.h"
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "config.h"
 #include "runtime.h"
@@ -47,6 +49,68 @@ bool ToOverrides(const hb_config_entry* config, int count,
   return true;
 }
 
+// A process-set operation's result, waited for by the calling thread
+// without holding g_mu (the background thread completes it, or fails it
+// at shutdown, before the runtime is destroyed).
+struct SetOpWaiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int code = HB_OK;
+  std::string message;
+  int value = -1;
+
+  static void Done(void* user, int status, const char* message,
+                   const hb_result* result) {
+    SetOpWaiter& w = *static_cast<SetOpWaiter*>(user);
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.code = status;
+    if (message != nullptr) w.message = message;
+    if (result != nullptr) w.value = result->last_joined_rank;
+    w.done = true;
+    w.cv.notify_all();
+  }
+
+  int Wait(char* err, size_t err_len) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [this] { return done; });
+    if (code != HB_OK) CopyError(message, err, err_len);
+    return code;
+  }
+};
+
+// Submits one process-set operation on `runtime` (g_mu held by the
+// caller); the caller then waits on `waiter` with g_mu released.
+int SubmitSetOp(hbcore::Runtime* runtime, hbcore::OpType op,
+                const std::vector<int>& ranks, int id, bool at_init,
+                SetOpWaiter* waiter, char* err, size_t err_len) {
+  hbcore::Status s = runtime->SubmitProcessSetOp(
+      op, ranks, id, at_init, &SetOpWaiter::Done, waiter);
+  if (!s.ok()) CopyError(s.message(), err, err_len);
+  return s.code();
+}
+
+// A process-set operation after init: submitted under g_mu, waited for
+// without it; `*value` gets its result.
+int RunSetOp(hbcore::OpType op, const std::vector<int>& ranks, int id,
+             int* value, char* err, size_t err_len) {
+  SetOpWaiter waiter;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_runtime) {
+      CopyError("hbcore has not been initialized; call hbcore.init() first",
+                err, err_len);
+      return HB_ERR_NOT_INITIALIZED;
+    }
+    const int code = SubmitSetOp(g_runtime.get(), op, ranks, id, false,
+                                 &waiter, err, err_len);
+    if (code != HB_OK) return code;
+  }
+  const int code = waiter.Wait(err, err_len);
+  if (code == HB_OK && value != nullptr) *value = waiter.value;
+  return code;
+}
+
 template <typename F>
 int WithTopology(F field) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -73,6 +137,7 @@ int hb_check_config(const hb_config_entry* config, int count, char* err,
 }
 
 int hb_init(int64_t comm, const hb_config_entry* config, int config_count,
+            const int* set_ranks, const int* set_sizes, int num_sets,
             char* err, size_t err_len) {
   std::unique_ptr<hbcore::Runtime> stale;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -91,6 +156,22 @@ int hb_init(int64_t comm, const hb_config_entry* config, int config_count,
   if (!s.ok()) {
     CopyError(s.message(), err, err_len);
     return s.code();
+  }
+  // The process sets of init, added in order through the same negotiation
+  // as later adds (so a rank outside a communicator-defined set learns its
+  // members); they get ids 1, 2, ... On a failure every rank fails the same
+  // way and shuts the runtime down.
+  for (int i = 0, offset = 0; i < num_sets; offset += set_sizes[i], ++i) {
+    std::vector<int> ranks(set_ranks + offset,
+                           set_ranks + offset + set_sizes[i]);
+    SetOpWaiter waiter;
+    int code = SubmitSetOp(g_runtime.get(), hbcore::OpType::kProcessSetAdd,
+                           ranks, 0, true, &waiter, err, err_len);
+    if (code == HB_OK) code = waiter.Wait(err, err_len);
+    if (code != HB_OK) {
+      g_runtime.reset();
+      return code;
+    }
   }
   // A process that exits without hb_shutdown still tells its peers. This
   // handler is registered after MPI's finalizer, so it runs before it.
@@ -152,6 +233,41 @@ int hb_enqueue(const hb_request* requests, int count, char* err,
   hbcore::Status s = g_runtime->Enqueue(requests, count);
   if (!s.ok()) CopyError(s.message(), err, err_len);
   return s.code();
+}
+
+int hb_add_process_set(const int* ranks, int n, int* id, char* err,
+                       size_t err_len) {
+  std::vector<int> members(ranks, ranks + (ranks ? n : 0));
+  return RunSetOp(hbcore::OpType::kProcessSetAdd, members, 0, id, err,
+                  err_len);
+}
+
+int hb_remove_process_set(int id, int* removed, char* err, size_t err_len) {
+  return RunSetOp(hbcore::OpType::kProcessSetRemove, {}, id, removed, err,
+                  err_len);
+}
+
+int hb_process_set_info(int id, int* size, int* rank, int* ranks,
+                        int max_ranks) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime) return HB_ERR_NOT_INITIALIZED;
+  hbcore::ProcessSetInfo info;
+  if (!g_runtime->ProcessSet(id, &info)) return HB_ERR_INVALID_ARGUMENT;
+  if (size != nullptr) *size = info.size();
+  if (rank != nullptr) *rank = info.SetRank(g_runtime->topology().rank);
+  for (int i = 0; ranks != nullptr && i < max_ranks && i < info.size(); ++i) {
+    ranks[i] = info.ranks[i];
+  }
+  return HB_OK;
+}
+
+int hb_process_set_ids(int* ids, int max_ids) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime) return -1;
+  std::vector<int> all = g_runtime->ProcessSetIds();
+  const int n = static_cast<int>(all.size());
+  for (int i = 0; ids != nullptr && i < max_ids && i < n; ++i) ids[i] = all[i];
+  return static_cast<int>(all.size());
 }
 
 void hb_flush(void) {

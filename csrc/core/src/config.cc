@@ -37,6 +37,8 @@ const hb_knob kKnobs[] = {
      HB_KNOB_NUMBER, "0", 0, kUnbounded, "seconds"},
     {"log_level", "HB_LOG_LEVEL", HB_KNOB_LOG_LEVEL, "WARNING", 0, 0,
      "level"},
+    {"dynamic_process_sets", "HB_DYNAMIC_PROCESS_SETS", HB_KNOB_BOOL, "0", 0,
+     0, "flag"},
 };
 constexpr int kNumKnobs = sizeof(kKnobs) / sizeof(kKnobs[0]);
 
@@ -67,6 +69,7 @@ const Apply kApply[] = {
     },
     [](const Value& v, Config* c) { c->stall_shutdown_seconds = v.number; },
     [](const Value& v, Config* c) { c->log_level = v.level; },
+    [](const Value& v, Config* c) { c->dynamic_process_sets = v.flag; },
 };
 static_assert(sizeof(kApply) / sizeof(kApply[0]) == kNumKnobs,
               "one setter per knob");
@@ -277,7 +280,8 @@ std::string Config::ToString() const {
       << "HB_TIMELINE=" << timeline_path << "\n"
       << "HB_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"
       << "HB_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds << "\n"
-      << "HB_LOG_LEVEL=" << LogLevelName(log_level) << "\n";
+      << "HB_LOG_LEVEL=" << LogLevelName(log_level) << "\n"
+      << "HB_DYNAMIC_PROCESS_SETS=" << (dynamic_process_sets ? 1 : 0) << "\n";
   return out.str();
 }
 

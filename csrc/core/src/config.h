@@ -43,6 +43,9 @@ struct Config {
   // Shut the job down when a stall lasts this long; 0 disables.
   double stall_shutdown_seconds = 0.0;
   LogLevel log_level = LogLevel::kWarning;
+  // Process sets may be added and removed after init (collectively, see
+  // hb_add_process_set); without it they can only be given to hb_init.
+  bool dynamic_process_sets = false;
 
   // "KEY=value" lines, one per knob, for logs and hb_config_string.
   std::string ToString() const;

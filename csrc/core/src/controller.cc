@@ -12,11 +12,13 @@ constexpr uint64_t kFlagActive = 4;  // this rank has not joined
 
 }  // namespace
 
-Controller::Controller(ControlComm* comm, const Config& config)
+Controller::Controller(ControlComm* comm, const Config& config,
+                       ProcessSetInfo set)
     : comm_(comm), config_(config), cache_(config.cache_capacity),
-      stall_(config) {
+      stall_(config, set.Suffix()) {
+  if (set.ranks.empty()) set = ProcessSetInfo::Global(comm_->size());
   if (comm_->rank() == 0) {
-    coordinator_ = std::make_unique<Coordinator>(comm_->size());
+    coordinator_ = std::make_unique<Coordinator>(std::move(set));
   }
 }
 
@@ -46,7 +48,11 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
     e.announced = true;
     int slot = -1;
     ResponseCache::Lookup found = ResponseCache::Lookup::kMiss;
-    if (e.request.op != OpType::kJoin) found = cache_.Find(e.request, &slot);
+    // Joins and process-set operations are never cached.
+    if (e.request.op != OpType::kJoin &&
+        !IsInternalOpType(static_cast<int>(e.request.op))) {
+      found = cache_.Find(e.request, &slot);
+    }
     if (found == ResponseCache::Lookup::kHit) {
       e.cache_slot = slot;
       continue;
@@ -183,7 +189,10 @@ void Controller::Commit(const CycleOutput& cycle, size_t i,
     cache_.Touch(cycle.cache_slots[i]);
     return;
   }
-  if (r.is_error() || r.op == OpType::kJoin || cache_.capacity() == 0) return;
+  if (r.is_error() || r.op == OpType::kJoin ||
+      IsInternalOpType(static_cast<int>(r.op)) || cache_.capacity() == 0) {
+    return;
+  }
   cache_.Put(r, local ? &local->request : nullptr);
 }
 

@@ -23,6 +23,11 @@
 // responses cached with this rank's old contribution (e.g. allgather row
 // counts) are renegotiated knowing it joined.
 //
+// Each process set has its own controller over its own communicator (set
+// ranks; rank 0 of the set coordinates), with its own response cache and
+// stall inspector; the runtime runs them in ascending set id each cycle.
+// Join and shutdown exist only in the global set's controller.
+//
 // The controller owns what negotiation reads and writes on this rank: the
 // response cache, this rank's join state (from Join() until the join's
 // response is committed) and the stall inspector; the coordinator (rank 0)
@@ -38,6 +43,7 @@
 #include "config.h"
 #include "control_comm.h"
 #include "coordinator.h"
+#include "process_set.h"
 #include "response_cache.h"
 #include "stall_inspector.h"
 #include "tensor_entry.h"
@@ -66,7 +72,10 @@ struct CycleOutput {
 
 class Controller {
  public:
-  Controller(ControlComm* comm, const Config& config);
+  // `set`: the process set `comm` connects (ranks in messages, the
+  // coordinator's view); empty ranks mean the global set of comm->size().
+  Controller(ControlComm* comm, const Config& config,
+             ProcessSetInfo set = ProcessSetInfo());
 
   Status RunCycle(PendingTable* pending, const CycleInput& input,
                   CycleOutput* output);
@@ -74,7 +83,8 @@ class Controller {
   // This rank's join request entered the pending table.
   void Join();
   // Whether this rank needs a cycle for a stall check (StallInspector).
-  bool StallCheckDue(const PendingTable& pending, Clock::time_point now) const {
+  bool StallCheckDue(const PendingTable& pending,
+                     Clock::time_point now) const {
     return stall_.Due(pending, now);
   }
 

@@ -7,30 +7,21 @@
 namespace hbcore {
 namespace {
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::ostringstream out;
-  out << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i) out << ", ";
-    out << ranks[i];
-  }
-  return out.str();
-}
-
 // Groups the ranks by the value `describe` gives their request; returns ""
-// when all agree, else "rank 0 sent X; ranks 1, 2 sent Y".
+// when all agree, else "rank 0 sent X; ranks 1, 2 sent Y" (global ranks).
 std::string Disagreement(
-    const std::vector<Request>& requests,
+    const ProcessSetInfo& set, const std::vector<Request>& requests,
     const std::function<std::string(const Request&)>& describe) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (const Request& r : requests) {
     std::string value = describe(r);
+    const int rank = set.GlobalRank(r.rank);
     auto it = std::find_if(groups.begin(), groups.end(),
                            [&](const auto& g) { return g.first == value; });
     if (it == groups.end()) {
-      groups.push_back({value, {r.rank}});
+      groups.push_back({value, {rank}});
     } else {
-      it->second.push_back(r.rank);
+      it->second.push_back(rank);
     }
   }
   if (groups.size() <= 1) return "";
@@ -56,7 +47,11 @@ std::string Scales(const Request& r) {
 
 }  // namespace
 
-Coordinator::Coordinator(int size) : size_(size) {}
+Coordinator::Coordinator(int size)
+    : Coordinator(ProcessSetInfo::Global(size)) {}
+
+Coordinator::Coordinator(ProcessSetInfo set)
+    : set_(std::move(set)), size_(set_.size()) {}
 
 void Coordinator::Add(const RequestList& list, int rank) {
   for (const Request& r : list.requests) {
@@ -124,20 +119,20 @@ Response Coordinator::Validate(const std::vector<Request>& requests) const {
 
   auto fail = [&](const std::string& what, const std::string& detail) {
     resp.error = "Mismatched " + what + " for tensor '" + first.name + "' (" +
-                 OpTypeName(first.op) + "): " + detail;
+                 OpTypeName(first.op) + ")" + set_.Suffix() + ": " + detail;
     resp.error_code = HB_ERR_MISMATCH;
     return resp;
   };
   std::string d;
-  d = Disagreement(requests, [](const Request& r) {
+  d = Disagreement(set_, requests, [](const Request& r) {
     return std::string(OpTypeName(r.op));
   });
   if (!d.empty()) return fail("operation", d);
-  d = Disagreement(requests, [](const Request& r) {
+  d = Disagreement(set_, requests, [](const Request& r) {
     return std::string(DataTypeName(r.dtype));
   });
   if (!d.empty()) return fail("data type", d);
-  d = Disagreement(requests, [](const Request& r) {
+  d = Disagreement(set_, requests, [](const Request& r) {
     return r.device == HB_DEVICE_CPU ? std::string("CPU")
                                      : "GPU " + std::to_string(r.device);
   });
@@ -150,13 +145,13 @@ Response Coordinator::Validate(const std::vector<Request>& requests) const {
   switch (first.op) {
     case OpType::kAllreduce:
     case OpType::kReducescatter:
-      if (!(d = Disagreement(requests, full_shape)).empty()) {
+      if (!(d = Disagreement(set_, requests, full_shape)).empty()) {
         return fail("shape", d);
       }
-      if (!(d = Disagreement(requests, reduce)).empty()) {
+      if (!(d = Disagreement(set_, requests, reduce)).empty()) {
         return fail("reduce op", d);
       }
-      if (!(d = Disagreement(requests, Scales)).empty()) {
+      if (!(d = Disagreement(set_, requests, Scales)).empty()) {
         return fail("scale factors", d);
       }
       if (first.op == OpType::kReducescatter && !joined_.empty()) {
@@ -168,14 +163,17 @@ Response Coordinator::Validate(const std::vector<Request>& requests) const {
       }
       break;
     case OpType::kBroadcast:
-      if (!(d = Disagreement(requests, [](const Request& r) {
+      if (!(d = Disagreement(set_, requests, [](const Request& r) {
              return "root rank " + std::to_string(r.root_rank);
            })).empty()) {
         return fail("root rank", d);
       }
-      if (!(d = Disagreement(requests, full_shape)).empty()) {
+      if (!(d = Disagreement(set_, requests, full_shape)).empty()) {
         return fail("shape", d);
       }
+      // Front ends name the root by its global rank; the backend runs on
+      // the set's communicator (runtime.cc checked it is a member).
+      resp.root_rank = set_.SetRank(first.root_rank);
       if (joined_.count(first.root_rank)) {
         resp.error = "broadcast of tensor '" + first.name + "': root rank " +
                      std::to_string(first.root_rank) + " has joined";
@@ -183,7 +181,7 @@ Response Coordinator::Validate(const std::vector<Request>& requests) const {
       }
       break;
     case OpType::kAllgather:
-      if (!(d = Disagreement(requests, TrailingDims)).empty()) {
+      if (!(d = Disagreement(set_, requests, TrailingDims)).empty()) {
         return fail("shape", d);
       }
       resp.rank_dims.assign(size_, 0);
@@ -192,7 +190,7 @@ Response Coordinator::Validate(const std::vector<Request>& requests) const {
       }
       break;
     case OpType::kAlltoall:
-      if (!(d = Disagreement(requests, TrailingDims)).empty()) {
+      if (!(d = Disagreement(set_, requests, TrailingDims)).empty()) {
         return fail("shape", d);
       }
       if (!joined_.empty()) {
@@ -212,7 +210,52 @@ Response Coordinator::Validate(const std::vector<Request>& requests) const {
     case OpType::kBarrier:
     case OpType::kJoin:
       break;
+    case OpType::kProcessSetAdd:
+      return ValidateAdd(requests, resp);
+    case OpType::kProcessSetRemove:
+      if (!(d = Disagreement(set_, requests, [](const Request& r) {
+             return "process set id " + std::to_string(r.root_rank);
+           })).empty()) {
+        return fail("process set", d);
+      }
+      break;
   }
+  return resp;
+}
+
+Response Coordinator::ValidateAdd(const std::vector<Request>& requests,
+                                  Response resp) const {
+  // Ranks that know the members list them (in `splits`); a rank outside a
+  // set defined by a communicator it does not belong to sends none. Every
+  // list sent must be the same, and every member must send it.
+  std::vector<Request> listing;
+  for (const Request& r : requests) {
+    if (!r.splits.empty()) listing.push_back(r);
+  }
+  auto fail = [&](const std::string& detail) {
+    resp.error = "add_process_set: " + detail;
+    resp.error_code = HB_ERR_MISMATCH;
+    return resp;
+  };
+  if (listing.empty()) return fail("no rank named any member");
+  std::string d = Disagreement(set_, listing, [](const Request& r) {
+    std::vector<int64_t> sorted = r.splits;
+    std::sort(sorted.begin(), sorted.end());
+    return "members " + ShapeString(sorted);
+  });
+  if (!d.empty()) return fail("ranks disagree about the members: " + d);
+  std::vector<int64_t> members = listing.front().splits;
+  std::sort(members.begin(), members.end());
+  for (const Request& r : requests) {
+    const int rank = set_.GlobalRank(r.rank);
+    const bool member =
+        std::binary_search(members.begin(), members.end(), rank);
+    if (member && r.splits.empty()) {
+      return fail("rank " + std::to_string(rank) + " is one of the members " +
+                  ShapeString(members) + " but did not name them");
+    }
+  }
+  resp.rank_dims = members;
   return resp;
 }
 
@@ -244,9 +287,9 @@ std::vector<StallReport> Coordinator::FindStalls(
       bool has = std::find(entry.first.begin(), entry.first.end(), r) !=
                  entry.first.end();
       if (has) {
-        report.ready_ranks.push_back(r);
+        report.ready_ranks.push_back(set_.GlobalRank(r));
       } else if (!joined_.count(r)) {
-        report.missing_ranks.push_back(r);
+        report.missing_ranks.push_back(set_.GlobalRank(r));
       }
     }
     if (report.missing_ranks.empty()) continue;

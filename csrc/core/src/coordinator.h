@@ -9,7 +9,14 @@
 //     op, root, reduce op, scale factors, device) becomes an ERROR response
 //     that names the tensor, the ranks and what differed; the other tensors
 //     are unaffected.
-//  4. Join: a rank that joined counts as having submitted every tensor (it
+//  4. In a process set other than the global one, ranks are set ranks
+//     (the set's communicator); messages name them by their global rank
+//     and the set. A broadcast's root arrives as a global rank and leaves
+//     as a set rank. Join exists only in the global set.
+//  5. An add_process_set (internal op, global set only) completes like a
+//     collective; the members are those named by every rank that names
+//     any (see ValidateAdd), the same list on every rank.
+//  6. Join: a rank that joined counts as having submitted every tensor (it
 //     contributes zeros / no rows). When all ranks joined, one JOIN response
 //     carries the last rank that joined, and the joined set is reset.
 #ifndef HBCORE_COORDINATOR_H_
@@ -21,11 +28,13 @@
 #include <vector>
 
 #include "message.h"
+#include "process_set.h"
 
 namespace hbcore {
 
 struct StallReport {
   std::string name;
+  // Global ranks.
   std::vector<int> missing_ranks;
   std::vector<int> ready_ranks;
   double age_seconds = 0;
@@ -33,7 +42,8 @@ struct StallReport {
 
 class Coordinator {
  public:
-  explicit Coordinator(int size);
+  explicit Coordinator(int size);  // the global set of `size` ranks
+  explicit Coordinator(ProcessSetInfo set);
 
   // Step 1 for one rank. Complete tensors are queued for TakeResponses.
   void Add(const RequestList& list, int rank);
@@ -51,8 +61,11 @@ class Coordinator {
   void AddRequest(const Request& request);
   void CompleteIfReady(const std::string& name);
   Response Validate(const std::vector<Request>& requests) const;
+  Response ValidateAdd(const std::vector<Request>& requests,
+                       Response resp) const;
   int ActiveRanks() const { return size_ - static_cast<int>(joined_.size()); }
 
+  ProcessSetInfo set_;
   int size_;
   // Name -> requests received so far (at most one per rank).
   std::map<std::string, std::vector<Request>> table_;

@@ -35,6 +35,8 @@ const char* PhaseName(OpType op) {
     case OpType::kReducescatter: return "REDUCESCATTER";
     case OpType::kBarrier: return "BARRIER";
     case OpType::kJoin: return "JOIN";
+    case OpType::kProcessSetAdd:
+    case OpType::kProcessSetRemove: return "PROCESS_SET";
   }
   return "UNKNOWN";
 }
@@ -192,6 +194,8 @@ void Executor::RunOne(const std::vector<const Response*>& responses,
       s = backend->Barrier();
       break;
     case OpType::kJoin:
+    case OpType::kProcessSetAdd:     // performed by the runtime (runtime.h)
+    case OpType::kProcessSetRemove:
       break;
   }
   if (head.op != OpType::kAllreduce) Record(responses, PhaseName(head.op), start);

@@ -30,6 +30,8 @@ namespace hbcore {
 struct TensorResult {
   Status status;
   std::vector<int64_t> received_splits;
+  // Join: the last rank that joined. Process-set operations (performed by
+  // the runtime): the new set's id, or 1 / 0 for removed / not removed.
   int last_joined_rank = -1;
 };
 

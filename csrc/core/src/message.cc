@@ -79,7 +79,7 @@ bool Read(Reader* in, Request* r) {
          in->Pod(&reduce) && in->Pod(&dtype) && in->Ints(&r->shape) &&
          in->Pod(&r->root_rank) && in->Pod(&r->prescale) &&
          in->Pod(&r->postscale) && in->Ints(&r->splits) &&
-         in->Pod(&r->device) && IsValidOpType(op) &&
+         in->Pod(&r->device) && (IsValidOpType(op) || IsInternalOpType(op)) &&
          IsValidReduceOp(reduce) && IsValidDataType(dtype) &&
          (r->op = static_cast<OpType>(op),
           r->reduce_op = static_cast<ReduceOp>(reduce),
@@ -108,7 +108,8 @@ bool Read(Reader* in, Response* r) {
          in->Ints(&r->shape) && in->Pod(&r->root_rank) &&
          in->Pod(&r->prescale) && in->Pod(&r->postscale) &&
          in->Pod(&r->device) && in->Ints(&r->rank_dims) &&
-         IsValidOpType(op) && IsValidReduceOp(reduce) &&
+         (IsValidOpType(op) || IsInternalOpType(op)) &&
+         IsValidReduceOp(reduce) &&
          IsValidDataType(dtype) &&
          (r->op = static_cast<OpType>(op),
           r->reduce_op = static_cast<ReduceOp>(reduce),

@@ -21,6 +21,32 @@ void FinalizeAtExit() {
   if (!finalized) MPI_Finalize();
 }
 
+class MpiGroup : public Group {
+ public:
+  // Takes ownership of `comm`.
+  explicit MpiGroup(MPI_Comm comm, double max_sleep_us)
+      : comm_(comm),
+        control_(std::make_unique<MpiControlComm>(comm_, max_sleep_us)),
+        backend_(std::make_unique<MpiBackend>(comm_, nullptr,
+                                              MPI_COMM_NULL)) {}
+  ~MpiGroup() override {
+    // Objects using the communicator go first.
+    backend_.reset();
+    control_.reset();
+    MPI_Comm_free(&comm_);
+  }
+  MpiGroup(const MpiGroup&) = delete;
+  MpiGroup& operator=(const MpiGroup&) = delete;
+
+  ControlComm* control() override { return control_.get(); }
+  Backend* cpu_backend() override { return backend_.get(); }
+
+ private:
+  MPI_Comm comm_;
+  std::unique_ptr<MpiControlComm> control_;
+  std::unique_ptr<MpiBackend> backend_;
+};
+
 class MpiTransport : public Transport {
  public:
   MpiTransport() = default;
@@ -34,6 +60,7 @@ class MpiTransport : public Transport {
   }
 
   Status Init(int64_t comm, double max_sleep_us, const Config& config) {
+    max_sleep_us_ = max_sleep_us;
     int initialized = 0;
     MPI_Initialized(&initialized);
     int provided = 0;
@@ -129,6 +156,22 @@ class MpiTransport : public Transport {
   ControlComm* control() override { return control_.get(); }
   Backend* cpu_backend() override { return backend_.get(); }
 
+  Status CreateGroup(const std::vector<int>& ranks,
+                     std::unique_ptr<Group>* out) override {
+    out->reset();
+    bool member = false;
+    for (int r : ranks) member = member || r == topo_.rank;
+    // Keyed by global rank, so set rank i is the i-th smallest member.
+    MPI_Comm comm = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(comm_, member ? 0 : MPI_UNDEFINED, topo_.rank,
+                            &comm);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_split");
+    if (comm == MPI_COMM_NULL) return Status::OK();
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    *out = std::make_unique<MpiGroup>(comm, max_sleep_us_);
+    return Status::OK();
+  }
+
  private:
   // Whether fused allreduces go hierarchical (the same answer on every
   // rank): the job spans hosts, each runs the same number (> 1) of ranks,
@@ -158,6 +201,7 @@ class MpiTransport : public Transport {
   }
 
   Topology topo_;
+  double max_sleep_us_ = 0;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;

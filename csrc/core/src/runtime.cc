@@ -43,6 +43,24 @@ const char* OpName(int op) {
   return IsValidOpType(op) ? OpTypeName(static_cast<OpType>(op)) : "unknown";
 }
 
+// The key of an in-flight name (names are unique per process set): the
+// name itself for the global set, so its hot path copies nothing; else the
+// name and the set id, built in `scratch`.
+const std::string& FlightKey(const std::string& name, int process_set_id,
+                             std::string* scratch) {
+  if (process_set_id == 0) return name;
+  *scratch = name + '\x1f' + std::to_string(process_set_id);
+  return *scratch;
+}
+
+std::string IdList(const std::map<int, ProcessSetInfo>& table) {
+  std::string out;
+  for (const auto& kv : table) {
+    out += (out.empty() ? "" : ", ") + std::to_string(kv.first);
+  }
+  return out;
+}
+
 }  // namespace
 
 Runtime::Runtime(const Config& config) : config_(config) {}
@@ -78,10 +96,16 @@ Status Runtime::Start(int64_t comm) {
   s = CheckSharedSettings(timeline.ok());
   if (!timeline.ok()) return timeline;
   if (!s.ok()) return s;
-  controller_ = std::make_unique<Controller>(transport_->control(), config_);
-  executor_ = std::make_unique<Executor>(
+  auto global = std::make_unique<SetState>();
+  global->info = ProcessSetInfo::Global(topo.size);
+  global->controller = std::make_unique<Controller>(transport_->control(),
+                                                    config_, global->info);
+  global->executor = std::make_unique<Executor>(
       topo.rank, topo.size, std::vector<Backend*>{transport_->cpu_backend()},
       &timeline_);
+  global_ = global.get();
+  set_table_[0] = global->info;
+  sets_[0] = std::move(global);
   thread_ = std::thread([this] { Loop(); });
   return Status::OK();
 }
@@ -129,8 +153,11 @@ bool Runtime::stopped() {
 
 Runtime::~Runtime() { Shutdown(); }
 
-Status Runtime::Validate(const hb_request& r, TensorEntry* entry) const {
-  const int size = topology().size;
+Status Runtime::Validate(const hb_request& r, const ProcessSetInfo& set,
+                         TensorEntry* entry) const {
+  // Splits and set ranks count the set's members; a root is a global rank.
+  const int size = set.size();
+  const int world = topology().size;
   if (r.name == nullptr || r.name[0] == '\0') {
     return Status::InvalidArgument("tensor name must be a non-empty string");
   }
@@ -146,8 +173,13 @@ Status Runtime::Validate(const hb_request& r, TensorEntry* entry) const {
   }
   if (r.done == nullptr) return bad("no completion callback");
   if (r.ndim < 0 || (r.ndim > 0 && r.shape == nullptr)) return bad("bad shape");
+  if (r.op == HB_JOIN && set.id != 0) {
+    return bad("join is defined on the global process set only (got process "
+               "set " + std::to_string(set.id) + ")");
+  }
   Request& q = entry->request;
-  q.rank = topology().rank;
+  q.rank = set.SetRank(topology().rank);
+  entry->process_set_id = set.id;
   q.name = name;
   q.op = static_cast<OpType>(r.op);
   q.reduce_op = static_cast<ReduceOp>(r.reduce_op);
@@ -194,9 +226,14 @@ Status Runtime::Validate(const hb_request& r, TensorEntry* entry) const {
       }
       break;
     case OpType::kBroadcast:
-      if (q.root_rank < 0 || q.root_rank >= size) {
+      if (q.root_rank < 0 || q.root_rank >= world) {
         return bad("invalid root rank " + std::to_string(q.root_rank) +
-                   " (must be in [0, " + std::to_string(size) + "))");
+                   " (must be in [0, " + std::to_string(world) + "))");
+      }
+      if (set.SetRank(q.root_rank) < 0) {
+        return bad("root rank " + std::to_string(q.root_rank) +
+                   " is not a member of process set " +
+                   std::to_string(set.id) + " (" + RankList(set.ranks) + ")");
       }
       if (r.output == nullptr && NumElements(q.shape) > 0) {
         return bad("output buffer is null");
@@ -211,14 +248,14 @@ Status Runtime::Validate(const hb_request& r, TensorEntry* entry) const {
         if (q.shape[0] % size != 0) {
           return bad("first dimension " + std::to_string(q.shape[0]) +
                      " is not divisible by the number of ranks " +
-                     std::to_string(size) + "; pass splits");
+                     std::to_string(size) + set.Suffix() + "; pass splits");
         }
         q.splits.assign(size, q.shape[0] / size);
       } else {
         if (r.num_splits != size || r.splits == nullptr) {
           return bad("splits has " + std::to_string(r.num_splits) +
                      " entries but there are " + std::to_string(size) +
-                     " ranks");
+                     " ranks" + set.Suffix());
         }
         q.splits.assign(r.splits, r.splits + r.num_splits);
         int64_t sum = 0;
@@ -236,6 +273,8 @@ Status Runtime::Validate(const hb_request& r, TensorEntry* entry) const {
     }
     case OpType::kBarrier:
     case OpType::kJoin:
+    case OpType::kProcessSetAdd:  // never submitted by a front end
+    case OpType::kProcessSetRemove:
       break;
   }
   if ((q.op == OpType::kAllgather || q.op == OpType::kAlltoall ||
@@ -251,10 +290,48 @@ Status Runtime::Validate(const hb_request& r, TensorEntry* entry) const {
   return Status::OK();
 }
 
+Status Runtime::SetsOf(const hb_request* requests, int count,
+                       std::map<int, ProcessSetInfo>* sets) {
+  const int rank = topology().rank;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i = 0; i < count; ++i) {
+    const int id = requests[i].process_set_id;
+    if (id == 0 || sets->count(id)) continue;
+    auto it = set_table_.find(id);
+    const std::string what =
+        std::string(OpName(requests[i].op)) + " of tensor '" +
+        (requests[i].name ? requests[i].name : "") + "': ";
+    if (it == set_table_.end()) {
+      return Status::InvalidArgument(
+          what + "process set " + std::to_string(id) +
+          " does not exist (process sets: " + IdList(set_table_) + ")");
+    }
+    if (it->second.SetRank(rank) < 0) {
+      return Status::InvalidArgument(
+          what + "rank " + std::to_string(rank) +
+          " is not a member of process set " + std::to_string(id) + " (" +
+          RankList(it->second.ranks) + "); only members may submit on it");
+    }
+    (*sets)[id] = it->second;
+  }
+  return Status::OK();
+}
+
 Status Runtime::Enqueue(const hb_request* requests, int count) {
   std::vector<TensorEntry> entries(count);
+  // The global set needs no lookup (the common case takes no lock here).
+  std::map<int, ProcessSetInfo> sets;
   for (int i = 0; i < count; ++i) {
-    Status s = Validate(requests[i], &entries[i]);
+    if (requests[i].process_set_id != 0) {
+      Status s = SetsOf(requests, count, &sets);
+      if (!s.ok()) return s;
+      break;
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    const int id = requests[i].process_set_id;
+    Status s = Validate(requests[i], id == 0 ? global_->info : sets[id],
+                        &entries[i]);
     if (!s.ok()) return s;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -263,26 +340,85 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
                             (stopped_ ? stop_reason_ : shutdown_reason_));
   }
   std::unordered_set<std::string> batch;  // duplicates within a group
+  std::string scratch;
   for (const TensorEntry& e : entries) {
     const std::string& name = e.request.name;
-    if (in_flight_.count(name) ||
-        (count > 1 && !batch.insert(name).second)) {
+    const std::string& key = FlightKey(name, e.process_set_id, &scratch);
+    if (in_flight_.count(key) || (count > 1 && !batch.insert(key).second)) {
       return Status(HB_ERR_DUPLICATE_NAME,
                     "a tensor named '" + name + "' is already in flight on "
                     "rank " + std::to_string(topology().rank) +
+                    (e.process_set_id ? " in process set " +
+                                            std::to_string(e.process_set_id)
+                                      : std::string()) +
                     "; names of outstanding operations must be unique");
     }
   }
   const auto now = Clock::now();
   for (TensorEntry& e : entries) {
     e.enqueued = now;
-    in_flight_.insert(e.request.name);
+    in_flight_.insert(FlightKey(e.request.name, e.process_set_id, &scratch));
     queue_.push_back(std::move(e));
   }
   // Only a sleeping background thread needs the (system-call) wake-up; a
   // busy one finds the queue when its cycle ends.
   if (loop_waiting_) cv_.notify_one();
   return Status::OK();
+}
+
+Status Runtime::SubmitProcessSetOp(OpType op, const std::vector<int>& ranks,
+                                   int id, bool at_init, hb_done_fn done,
+                                   void* user) {
+  const bool add = op == OpType::kProcessSetAdd;
+  if (!at_init && !config_.dynamic_process_sets) {
+    return Status::InvalidArgument(
+        std::string("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 (or "
+                    "HB_DYNAMIC_PROCESS_SETS=1) to allow ") +
+        (add ? "adding" : "removing") +
+        " process sets after hbcore initialization.");
+  }
+  if (add && !ranks.empty()) {
+    const std::string why = CheckMembers(ranks, topology().size);
+    if (!why.empty()) return Status::InvalidArgument("add_process_set: " + why);
+  }
+  TensorEntry e;
+  e.request.rank = topology().rank;
+  e.request.op = op;
+  e.request.dtype = DataType::kUInt8;
+  e.request.splits.assign(ranks.begin(), ranks.end());
+  e.request.root_rank = id;
+  e.done = done;
+  e.user = user;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopped_ || shutdown_requested_) {
+    return Status::Shutdown("hbcore has shut down: " +
+                            (stopped_ ? stop_reason_ : shutdown_reason_));
+  }
+  // Every rank submits its set operations in the same order, so the k-th
+  // one has the same name everywhere; an add against a remove is then a
+  // mismatch of operations, reported to every rank.
+  e.request.name = "hbcore.process_set." + std::to_string(set_ops_submitted_++);
+  e.enqueued = Clock::now();
+  in_flight_.insert(e.request.name);
+  queue_.push_back(std::move(e));
+  flush_requested_ = true;
+  cv_.notify_one();
+  return Status::OK();
+}
+
+bool Runtime::ProcessSet(int id, ProcessSetInfo* info) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = set_table_.find(id);
+  if (it == set_table_.end()) return false;
+  *info = it->second;
+  return true;
+}
+
+std::vector<int> Runtime::ProcessSetIds() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> ids;
+  for (const auto& kv : set_table_) ids.push_back(kv.first);
+  return ids;
 }
 
 void Runtime::Flush() {
@@ -361,14 +497,20 @@ void Runtime::WaitForCycle() {
   // it has not submitted yet, and faster polls would take the CPU from the
   // framework thread collecting the cycle's results (on a 2-core host they
   // doubled the time to collect 200 finished handles).
-  double interval_us = pending_.empty() ? idle_cap_us : 2.0;
+  double interval_us = NothingPending() ? idle_cap_us : 2.0;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (shutdown_requested_ || force_cycle_) return;
     if (!queue_.empty()) return AwaitEndOfBurst(lock);
     lock.unlock();
     const bool asked = PeerAskedForCycle();
-    const bool stall = controller_->StallCheckDue(pending_, Clock::now());
+    bool stall = false;
+    const auto now = Clock::now();
+    for (const auto& kv : sets_) {
+      const SetState& set = *kv.second;
+      stall = stall ||
+              (set.member() && set.controller->StallCheckDue(set.pending, now));
+    }
     lock.lock();
     if (asked || stall || shutdown_requested_) return;
     if (!queue_.empty()) return AwaitEndOfBurst(lock);
@@ -376,7 +518,7 @@ void Runtime::WaitForCycle() {
     cv_.wait_for(lock, std::chrono::duration<double, std::micro>(interval_us));
     loop_waiting_ = false;
     double cap = std::min(idle_cap_us, kPendingPollMaxUs);
-    if (pending_.empty()) {
+    if (NothingPending()) {
       cap = Clock::now() - last_cycle_ > kDormantAfter
                 ? std::max(idle_cap_us, kDormantPollUs)
                 : idle_cap_us;
@@ -385,8 +527,14 @@ void Runtime::WaitForCycle() {
   }
 }
 
+bool Runtime::NothingPending() const {
+  for (const auto& kv : sets_) {
+    if (!kv.second->pending.empty()) return false;
+  }
+  return true;
+}
+
 void Runtime::Loop() {
-  const int rank = topology().rank;
   // Linux rounds every sleep of this thread up by its timer slack (50 us by
   // default), which would dominate the short sleeps of the polling backoff.
   prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
@@ -395,17 +543,33 @@ void Runtime::Loop() {
   for (;;) {
     WaitForCycle();
     CycleInput input;
+    std::vector<TensorEntry> orphans;  // their set is gone (removed)
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (TensorEntry& e : queue_) {
-        if (e.request.op == OpType::kJoin) controller_->Join();
+        auto it = sets_.find(e.process_set_id);
+        if (it == sets_.end() || !it->second->member()) {
+          std::string scratch;
+          in_flight_.erase(FlightKey(e.request.name, e.process_set_id,
+                                     &scratch));
+          orphans.push_back(std::move(e));
+          continue;
+        }
+        SetState& set = *it->second;
+        if (e.request.op == OpType::kJoin) set.controller->Join();
         std::string name = e.request.name;
-        pending_.emplace(std::move(name), std::move(e));
+        set.pending.emplace(std::move(name), std::move(e));
       }
       queue_.clear();
       flush_requested_ = false;
       input.shutdown = shutdown_requested_;
       input.shutdown_reason = shutdown_reason_;
+    }
+    for (TensorEntry& e : orphans) {
+      FailEntry(&e, Status::InvalidArgument(
+                        "process set " + std::to_string(e.process_set_id) +
+                        " was removed before tensor '" + e.request.name +
+                        "' was negotiated"));
     }
     force_cycle_ = false;
     if (woken_for_ < static_cast<int64_t>(next_cycle_)) {
@@ -413,16 +577,9 @@ void Runtime::Loop() {
     }
     CycleOutput output;
     last_cycle_ = Clock::now();
-    Status s = controller_->RunCycle(&pending_, input, &output);
+    const bool ok = RunSetCycle(global_, input, &output);
     ++next_cycle_;
-    if (!s.ok()) {
-      FailEverything(Status::Shutdown("hbcore negotiation failed on rank " +
-                                      std::to_string(rank) + ": " +
-                                      s.message()));
-      return;
-    }
-    Execute(output);
-    force_cycle_ = controller_->RevalidateSlots(&pending_) || output.reannounce;
+    if (!ok) return;
     if (output.shutdown) {
       HB_LOG(kDebug, "shutting down: " << output.shutdown_reason);
       // Every rank leaves after this same cycle, so the collective drain
@@ -434,21 +591,80 @@ void Runtime::Loop() {
       FailEverything(Status::Shutdown(output.shutdown_reason));
       return;
     }
+    // The other sets this rank belongs to, in ascending id (runtime.h, 7).
+    for (auto& kv : sets_) {
+      SetState& set = *kv.second;
+      if (kv.first == 0 || !set.member()) continue;
+      CycleOutput set_output;
+      if (!RunSetCycle(&set, CycleInput(), &set_output)) return;
+      if (set_output.shutdown) {
+        // A stall judged fatal in this set: the next global exchange
+        // carries the shutdown to every rank (runtime.h, 9).
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!shutdown_requested_) {
+          shutdown_requested_ = true;
+          shutdown_reason_ = set_output.shutdown_reason;
+        }
+      }
+    }
   }
 }
 
-void Runtime::Execute(const CycleOutput& cycle) {
+bool Runtime::RunSetCycle(SetState* set, const CycleInput& input,
+                          CycleOutput* output) {
+  Status s = set->controller->RunCycle(&set->pending, input, output);
+  if (!s.ok()) {
+    FailEverything(Status::Shutdown(
+        "hbcore negotiation failed on rank " +
+        std::to_string(topology().rank) + set->info.Suffix() + ": " +
+        s.message()));
+    return false;
+  }
+  Execute(set, *output);
+  if (set == global_) {
+    // Set operations come after the global set's collectives of the cycle.
+    std::vector<size_t> ops;
+    for (size_t i = 0; i < output->responses.size(); ++i) {
+      if (IsInternalOpType(static_cast<int>(output->responses[i].op))) {
+        ops.push_back(i);
+      }
+    }
+    if (!ops.empty()) s = ApplySetOps(*output, ops);
+    if (!s.ok()) {
+      FailEverything(Status::Shutdown("hbcore could not change the process "
+                                      "sets on rank " +
+                                      std::to_string(topology().rank) + ": " +
+                                      s.message()));
+      return false;
+    }
+  }
+  if (set->controller->RevalidateSlots(&set->pending) || output->reannounce) {
+    force_cycle_ = true;
+  }
+  return true;
+}
+
+void Runtime::Execute(SetState* set, const CycleOutput& cycle) {
   if (cycle.responses.empty()) return;
   std::vector<FusionBatch> plan =
       PlanFusion(cycle.responses, config_.fusion_threshold_bytes);
+  // Process-set operations run alone (fusion.h) and are performed by the
+  // runtime (ApplySetOps), not by the executor.
+  plan.erase(std::remove_if(plan.begin(), plan.end(),
+                            [&](const FusionBatch& b) {
+                              return IsInternalOpType(static_cast<int>(
+                                  cycle.responses[b.front()].op));
+                            }),
+             plan.end());
   const auto negotiated = Clock::now();
+  PendingTable& pending = set->pending;
   std::vector<Executor::Batch> batches(plan.size());
   for (size_t b = 0; b < plan.size(); ++b) {
     for (size_t i : plan[b]) {
       const Response& r = cycle.responses[i];
       batches[b].responses.push_back(&r);
-      auto it = pending_.find(r.name);
-      TensorEntry* e = it == pending_.end() ? nullptr : &it->second;
+      auto it = pending.find(r.name);
+      TensorEntry* e = it == pending.end() ? nullptr : &it->second;
       batches[b].entries.push_back(e);
       if (e != nullptr && timeline_.enabled()) {
         timeline_.Event(r.name, "NEGOTIATE", e->enqueued, negotiated);
@@ -457,16 +673,103 @@ void Runtime::Execute(const CycleOutput& cycle) {
   }
   // Batches finish in plan order, so the response cache changes in the
   // same order on every rank.
-  executor_->Run(batches, [&](size_t b, std::vector<TensorResult>* results) {
+  set->executor->Run(batches, [&](size_t b,
+                                  std::vector<TensorResult>* results) {
     const Executor::Batch& batch = batches[b];
     for (size_t k = 0; k < batch.responses.size(); ++k) {
-      controller_->Commit(cycle, plan[b][k], batch.entries[k]);
+      set->controller->Commit(cycle, plan[b][k], batch.entries[k]);
     }
     Finish(batch.entries, *results);
     for (size_t k = 0; k < batch.responses.size(); ++k) {
-      if (batch.entries[k] != nullptr) pending_.erase(batch.responses[k]->name);
+      if (batch.entries[k] != nullptr) pending.erase(batch.responses[k]->name);
     }
   });
+}
+
+Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
+  auto set = std::make_unique<SetState>();
+  set->info.id = id;
+  set->info.ranks = ranks;
+  Status s = transport_->CreateGroup(ranks, &set->group);
+  if (!s.ok()) return s;
+  if (set->group) {
+    set->controller = std::make_unique<Controller>(set->group->control(),
+                                                   config_, set->info);
+    set->executor = std::make_unique<Executor>(
+        set->info.SetRank(topology().rank), set->info.size(),
+        std::vector<Backend*>{set->group->cpu_backend()}, &timeline_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_table_[id] = set->info;
+  }
+  sets_[id] = std::move(set);
+  return Status::OK();
+}
+
+Status Runtime::ApplySetOps(const CycleOutput& cycle,
+                            const std::vector<size_t>& ops) {
+  // Runs on every rank for the same responses in the same order, so the
+  // set tables stay identical and CreateGroup's collectives pair up.
+  for (size_t i : ops) {
+    const Response& r = cycle.responses[i];
+    auto it = global_->pending.find(r.name);
+    TensorEntry* e = it == global_->pending.end() ? nullptr : &it->second;
+    TensorResult result;
+    if (r.is_error()) {
+      result.status = Status(r.error_code, r.error);
+    } else if (r.op == OpType::kProcessSetAdd) {
+      std::vector<int> ranks(r.rank_dims.begin(), r.rank_dims.end());
+      int existing = -1;
+      for (const auto& kv : sets_) {
+        if (kv.second->info.ranks == ranks) existing = kv.first;
+      }
+      if (existing >= 0) {
+        result.status = Status::InvalidArgument(
+            "Attempted to add a duplicate process set: process set " +
+            std::to_string(existing) + " has the same " + RankList(ranks));
+      } else {
+        const int id = next_set_id_++;
+        Status s = CreateSet(id, ranks);
+        if (!s.ok()) return s;
+        result.last_joined_rank = id;
+        HB_LOG(kDebug, "added process set " << id << " (" << RankList(ranks)
+                                            << ")");
+      }
+    } else {
+      const int id = r.root_rank;
+      auto found = sets_.find(id);
+      result.last_joined_rank = 0;
+      if (id != 0 && found != sets_.end()) {
+        std::unique_ptr<SetState> set = std::move(found->second);
+        sets_.erase(found);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          set_table_.erase(id);
+        }
+        const Status gone = Status::InvalidArgument(
+            "process set " + std::to_string(id) + " (" +
+            RankList(set->info.ranks) +
+            ") was removed while this collective was pending");
+        for (auto& kv : set->pending) FailEntry(&kv.second, gone);
+        result.last_joined_rank = 1;
+        HB_LOG(kDebug, "removed process set " << id);
+      }
+    }
+    Finish({e}, {result});
+    if (e != nullptr) global_->pending.erase(r.name);
+  }
+  return Status::OK();
+}
+
+void Runtime::FailEntry(TensorEntry* e, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string scratch;
+    in_flight_.erase(FlightKey(e->request.name, e->process_set_id, &scratch));
+  }
+  hb_result out{nullptr, 0, -1};
+  e->done(e->user, status.code(), status.message().c_str(), &out);
 }
 
 void Runtime::Finish(const std::vector<TensorEntry*>& entries,
@@ -477,8 +780,12 @@ void Runtime::Finish(const std::vector<TensorEntry*>& entries,
   // done instead of sleeping and being woken once per tensor.
   {
     std::lock_guard<std::mutex> lock(mu_);
+    std::string scratch;
     for (TensorEntry* e : entries) {
-      if (e != nullptr) in_flight_.erase(e->request.name);
+      if (e != nullptr) {
+        in_flight_.erase(
+            FlightKey(e->request.name, e->process_set_id, &scratch));
+      }
     }
   }
   for (size_t k = 0; k < entries.size(); ++k) {
@@ -503,11 +810,14 @@ void Runtime::FailEverything(const Status& status) {
     in_flight_.clear();
   }
   hb_result out{nullptr, 0, -1};
-  for (auto& kv : pending_) {
-    kv.second.done(kv.second.user, status.code(), status.message().c_str(),
-                   &out);
+  // Every set's pending requests, in ascending set id.
+  for (auto& set : sets_) {
+    for (auto& kv : set.second->pending) {
+      kv.second.done(kv.second.user, status.code(), status.message().c_str(),
+                     &out);
+    }
+    set.second->pending.clear();
   }
-  pending_.clear();
   for (TensorEntry& e : queued) {
     e.done(e.user, status.code(), status.message().c_str(), &out);
   }

@@ -20,6 +20,30 @@
 //     MPI control plane keeps this).
 //  6. At a negotiated shutdown every rank drains the wake-ups still in
 //     flight (ControlComm::Drain), so nothing is left for MPI_Finalize.
+//
+// Process sets (one more step per cycle, so one background thread serves
+// them all):
+//  7. Each cycle a rank first negotiates and executes the global set (set
+//     0, on the core's communicator), then every other set it belongs to,
+//     in ascending set id, each on that set's own communicator with that
+//     set's own controller (response cache, coordinator at the set's rank
+//     0, stall inspector) and executor. Fusion never crosses sets. Members
+//     of a set therefore run its cycles in lockstep (every rank runs every
+//     cycle, item 1), and because every rank visits the sets in the same
+//     order, a rank waiting in set B's collective never holds up a set A <
+//     B that its peers still need: overlapping sets cannot deadlock. Wake-
+//     ups stay global: work on any set wakes every rank.
+//  8. Adding and removing a set is an internal operation negotiated on the
+//     global set like a collective (every rank submits it, in the same
+//     order), and performed by every rank at the same point: after the
+//     global set's collectives of that cycle, before the other sets run.
+//     So every rank holds the same table of sets, with the same ids, at
+//     every cycle, and creating a set's communicator (collective over the
+//     core's communicator) pairs up.
+//  9. Shutdown and the stall shutdown travel in the global set's exchange.
+//     A set's coordinator that judges a stall fatal tells its members,
+//     which request a shutdown; the next global exchange carries it to
+//     every rank, and pending requests of every set fail.
 // While this rank waits for peers (it has tensors pending), the poll
 // interval starts at a few microseconds after each cycle and grows to at
 // most 100 us; with nothing pending it is HB_CYCLE_TIME.
@@ -27,6 +51,7 @@
 #define HBCORE_RUNTIME_H_
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +62,7 @@
 #include "config.h"
 #include "controller.h"
 #include "executor.h"
+#include "process_set.h"
 #include "tensor_entry.h"
 #include "timeline.h"
 #include "transport.h"
@@ -56,6 +82,16 @@ class Runtime {
   const Config& config() const { return config_; }
 
   Status Enqueue(const hb_request* requests, int count);
+  // Submits a process-set operation (see hb_add_process_set): kProcessSetAdd
+  // of `ranks` (empty: this rank is not a member and does not know them) or
+  // kProcessSetRemove of set `id`. `done` gets the result (TensorResult's
+  // last_joined_rank) once every rank submitted it. Without
+  // HB_DYNAMIC_PROCESS_SETS only `at_init` adds are allowed.
+  Status SubmitProcessSetOp(OpType op, const std::vector<int>& ranks, int id,
+                            bool at_init, hb_done_fn done, void* user);
+  // This rank's view of the sets (front-end threads; see hb_process_set_info).
+  bool ProcessSet(int id, ProcessSetInfo* info);
+  std::vector<int> ProcessSetIds();
   // Ends the current burst: what is queued is negotiated without waiting
   // for more submissions (a front-end thread is about to wait for results).
   void Flush();
@@ -69,7 +105,27 @@ class Runtime {
   explicit Runtime(const Config& config);
   Status Start(int64_t comm);
   Status CheckSharedSettings(bool timeline_ok);
-  Status Validate(const hb_request& r, TensorEntry* entry) const;
+  // `set`: the request's process set (checked to contain this rank).
+  Status Validate(const hb_request& r, const ProcessSetInfo& set,
+                  TensorEntry* entry) const;
+  // The sets of `requests` (front-end view); an error for an unknown set
+  // or one this rank is not a member of.
+  Status SetsOf(const hb_request* requests, int count,
+                std::map<int, ProcessSetInfo>* sets);
+
+  // One process set as the background thread sees it. Only members have a
+  // controller and an executor; set 0 uses the transport's communicator,
+  // the others their own Group.
+  struct SetState {
+    ProcessSetInfo info;
+    std::unique_ptr<Group> group;
+    std::unique_ptr<Controller> controller;
+    std::unique_ptr<Executor> executor;
+    PendingTable pending;
+    bool member() const { return controller != nullptr; }
+  };
+  // Background thread: creates a set (collective, in lockstep).
+  Status CreateSet(int id, const std::vector<int>& ranks);
 
   // Background thread.
   void Loop();
@@ -79,7 +135,16 @@ class Runtime {
   bool PeerAskedForCycle();
   // Holds the start of a cycle while this rank's queue is still growing.
   void AwaitEndOfBurst(std::unique_lock<std::mutex>& lock);
-  void Execute(const CycleOutput& cycle);
+  // Negotiates and executes one set's cycle; false when the loop must end
+  // (after failing everything).
+  bool RunSetCycle(SetState* set, const CycleInput& input,
+                   CycleOutput* output);
+  void Execute(SetState* set, const CycleOutput& cycle);
+  // Performs the global set's process-set operations of a cycle, in order.
+  Status ApplySetOps(const CycleOutput& cycle, const std::vector<size_t>& ops);
+  // Fails one entry that never reached negotiation (its set is gone).
+  void FailEntry(TensorEntry* e, const Status& status);
+  bool NothingPending() const;
   // Runs the completion callbacks of one executed batch (null entries:
   // tensors this rank did not submit, e.g. after join).
   void Finish(const std::vector<TensorEntry*>& entries,
@@ -88,16 +153,25 @@ class Runtime {
 
   Config config_;
   std::unique_ptr<Transport> transport_;
-  std::unique_ptr<Controller> controller_;
-  std::unique_ptr<Executor> executor_;
   Timeline timeline_;
+  // Background thread only (after Start): every set, by id; destroyed
+  // before the transport whose communicator their groups came from.
+  std::map<int, std::unique_ptr<SetState>> sets_;
+  SetState* global_ = nullptr;  // sets_[0]
+  int next_set_id_ = 1;
   std::thread thread_;
 
   // Shared with front-end threads, guarded by mu_.
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<TensorEntry> queue_;
+  // Names in flight, per set (FlightKey).
   std::unordered_set<std::string> in_flight_;
+  // The front ends' copy of the set table (updated by the background thread
+  // when a set op is performed), and how many set ops this rank submitted
+  // (their names: every rank submits them in the same order).
+  std::map<int, ProcessSetInfo> set_table_;
+  uint64_t set_ops_submitted_ = 0;
   bool loop_waiting_ = false;  // the background thread sleeps on cv_
   bool flush_requested_ = false;  // Flush() since the queue was last drained
   bool shutdown_requested_ = false;
@@ -106,7 +180,6 @@ class Runtime {
   std::string stop_reason_;
 
   // Background thread only.
-  PendingTable pending_;
   uint64_t next_cycle_ = 0;
   int64_t woken_for_ = -1;     // highest cycle a peer asked for
   bool force_cycle_ = false;

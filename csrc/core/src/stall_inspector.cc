@@ -16,10 +16,11 @@ std::string Ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-StallInspector::StallInspector(const Config& config)
+StallInspector::StallInspector(const Config& config, std::string set_suffix)
     : check_seconds_(config.stall_check_seconds),
       shutdown_seconds_(config.stall_shutdown_seconds),
-      last_check_(Clock::now()) {}
+      last_check_(Clock::now()),
+      set_suffix_(std::move(set_suffix)) {}
 
 bool StallInspector::Due(const std::map<std::string, TensorEntry>& pending,
                          Clock::time_point now) const {
@@ -45,7 +46,7 @@ std::string StallInspector::Judge(const std::vector<StallReport>& stalls) const 
   std::string shutdown;
   for (const StallReport& stall : stalls) {
     std::ostringstream msg;
-    msg << "tensor '" << stall.name << "' was submitted by rank(s) "
+    msg << "tensor '" << stall.name << "'" << set_suffix_ << " was submitted by rank(s) "
         << Ranks(stall.ready_ranks) << " " << static_cast<int>(stall.age_seconds)
         << " s ago but not yet by rank(s) " << Ranks(stall.missing_ranks)
         << ": those ranks may have diverged (different tensor names or "

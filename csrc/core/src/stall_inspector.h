@@ -27,7 +27,8 @@ namespace hbcore {
 
 class StallInspector {
  public:
-  explicit StallInspector(const Config& config);
+  // `set_suffix` (ProcessSetInfo::Suffix) names the set in messages.
+  explicit StallInspector(const Config& config, std::string set_suffix = "");
 
   // Step 1: whether this rank asks for a check now.
   bool Due(const std::map<std::string, TensorEntry>& pending,
@@ -42,6 +43,7 @@ class StallInspector {
   double check_seconds_;
   double shutdown_seconds_;
   Clock::time_point last_check_;
+  std::string set_suffix_;
 };
 
 }  // namespace hbcore

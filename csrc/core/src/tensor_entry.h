@@ -20,6 +20,9 @@ struct TensorEntry {
   hb_alloc_fn alloc = nullptr;
   hb_done_fn done = nullptr;
   void* user = nullptr;
+  // The process set it runs over (hb_request::process_set_id); request.rank
+  // is this rank's rank in that set.
+  int process_set_id = 0;
   Clock::time_point enqueued;
 
   // Background-thread state. `announced`: the other ranks were told about

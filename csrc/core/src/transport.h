@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend.h"
 #include "config.h"
@@ -28,12 +29,27 @@ struct Topology {
   bool hierarchical_allreduce = false;
 };
 
+// A process set's own communicator, as its control plane and CPU backend
+// (plain MPI: the node shared-memory allreduce serves the global set only).
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual ControlComm* control() = 0;
+  virtual Backend* cpu_backend() = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual const Topology& topology() const = 0;
   virtual ControlComm* control() = 0;
   virtual Backend* cpu_backend() = 0;
+  // Collective over every rank of the transport, called in the same order
+  // everywhere (the runtime does it in lockstep): creates the communicator
+  // of `ranks` (ascending), in which rank i is ranks[i]. `*out` is null on
+  // ranks that are not members.
+  virtual Status CreateGroup(const std::vector<int>& ranks,
+                             std::unique_ptr<Group>* out) = 0;
 };
 
 // Initialises MPI if nobody did (MPI_THREAD_MULTIPLE requested), duplicates

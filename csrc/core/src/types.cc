@@ -6,6 +6,10 @@ namespace hbcore {
 
 bool IsValidDataType(int v) { return v >= HB_UINT8 && v <= HB_BFLOAT16; }
 bool IsValidOpType(int v) { return v >= HB_ALLREDUCE && v <= HB_JOIN; }
+bool IsInternalOpType(int v) {
+  return v == static_cast<int>(OpType::kProcessSetAdd) ||
+         v == static_cast<int>(OpType::kProcessSetRemove);
+}
 bool IsValidReduceOp(int v) {
   return v >= HB_REDUCE_AVERAGE && v <= HB_REDUCE_PRODUCT;
 }
@@ -62,6 +66,8 @@ const char* OpTypeName(OpType op) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kJoin: return "join";
+    case OpType::kProcessSetAdd: return "add_process_set";
+    case OpType::kProcessSetRemove: return "remove_process_set";
   }
   return "unknown";
 }

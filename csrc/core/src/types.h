@@ -33,6 +33,11 @@ enum class OpType : int32_t {
   kReducescatter = HB_REDUCESCATTER,
   kBarrier = HB_BARRIER,
   kJoin = HB_JOIN,
+  // Internal operations, negotiated on the global set like a collective but
+  // performed by the runtime itself; front ends cannot submit them
+  // (IsValidOpType is false), hb_add_process_set / hb_remove_process_set do.
+  kProcessSetAdd = 100,
+  kProcessSetRemove = 101,
 };
 
 enum class ReduceOp : int32_t {
@@ -45,7 +50,8 @@ enum class ReduceOp : int32_t {
 };
 
 bool IsValidDataType(int v);
-bool IsValidOpType(int v);
+bool IsValidOpType(int v);       // the ops a front end may submit
+bool IsInternalOpType(int v);    // kProcessSetAdd, kProcessSetRemove
 bool IsValidReduceOp(int v);
 
 // Bytes per element.

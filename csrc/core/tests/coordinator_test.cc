@@ -150,5 +150,108 @@ TEST(MessagesRoundTrip) {
   CHECK(!Deserialize(bytes.substr(0, bytes.size() - 1), &back));
 }
 
+// A process set's coordinator works in set ranks but names global ranks
+// and the set; a broadcast root arrives global and leaves as a set rank.
+ProcessSetInfo Set13() {
+  ProcessSetInfo set;
+  set.id = 2;
+  set.ranks = {1, 3};
+  return set;
+}
+
+TEST(ProcessSetInfoMapsRanks) {
+  ProcessSetInfo set = Set13();
+  CHECK_EQ(set.SetRank(3), 1);
+  CHECK_EQ(set.SetRank(2), -1);
+  CHECK_EQ(set.GlobalRank(0), 1);
+  CHECK_EQ(set.Suffix(), std::string(" in process set 2 (ranks 1, 3)"));
+  CHECK_EQ(ProcessSetInfo::Global(3).Suffix(), std::string(""));
+  CHECK_EQ(CheckMembers({0, 2}, 3), std::string(""));
+  CHECK_CONTAINS(CheckMembers({0, 3}, 3), "rank 3 is not in [0, 3)");
+  CHECK_CONTAINS(CheckMembers({1, 1}, 3), "more than once");
+  CHECK_CONTAINS(CheckMembers({}, 3), "at least one rank");
+}
+
+TEST(CoordinatorOfASetNamesGlobalRanksAndTheSet) {
+  Coordinator c(Set13());
+  c.Add(List({Allreduce(0, "w", {2})}), 0);
+  c.Add(List({Allreduce(1, "w", {3})}), 1);
+  std::vector<Response> r = c.TakeResponses();
+  CHECK_EQ(r.size(), 1u);
+  CHECK_EQ(r[0].error_code, HB_ERR_MISMATCH);
+  CHECK_CONTAINS(r[0].error, "in process set 2 (ranks 1, 3)");
+  CHECK_CONTAINS(r[0].error, "rank 1 sent [2]");
+  CHECK_CONTAINS(r[0].error, "rank 3 sent [3]");
+}
+
+TEST(CoordinatorOfASetTranslatesTheRoot) {
+  Coordinator c(Set13());
+  for (int rank = 0; rank < 2; ++rank) {
+    Request b = Allreduce(rank, "b", {4});
+    b.op = OpType::kBroadcast;
+    b.root_rank = 3;  // global
+    c.Add(List({b}), rank);
+  }
+  std::vector<Response> r = c.TakeResponses();
+  CHECK_EQ(r.size(), 1u);
+  CHECK(!r[0].is_error());
+  CHECK_EQ(r[0].root_rank, 1);  // set rank of global rank 3
+}
+
+TEST(CoordinatorOfASetReportsStallsByGlobalRank) {
+  Coordinator c(Set13());
+  RequestList have;
+  have.pending_names = {"late"};
+  have.pending_ages = {3.0};
+  std::vector<StallReport> s = c.FindStalls({RequestList(), have});
+  CHECK_EQ(s.size(), 1u);
+  CHECK(s[0].missing_ranks == std::vector<int>({1}));
+  CHECK(s[0].ready_ranks == std::vector<int>({3}));
+}
+
+Request AddSet(int rank, std::vector<int64_t> members) {
+  Request r;
+  r.rank = rank;
+  r.name = "hbcore.process_set.0";
+  r.op = OpType::kProcessSetAdd;
+  r.dtype = DataType::kUInt8;
+  r.splits = std::move(members);
+  return r;
+}
+
+std::vector<Response> AddAll(const std::vector<std::vector<int64_t>>& lists) {
+  Coordinator c(static_cast<int>(lists.size()));
+  for (size_t rank = 0; rank < lists.size(); ++rank) {
+    c.Add(List({AddSet(static_cast<int>(rank), lists[rank])}),
+          static_cast<int>(rank));
+  }
+  return c.TakeResponses();
+}
+
+TEST(AddProcessSetTakesMembersFromTheRanksThatKnowThem) {
+  // Rank 1 is outside a communicator-defined set and names no members.
+  std::vector<Response> r = AddAll({{2, 0}, {}, {0, 2}});
+  CHECK_EQ(r.size(), 1u);
+  CHECK(!r[0].is_error());
+  CHECK(r[0].rank_dims == std::vector<int64_t>({0, 2}));
+  // Rank lists given everywhere (members or not) must agree.
+  r = AddAll({{0, 1}, {0, 1}, {0, 1}});
+  CHECK(!r[0].is_error());
+  CHECK(r[0].rank_dims == std::vector<int64_t>({0, 1}));
+}
+
+TEST(AddProcessSetRefusesDisagreement) {
+  std::vector<Response> r = AddAll({{0, 1}, {0, 2}, {0, 2}});
+  CHECK_EQ(r[0].error_code, HB_ERR_MISMATCH);
+  CHECK_CONTAINS(r[0].error, "disagree");
+  CHECK_CONTAINS(r[0].error, "rank 0 sent members [0, 1]");
+  // A member that did not name the members.
+  r = AddAll({{0, 1}, {}, {0, 1}});
+  CHECK_EQ(r[0].error_code, HB_ERR_MISMATCH);
+  CHECK_CONTAINS(r[0].error, "rank 1 is one of the members");
+  r = AddAll({{}, {}});
+  CHECK_CONTAINS(r[0].error, "no rank named any member");
+}
+
 }  // namespace
 }  // namespace hbcore

@@ -382,7 +382,7 @@ def error_cases() -> None:
         ValueError, "supersedes"))
     run("errors/process-set", lambda: expect_raises(
         lambda: hvd.allreduce(tf.zeros([2]), process_set=hvd.ProcessSet([0])),
-        NotImplementedError, "process set"))
+        ValueError, "not registered"))
     run("errors/broadcast_global_variables-eager", lambda: expect_raises(
         lambda: hvd.broadcast_global_variables(0), RuntimeError, "eager"))
 

@@ -120,6 +120,10 @@ typedef struct {
   hb_alloc_fn alloc;
   hb_done_fn done;
   void* user;
+  /* The process set the collective runs over (hb_add_process_set); 0, the
+   * value of a zero-initialised request, is the global set of every rank.
+   * Only members may submit on a set; `root_rank` stays a global rank. */
+  int process_set_id;
 } hb_request;
 
 /* The communicator to run over, as the Fortran handle of an MPI
@@ -168,9 +172,15 @@ HB_API int hb_check_config(const hb_config_entry* config, int count,
 
 /* Lifecycle. hb_init returns a status code; on failure `err` holds why.
  * `config` (may be NULL when `config_count` is 0) overrides the
- * environment for this runtime; it is ignored while a runtime runs. */
+ * environment for this runtime; it is ignored while a runtime runs.
+ * `set_ranks` holds `num_sets` process sets back to back, set i being its
+ * next `set_sizes[i]` ranks of the communicator (see hb_add_process_set:
+ * every rank passes the same sets in the same order, except that a rank
+ * outside a set may pass it with size 0). They get ids 1, 2, ... */
 HB_API int hb_init(int64_t comm, const hb_config_entry* config,
-                   int config_count, char* err, size_t err_len);
+                   int config_count, const int* set_ranks,
+                   const int* set_sizes, int num_sets, char* err,
+                   size_t err_len);
 /* Shut down, failing every pending request on every rank. Idempotent. */
 HB_API int hb_shutdown(void);
 HB_API int hb_is_initialized(void);
@@ -195,6 +205,34 @@ HB_API int hb_enqueue(const hb_request* requests, int count, char* err,
  * submissions (the burst rule in runtime.cc). Never blocks; a no-op
  * before init or with nothing queued. */
 HB_API void hb_flush(void);
+
+/* Process sets: subsets of the ranks that run collectives among
+ * themselves, each negotiated on its own communicator with its own
+ * response cache (see runtime.h). Set 0 is the global set.
+ *
+ * hb_add_process_set and hb_remove_process_set are collective over EVERY
+ * rank (members or not), called in the same order everywhere; they block
+ * until the background threads agreed. They need HB_DYNAMIC_PROCESS_SETS=1
+ * (else HB_ERR_INVALID_ARGUMENT). hb_add_process_set: `ranks` (any order,
+ * no repeats) are the members; a rank that does not know the members (an
+ * mpi4py communicator that is MPI_COMM_NULL there) may pass n = 0 if it is
+ * not one. Returns the new set's id in `*id`; HB_ERR_INVALID_ARGUMENT for a
+ * set with the same ranks as an existing one, HB_ERR_MISMATCH when ranks
+ * disagree about the members. hb_remove_process_set: `*removed` is 1, or 0
+ * for id 0 and for an unknown id; collectives pending on the set fail. */
+HB_API int hb_add_process_set(const int* ranks, int n, int* id, char* err,
+                              size_t err_len);
+HB_API int hb_remove_process_set(int id, int* removed, char* err,
+                                 size_t err_len);
+/* This rank's view of set `id` (local, never blocks): its size, this
+ * rank's rank in it (-1 if not a member) and up to `max_ranks` of its
+ * members (ascending global ranks). HB_ERR_INVALID_ARGUMENT for an unknown
+ * id, HB_ERR_NOT_INITIALIZED before init. */
+HB_API int hb_process_set_info(int id, int* size, int* rank, int* ranks,
+                               int max_ranks);
+/* The ids of the sets that exist, ascending (0 first); returns how many
+ * there are (copies at most `max_ids`), or -1 before init. */
+HB_API int hb_process_set_ids(int* ids, int max_ids);
 
 /* Build facts, valid without init. */
 HB_API const char* hb_version(void);
