@@ -86,6 +86,10 @@ def run_worker(args: argparse.Namespace) -> None:
         import hbcore_tf as hvd
     import tensorflow as tf
 
+    # Two ranks share two cores: one compute thread each, so TF's own ops
+    # and the runtimes' threads do not fight over the cores.
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     hvd.init()
     import mpi4py
     mpi4py.rc.initialize = False  # the runtime initialised MPI
@@ -205,7 +209,8 @@ def run_job(args: argparse.Namespace, impl: str, directory: str,
     out = os.path.join(directory, "%s%d.json" % (impl, index))
     argv = [os.path.abspath(__file__), "--worker", impl, "--out", out,
             "--reps", str(args.reps), "--latency-reps",
-            str(args.latency_reps), "--warmup", str(args.warmup)]
+            str(args.latency_reps), "--warmup", str(args.warmup),
+            "--threads", str(args.threads)]
     run([hbrun(args.np, argv)], [worker_env()], args.timeout,
         "%s -np %d" % (impl, args.np))
     with open(out) as f:
@@ -295,6 +300,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--latency-reps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="TF intra- and inter-op threads per rank")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 1 round, few repetitions")
     parser.add_argument("--no-horovod", action="store_true",

@@ -41,12 +41,12 @@ unnamed eager collectives in the same order. Under asynchronous eager
 execution an op may still run after the call returned, so there the name
 comes from a per-kind counter (``<kind>.noname.<n>``) instead.
 """
-import contextlib
 import re
 import threading
-from typing import Any, Dict, Iterator, Optional, Set
+from typing import Any, Dict, Optional, Set
 
 import tensorflow as tf
+from tensorflow.python.eager import context as _context
 
 from hbcore.ops import auto_name
 
@@ -64,31 +64,8 @@ def _scope_base(name: str) -> str:
     return base
 
 
-_slots_lock = threading.Lock()
-_busy_slots: Dict[str, Set[int]] = {}
-
-
-@contextlib.contextmanager
-def _eager_slot(kind: str) -> Iterator[str]:
-    """Holds the lowest free ``<kind>.eager.<slot>`` name while the
-    synchronous eager op created inside the context runs."""
-    with _slots_lock:
-        busy = _busy_slots.setdefault(kind, set())
-        slot = 0
-        while slot in busy:
-            slot += 1
-        busy.add(slot)
-    try:
-        yield "%s.eager.%d" % (kind, slot)
-    finally:
-        with _slots_lock:
-            busy.discard(slot)
-
-
 def _eager_is_async() -> bool:
-    from tensorflow.python.eager import context
-
-    return context.context().is_async()
+    return _context.context().is_async()
 
 
 def graph_path(graph: Any) -> str:
@@ -103,12 +80,11 @@ def graph_path(graph: Any) -> str:
     return "/".join(reversed(parts))
 
 
-@contextlib.contextmanager
-def op_scope(kind: str, name: Optional[str],
-             ignore_name_scope: bool = False,
-             eager: Optional[bool] = None) -> Iterator[str]:
-    """Yields the core name of one collective op; in graph mode the op is
-    to be created inside the context (a unique name scope).
+class op_scope:
+    """``with op_scope(...) as name:`` gives the core name of one collective
+    op; in graph mode the op is to be created inside the context (a unique
+    name scope). A class, not a generator: an eager collective enters one
+    per call, and a generator-based context costs microseconds.
 
     Args:
         kind: op kind, e.g. 'HbcoreAllreduce' (default name prefix).
@@ -117,22 +93,48 @@ def op_scope(kind: str, name: Optional[str],
             (keeps the graph path and the op's own scope name).
         eager: ``tf.executing_eagerly()`` when the caller already knows it.
     """
-    if eager is None:
-        eager = tf.executing_eagerly()
-    if eager:
-        if name is not None:
-            yield name
-        elif _eager_is_async():
-            yield auto_name(kind)
-        else:
-            with _eager_slot(kind) as slot_name:
-                yield slot_name
-        return
-    graph = tf.compat.v1.get_default_graph()
-    base = kind if name is None else _scope_base(name)
-    with graph.name_scope(base) as scope:
-        full = scope.rstrip("/")
-        if ignore_name_scope:
+
+    # Eager slots taken, per kind; guarded by _lock (several threads may
+    # run eager collectives at once).
+    _lock = threading.Lock()
+    _busy: Dict[str, Set[int]] = {}
+
+    def __init__(self, kind: str, name: Optional[str],
+                 ignore_name_scope: bool = False,
+                 eager: Optional[bool] = None) -> None:
+        self._kind = kind
+        self._name = name
+        self._ignore_name_scope = ignore_name_scope
+        self._eager = tf.executing_eagerly() if eager is None else eager
+        self._slot: Optional[int] = None
+        self._scope: Any = None
+
+    def __enter__(self) -> str:
+        if self._eager:
+            if self._name is not None:
+                return self._name
+            if _eager_is_async():
+                return auto_name(self._kind)
+            with self._lock:
+                busy = self._busy.setdefault(self._kind, set())
+                slot = 0
+                while slot in busy:
+                    slot += 1
+                busy.add(slot)
+            self._slot = slot
+            return "%s.eager.%d" % (self._kind, slot)
+        graph = tf.compat.v1.get_default_graph()
+        base = self._kind if self._name is None else _scope_base(self._name)
+        self._scope = graph.name_scope(base)
+        full = self._scope.__enter__().rstrip("/")
+        if self._ignore_name_scope:
             full = full.rsplit("/", 1)[-1]
         path = graph_path(graph)
-        yield "%s:%s" % (path, full) if path else full
+        return "%s:%s" % (path, full) if path else full
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._slot is not None:
+            with self._lock:
+                self._busy[self._kind].discard(self._slot)
+        if self._scope is not None:
+            self._scope.__exit__(*exc)
