@@ -19,6 +19,7 @@ from hbcore_tf import _compat
 from hbcore_tf.embedding.table import is_rank_local
 from hbcore_tf.functions import allgather_object, broadcast_variables
 from hbcore_tf.mpi_ops import Average, grouped_allreduce, size
+from hbcore_tf.process_sets import ProcessSet, global_process_set
 
 _Callback = _compat.callback_base()
 
@@ -43,14 +44,20 @@ class BroadcastGlobalVariablesCallback(_Callback):
     optimizer restored on the root only).
 
     Args:
-        root_rank: the rank whose values everyone receives.
+        root_rank: the rank whose values everyone receives (a global rank,
+            a member of ``process_set``).
         device: device for the broadcasts (default: the ops' placement).
+        process_set: broadcast among its members only (an hbcore
+            extension; Horovod's callback always uses every rank). On a
+            rank outside the set the callback does nothing.
     """
 
-    def __init__(self, root_rank: int, device: str = "") -> None:
+    def __init__(self, root_rank: int, device: str = "",
+                 process_set: ProcessSet = global_process_set) -> None:
         super().__init__()
         self.root_rank = root_rank
         self.device = device
+        self.process_set = process_set
         self.broadcast_done = False
 
     def _variables(self) -> list:
@@ -82,11 +89,14 @@ class BroadcastGlobalVariablesCallback(_Callback):
             ValueError: ``required`` and the ranks hold different
                 variables (raised on every rank alike).
         """
+        if not self.process_set.included():
+            return False
         variables = self._variables()
         signature = [(tuple(var.shape.as_list()),
                       tf.as_dtype(var.dtype).base_dtype.name)
                      for var in variables]
-        signatures = allgather_object(signature)
+        signatures = allgather_object(signature,
+                                      process_set=self.process_set)
         if any(other != signatures[0] for other in signatures):
             if not required:
                 return False
@@ -101,9 +111,11 @@ class BroadcastGlobalVariablesCallback(_Callback):
             return False
         with tf.device(self.device):
             if tf.executing_eagerly():
-                broadcast_variables(variables, root_rank=self.root_rank)
+                broadcast_variables(variables, root_rank=self.root_rank,
+                                    process_set=self.process_set)
             else:  # tf_keras in a v1 graph: run it in Keras' session
-                op = broadcast_variables(variables, root_rank=self.root_rank)
+                op = broadcast_variables(variables, root_rank=self.root_rank,
+                                         process_set=self.process_set)
                 _compat.keras_module().backend.get_session().run(op)
         return True
 
@@ -126,14 +138,19 @@ class MetricAverageCallback(_Callback):
 
     Args:
         device: device for the allreduce (default: the op's placement).
+        process_set: average over its members only (an hbcore extension;
+            Horovod's callback always uses every rank). On a rank outside
+            the set the callback leaves the logs alone.
     """
 
-    def __init__(self, device: str = "") -> None:
+    def __init__(self, device: str = "",
+                 process_set: ProcessSet = global_process_set) -> None:
         super().__init__()
         self.device = device
+        self.process_set = process_set
 
     def _average_metrics_in_place(self, logs: Optional[Dict[str, Any]]) -> None:
-        if not logs:
+        if not logs or not self.process_set.included():
             return
         keys = sorted(k for k, v in logs.items() if _is_number(v))
         if not keys:
@@ -142,7 +159,8 @@ class MetricAverageCallback(_Callback):
                   for k in keys]
         with tf.device(self.device):
             reduced = grouped_allreduce(values, op=Average,
-                                        name="MetricAverageCallback")
+                                        name="MetricAverageCallback",
+                                        process_set=self.process_set)
         for key, value in zip(keys, reduced):
             logs[key] = float(value.numpy() if hasattr(value, "numpy")
                               else value)

@@ -2,7 +2,8 @@
 tf_process_sets.py): every collective on two overlapping sets eagerly, in
 tf.function and in a tf.compat.v1 graph, gradients over the op's set,
 broadcast_variables / objects, DistributedGradientTape and
-DistributedOptimizer on a set, and the errors of a non-member."""
+DistributedOptimizer on a set, the Keras callbacks on a set, and the
+errors of a non-member."""
 import pytest
 
 from train_util import launch, tensorflow_missing
@@ -12,7 +13,7 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 
 SCRIPT = "tf_process_sets.py"
 CASES = ["eager", "tf_function", "v1_graph", "gradients", "broadcast_vars",
-         "tape", "optimizer", "non_member", "set_ops"]
+         "tape", "optimizer", "keras_callbacks", "non_member", "set_ops"]
 
 
 @pytest.mark.parametrize("np_", [3, 4])

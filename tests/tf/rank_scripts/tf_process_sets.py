@@ -15,7 +15,7 @@ from train_common import (Checker, check, close, env_size, expect_raises,
 import hbcore_tf as hvd  # noqa: E402
 
 CASES = ["eager", "tf_function", "v1_graph", "gradients", "broadcast_vars",
-         "tape", "optimizer", "non_member", "set_ops"]
+         "tape", "optimizer", "keras_callbacks", "non_member", "set_ops"]
 
 
 def members_of(size):
@@ -172,6 +172,40 @@ def main():
             close(w.numpy(), want, "optimizer step")
         hvd.barrier()
 
+    def keras_callbacks():
+        # The first set: the root's weights reach its members only, and the
+        # epoch's loss is averaged over its members only.
+        import keras
+
+        import hbcore_tf.keras as hvd_keras
+        ps = sets[0]
+        root = ps.ranks[-1]
+        keras.utils.set_random_seed(100 + rank)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")
+        before = [w.copy() for w in model.get_weights()]
+        roots = hvd.allgather_object(before if rank == root else None)[root]
+        x = np.full((4, 3), float(rank), np.float32)
+        y = np.zeros((4, 2), np.float32)
+        loss_of = lambda: float(model.evaluate(x, y, verbose=0))  # noqa: E731
+        history = model.fit(
+            x, y, batch_size=4, epochs=1, verbose=0, callbacks=[
+                hvd_keras.callbacks.BroadcastGlobalVariablesCallback(
+                    root, process_set=ps),
+                hvd_keras.callbacks.MetricAverageCallback(process_set=ps)])
+        after = model.get_weights()
+        for got, own, want in zip(after, before, roots):
+            close(got, want if ps.included() else own, "callback weights")
+        # SGD(0) keeps the weights, so a member's own loss is that of the
+        # broadcast weights on its own data; the logged loss is the mean
+        # over the set's members.
+        losses = hvd.allgather_object(loss_of())
+        want = (np.mean([losses[r] for r in ps.ranks]) if ps.included()
+                else losses[rank])
+        close(np.float64(history.history["loss"][0]), np.float64(want),
+              "averaged loss")
+        hvd.barrier()
+
     def non_member():
         for ps in sets:
             if ps.included():
@@ -195,7 +229,8 @@ def main():
     table = {"eager": eager, "tf_function": in_function,
              "v1_graph": v1_graph, "gradients": gradients,
              "broadcast_vars": broadcast_vars, "tape": tape,
-             "optimizer": optimizer, "non_member": non_member,
+             "optimizer": optimizer, "keras_callbacks": keras_callbacks,
+             "non_member": non_member,
              "set_ops": set_ops}
     for name in CASES:
         checker.run(name, table[name])
