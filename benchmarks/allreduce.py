@@ -41,6 +41,10 @@ Rows:
                           comm.Allreduce(src, dst) into reused outputs.
   gradient step           the same 200 tensors plus 4 of 4 MiB (one after
                           every 50 small ones), against the same references.
+  allgather per rank      jobs across hosts only: hb.allgather of 4 KiB,
+                          256 KiB and 4 MiB per rank (hierarchical when the
+                          layout line says so) vs comm.Allgatherv into a
+                          reused output; no target.
   single 4 B allreduce    one 4-byte allreduce per repetition, submitted by
                           all ranks right after a barrier (unlike the 4 B
                           sweep rows, which time back-to-back calls).
@@ -314,6 +318,38 @@ def judge_step(section: str, nbytes: int, size: int, with_large: bool,
     return [vs_per, vs_one, out_vs_per]
 
 
+# --- allgather across hosts -----------------------------------------------
+
+ALLGATHER_BYTES = [4 * KIB, 256 * KIB, 4 * MIB]  # per rank
+
+
+def allgather_row(comm: MPI.Intracomm, nbytes: int, s: Settings) -> Row:
+    """hb.allgather vs mpi4py's Allgatherv of `nbytes` per rank (multi-host
+    jobs: the hierarchical allgather's row; no target)."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    count = max(1, nbytes // FLOAT32.itemsize)
+    src = np.full(count, rank + 1, FLOAT32)
+    out = np.empty(count * size, FLOAT32)
+    counts = [count] * size
+    name = "bench.allgather.%d" % nbytes
+
+    def run_hb() -> np.ndarray:
+        return hb.allgather(src, name=name)
+
+    def run_mpi() -> None:
+        comm.Allgatherv(src, [out, counts])
+
+    want = np.repeat(np.arange(1, size + 1, dtype=FLOAT32), count)
+    run_mpi()
+    if not (np.array_equal(run_hb(), want) and np.array_equal(out, want)):
+        raise AssertionError("allgather of %d B gave wrong data" % nbytes)
+    reps = s.reps_small if nbytes <= MIB else s.reps_large
+    hb_s, mpi_s = measure(comm, [run_hb, run_mpi], reps, inner_calls(nbytes),
+                          s.warmup)
+    return Row(section="allgather per rank", case=format_bytes(nbytes),
+               nbytes=nbytes, hb_s=hb_s, mpi_s=mpi_s, ratio=mpi_s / hb_s)
+
+
 # --- single op latency and idle CPU ----------------------------------------
 
 def single_op_row(comm: MPI.Intracomm, s: Settings) -> Row:
@@ -475,6 +511,13 @@ def layout_line(comm: MPI.Intracomm) -> str:
                         and choice not in ("0", "false"))
         path = ("hierarchical (shared memory within hosts, MPI across)"
                 if hierarchical else "flat MPI, pipelined")
+        choice = os.environ.get("HB_HIERARCHICAL_ALLGATHER",
+                                os.environ.get("HOROVOD_HIERARCHICAL_ALLGATHER",
+                                               "auto"))
+        gather = ("hierarchical (within hosts, then between leaders)"
+                  if max(local_sizes) > 1 and choice not in ("0", "false")
+                  else "flat MPI")
+        path += "; allgathers: " + gather
     return "%d host(s) x %s rank(s); fused allreduces: %s" % (hosts, per_host,
                                                               path)
 
@@ -524,6 +567,8 @@ def run(comm: MPI.Intracomm, s: Settings) -> List[Row]:
         rows += [sweep(comm, nbytes, s, in_place) for nbytes in s.sizes]
     rows += step_rows(comm, "small step", with_large=False, s=s)
     rows += step_rows(comm, "gradient step", with_large=True, s=s)
+    if comm.allreduce(hb.cross_size(), op=MPI.MAX) > 1:
+        rows += [allgather_row(comm, n, s) for n in ALLGATHER_BYTES]
     rows.append(single_op_row(comm, s))
     rows.append(idle_cpu_row(comm, s.idle_seconds))
     return rows

@@ -80,6 +80,11 @@ KNOBS: Tuple[Knob, ...] = (
          "jobs across hosts: allreduce within each host in shared memory, "
          "then between hosts (auto: when hosts run equal rank counts)",
          Flag("--hierarchical-allreduce", "CHOICE", const="1")),
+    Knob("hierarchical_allgather", "HB_HIERARCHICAL_ALLGATHER", "choice",
+         "auto", 0, 0, "choice",
+         "jobs across hosts: allgather within each host, then between one "
+         "leader per host (auto: when some host runs more than one rank)",
+         Flag("--hierarchical-allgather", "CHOICE", const="1")),
     Knob("cycle_time", "HB_CYCLE_TIME", "number", "1", 0, 10000,
          "milliseconds",
          "longest an idle background thread sleeps between checks for "

@@ -180,7 +180,9 @@ class RankRun:
         shutil.rmtree(self.out_dir, ignore_errors=True)
 
 
-def emulated_hosts(slots: Sequence[int]) -> Tuple[List[str], Dict[str, str]]:
+def emulated_hosts(slots: Sequence[int],
+                   rankmap: Optional[Sequence[int]] = None
+                   ) -> Tuple[List[str], Dict[str, str]]:
     """hbrun flags and environment that run a job as if on several hosts.
 
     MPICH's fork launcher starts every rank on this machine while MPI sees
@@ -189,7 +191,12 @@ def emulated_hosts(slots: Sequence[int]) -> Tuple[List[str], Dict[str, str]]:
     the "hosts" takes MPI's network path.
 
     Args:
-        slots: ranks per emulated host, in rank order.
+        slots: ranks per emulated host.
+        rankmap: the host index of each rank (hydra's ``-rankmap``), for
+            placements whose hosts are not consecutive in rank order:
+            slots [2, 1] with rankmap [0, 1, 0] puts ranks 0 and 2 on hA.
+            (A host list that names hA twice does not do it: hydra makes
+            each entry a node of its own.) Default: hosts in rank order.
 
     Returns:
         (hbrun_args, env): env carries HB_TEST_HOSTS ("2,2") for rank
@@ -197,7 +204,10 @@ def emulated_hosts(slots: Sequence[int]) -> Tuple[List[str], Dict[str, str]]:
     """
     hosts = ",".join("h%s:%d" % (chr(ord("A") + i), n)
                      for i, n in enumerate(slots))
-    return (["-H", hosts, "--mpi-args=-launcher fork"],
+    mpi_args = "-launcher fork"
+    if rankmap is not None:
+        mpi_args += " -rankmap " + ",".join(str(h) for h in rankmap)
+    return (["-H", hosts, "--mpi-args=" + mpi_args],
             {"HB_TEST_HOSTS": ",".join(str(n) for n in slots)})
 
 

@@ -67,14 +67,18 @@ def test_config_error_on_every_rank_under_launcher(var, value):
     run.assert_ok()
 
 
+PER_RANK_CASES = ["per-rank/HB_CACHE_CAPACITY-differs",
+                  "per-rank/HB_FUSION_THRESHOLD-differs",
+                  "per-rank/HB_SHM_ALLREDUCE_THRESHOLD-differs",
+                  "per-rank/HB_HIERARCHICAL_ALLREDUCE-differs",
+                  "per-rank/HB_HIERARCHICAL_ALLGATHER-differs",
+                  "per-rank/config-differs",
+                  "per-rank/init-after-fix"]
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_settings_that_must_agree_across_ranks(np_):
     run = run_ranks(SCRIPT, np_, timeout=60, args=["per-rank"])
     assert not run.timed_out, run.describe()
-    run.assert_cases(["per-rank/HB_CACHE_CAPACITY-differs",
-                      "per-rank/HB_FUSION_THRESHOLD-differs",
-                      "per-rank/HB_SHM_ALLREDUCE_THRESHOLD-differs",
-                      "per-rank/HB_HIERARCHICAL_ALLREDUCE-differs",
-                      "per-rank/config-differs",
-                      "per-rank/init-after-fix"])
+    run.assert_cases(PER_RANK_CASES)
     run.assert_ok()

@@ -140,11 +140,13 @@ def test_no_python_layer_writes_knob_variables():
     assert offenders == []
 
 
-def test_hierarchical_allreduce_switch():
-    """--hierarchical-allreduce takes no value and sets 1, as in
-    horovodrun; without it the ranks' own setting (default auto) applies."""
-    args, command = cli.parse_args(["-np", "2", "--hierarchical-allreduce",
+@pytest.mark.parametrize("op", ["allreduce", "allgather"])
+def test_hierarchical_switches(op):
+    """--hierarchical-allreduce and --hierarchical-allgather take no value
+    and set 1, as in horovodrun; without them the ranks' own setting
+    (default auto) applies."""
+    args, command = cli.parse_args(["-np", "2", "--hierarchical-" + op,
                                     "python", "t.py"])
-    assert cli.flags_to_env(args) == {"HB_HIERARCHICAL_ALLREDUCE": "1"}
+    assert cli.flags_to_env(args) == {"HB_HIERARCHICAL_" + op.upper(): "1"}
     args, _ = cli.parse_args(["-np", "2", "python", "t.py"])
     assert cli.flags_to_env(args) == {}

@@ -5,7 +5,9 @@ shared-memory allreduce is off and traffic between the "hosts" takes MPI's
 network path.
 
 Layouts: 2 hosts x 2 ranks (allreduces go hierarchical by default), 2
-hosts x 1 rank, and 2 + 1 ranks (uneven: flat MPI). What runs there is a
+hosts x 1 rank, and 2 + 1 ranks (uneven: flat MPI allreduces, hierarchical
+allgathers); the allgather tests add placements whose hosts are not
+consecutive in rank order (hA, hB, hA and hA, hB, hB, hA). What runs there is a
 representative subset of the single-host suite (collectives with the
 topology checked, ordering, errors, the stall shutdown, a killed rank on
 the second host, TF training), plus 50 consecutive short jobs that must
@@ -21,7 +23,7 @@ import sys
 import pytest
 
 from harness import emulated_hosts, run_ranks, script_path
-from rank_scripts import collectives
+from rank_scripts import allgather_hosts, collectives
 
 LAYOUTS = {"2x2": [2, 2], "2x1": [1, 1], "2+1": [2, 1]}
 DTYPES = ["int8", "bfloat16", "float32", "bool"]
@@ -34,12 +36,26 @@ MPI_NOISE = re.compile(r"UCX\s+WARN|was not matched|MPICH ERROR|Fatal error",
                        re.IGNORECASE)
 
 
+# Layouts for the allgather tests only: "ABA" puts ranks 0 and 2 on hA and
+# rank 1 on hB, "ABBA" ranks 0 and 3 on hA, so a host's ranks are not
+# consecutive in rank order. (slots per host, host of each rank)
+INTERLEAVED = {"ABA": ([2, 1], [0, 1, 0]), "ABBA": ([2, 2], [0, 1, 1, 0])}
+
+
 def launch(script, layout, timeout, args=(), env=None):
-    hbrun_args, host_env = emulated_hosts(LAYOUTS[layout])
+    slots, rankmap = INTERLEAVED.get(layout, (LAYOUTS.get(layout), None))
+    hbrun_args, host_env = emulated_hosts(slots, rankmap)
     host_env.update(env or {})
-    return run_ranks(script_path(script), sum(LAYOUTS[layout]),
+    return run_ranks(script_path(script), sum(slots),
                      timeout=timeout, args=args, env=host_env,
                      hbrun_args=hbrun_args)
+
+
+def state_lines(run, what):
+    """Each rank's debug line saying whether `what` ("hierarchical
+    allgather") is on."""
+    return {rank: [l for l in run.rank_lines(rank) if what in l]
+            for rank in range(run.np)}
 
 
 def assert_no_mpi_noise(run):
@@ -109,6 +125,75 @@ def test_hierarchical_choice(layout, choice, expect_on, warning):
         assert warning in run.stderr, run.describe()
     else:
         assert "HB_HIERARCHICAL_ALLREDUCE=1 ignored" not in run.stderr
+
+
+@pytest.mark.parametrize("layout", ["2x2", "2+1", "ABA", "ABBA"])
+@pytest.mark.parametrize("choice", ["0", "1"])
+def test_allgather_flat_and_hierarchical(layout, choice):
+    """Allgathers of several dtypes, uneven first dims, ranks with no rows,
+    a grouped allgather and several in flight give numpy's bytes exactly,
+    forced flat (one MPI_Allgatherv) or hierarchical (within hosts, then
+    between leaders), on even, uneven and interleaved placements."""
+    run = launch("allgather_hosts.py", layout, 180, args=["numpy"],
+                 env={"HB_HIERARCHICAL_ALLGATHER": choice,
+                      "HB_LOG_LEVEL": "DEBUG"})
+    run.assert_ok()
+    run.assert_cases(allgather_hosts.NUMPY_CASES)
+    want = "on" if choice == "1" else "off"
+    for rank, lines in state_lines(run, "hierarchical allgather").items():
+        assert lines and lines[0].endswith(want), (rank, lines)
+    assert "HB_HIERARCHICAL_ALLGATHER=1 ignored" not in run.stderr
+    assert_no_mpi_noise(run)
+
+
+def test_allgather_through_tf_interleaved():
+    """hbcore_tf's allgather on the hierarchical path, hosts interleaved."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tf"))
+    from train_util import tensorflow_missing
+    if tensorflow_missing() is not None:
+        pytest.skip(str(tensorflow_missing()))
+    run = launch("allgather_hosts.py", "ABA", 300, args=["tf"],
+                 env={"HB_HIERARCHICAL_ALLGATHER": "1"})
+    run.assert_ok()
+    run.assert_cases(allgather_hosts.TF_CASES)
+    assert_no_mpi_noise(run)
+
+
+@pytest.mark.parametrize("layout,env,expect_on,warning", [
+    ("2x2", {}, True, None),
+    ("2+1", {}, True, None),
+    ("ABBA", {}, True, None),
+    ("2x1", {}, False, None),
+    ("2x2", {"HOROVOD_HIERARCHICAL_ALLGATHER": "0"}, False, None),
+    ("2x1", {"HB_HIERARCHICAL_ALLGATHER": "1"}, False,
+     "HB_HIERARCHICAL_ALLGATHER=1 ignored: every host runs one rank"),
+])
+def test_hierarchical_allgather_choice(layout, env, expect_on, warning):
+    """Automatic where the job spans hosts and some host runs more than one
+    rank, whatever the placement; the Horovod alias turns it off; forcing it
+    where every host runs one rank says why it does not apply."""
+    env = dict(env, HB_LOG_LEVEL="DEBUG", HB_STALL_CHECK_TIME_SECONDS="30")
+    run = launch("short_job.py", layout, 60, env=env)
+    run.assert_ok()
+    want = "on" if expect_on else "off"
+    for rank, lines in state_lines(run, "hierarchical allgather").items():
+        assert lines and lines[0].endswith(want), (rank, lines)
+    if warning:
+        assert warning in run.stderr, run.describe()
+    else:
+        assert "HB_HIERARCHICAL_ALLGATHER=1 ignored" not in run.stderr
+
+
+def test_settings_that_must_agree_across_hosts():
+    """A knob set differently on some rank (the hierarchical ones
+    included, which also steer the init-time topology decision) is a
+    ConfigError naming it on every rank, across hosts too; a later init
+    with agreeing settings works."""
+    from test_config import PER_RANK_CASES
+    run = launch("config_check.py", "2x2", 120, args=["per-rank"])
+    assert not run.timed_out, run.describe()
+    run.assert_cases(PER_RANK_CASES)
+    run.assert_ok()
 
 
 PIPELINE_CASES = ["pipeline/" + c for c in ("fused-group", "multi-piece",

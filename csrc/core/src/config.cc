@@ -23,6 +23,8 @@ const hb_knob kKnobs[] = {
      "4194304", 0, 1073741824.0, "bytes"},
     {"hierarchical_allreduce", "HB_HIERARCHICAL_ALLREDUCE", HB_KNOB_CHOICE,
      "auto", 0, 0, "choice"},
+    {"hierarchical_allgather", "HB_HIERARCHICAL_ALLGATHER", HB_KNOB_CHOICE,
+     "auto", 0, 0, "choice"},
     {"cycle_time", "HB_CYCLE_TIME", HB_KNOB_NUMBER, "1", 0, 10000,
      "milliseconds"},
     {"cache_capacity", "HB_CACHE_CAPACITY", HB_KNOB_INTEGER, "1024", 0,
@@ -58,6 +60,7 @@ const Apply kApply[] = {
     [](const Value& v, Config* c) { c->fusion_threshold_bytes = v.integer; },
     [](const Value& v, Config* c) { c->shm_allreduce_bytes = v.integer; },
     [](const Value& v, Config* c) { c->hierarchical_allreduce = v.choice; },
+    [](const Value& v, Config* c) { c->hierarchical_allgather = v.choice; },
     [](const Value& v, Config* c) { c->cycle_time_ms = v.number; },
     [](const Value& v, Config* c) {
       c->cache_capacity = static_cast<int>(v.integer);
@@ -274,6 +277,8 @@ std::string Config::ToString() const {
   out << "HB_FUSION_THRESHOLD=" << fusion_threshold_bytes << "\n"
       << "HB_SHM_ALLREDUCE_THRESHOLD=" << shm_allreduce_bytes << "\n"
       << "HB_HIERARCHICAL_ALLREDUCE=" << ChoiceName(hierarchical_allreduce)
+      << "\n"
+      << "HB_HIERARCHICAL_ALLGATHER=" << ChoiceName(hierarchical_allgather)
       << "\n"
       << "HB_CYCLE_TIME=" << cycle_time_ms << "\n"
       << "HB_CACHE_CAPACITY=" << cache_capacity << "\n"

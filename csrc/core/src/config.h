@@ -31,6 +31,11 @@ struct Config {
   // across hosts between ranks of equal local rank (see
   // mpi_shm_allreduce.h). kAuto: whenever the layout allows it.
   Choice hierarchical_allreduce = Choice::kAuto;
+  // Jobs spanning hosts with more than one rank on some host: allgathers
+  // gather within each host, exchange host blocks between one leader per
+  // host, then broadcast within the host (see mpi_hier_allgather.h).
+  // kAuto: whenever the layout allows it.
+  Choice hierarchical_allgather = Choice::kAuto;
   // Upper bound on how long an idle background thread sleeps between checks
   // for work announced by other ranks (milliseconds).
   double cycle_time_ms = 1.0;

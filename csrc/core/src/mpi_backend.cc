@@ -110,8 +110,12 @@ class MpiPending : public Backend::Pending {
 }  // namespace
 
 MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
-                       MPI_Comm cross)
-    : comm_(comm), shm_(std::move(shm)), cross_(shm_ ? cross : MPI_COMM_NULL) {
+                       MPI_Comm cross,
+                       std::unique_ptr<MpiHierAllgather> allgather)
+    : comm_(comm),
+      shm_(std::move(shm)),
+      cross_(shm_ ? cross : MPI_COMM_NULL),
+      hier_allgather_(std::move(allgather)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   CreateHalfOps<Float16ToFloat, FloatToFloat16>(half_ops_[0]);
@@ -226,6 +230,10 @@ Status MpiBackend::AllreduceAcrossHosts(const FusedLayout& layout,
 
 Status MpiBackend::Allgatherv(const void* in, void* out,
                               const std::vector<int64_t>& bytes_per_rank) {
+  // bytes_per_rank is the same on every rank, so is this choice.
+  if (hier_allgather_ && MpiHierAllgather::Fits(bytes_per_rank)) {
+    return hier_allgather_->Allgatherv(in, out, bytes_per_rank);
+  }
   bool ok = true;
   std::vector<int> counts = ToIntCounts(bytes_per_rank, &ok);
   std::vector<int> displs = Displacements(counts, &ok);

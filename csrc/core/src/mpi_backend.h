@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend.h"
+#include "mpi_hier_allgather.h"
 #include "mpi_shm_allreduce.h"
 
 namespace hbcore {
@@ -19,8 +20,11 @@ class MpiBackend : public Backend {
   // when not MPI_COMM_NULL, connects this rank with the ranks of the same
   // local rank on the other hosts: allreduces then go hierarchical (shm
   // within the host, `cross` between hosts), lone ones included.
+  // `allgather`, when given, serves every allgather whose sizes it fits
+  // (see mpi_hier_allgather.h); the same on every rank.
   MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
-             MPI_Comm cross);
+             MPI_Comm cross,
+             std::unique_ptr<MpiHierAllgather> allgather = nullptr);
   ~MpiBackend() override;
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;
@@ -60,6 +64,7 @@ class MpiBackend : public Backend {
   MPI_Comm comm_;
   std::unique_ptr<MpiShmAllreduce> shm_;
   MPI_Comm cross_;
+  std::unique_ptr<MpiHierAllgather> hier_allgather_;
   int rank_ = 0;
   int size_ = 1;
   // [0]: float16, [1]: bfloat16; by Sum, Min, Max, Product.

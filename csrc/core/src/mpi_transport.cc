@@ -120,10 +120,18 @@ class MpiTransport : public Transport {
     control_ = std::make_unique<MpiControlComm>(comm_, max_sleep_us);
     const bool single_node = topo_.local_size == topo_.size;
     bool hierarchical = false;
+    bool hier_allgather = false;
     if (!single_node) {
-      Status s = ChooseHierarchical(config, &hierarchical);
+      Status s = ChooseHierarchical(config, &hierarchical, &hier_allgather);
       if (!s.ok()) return s;
     }
+    std::unique_ptr<MpiHierAllgather> allgather;
+    if (hier_allgather) {
+      // Collective on every rank: they all made the same choice above.
+      Status s = MpiHierAllgather::Create(comm_, local_, &allgather);
+      if (!s.ok()) return s;
+    }
+    topo_.hierarchical_allgather = hier_allgather;
     std::unique_ptr<MpiShmAllreduce> shm;
     if (topo_.size > 1 && (single_node || hierarchical)) {
       // Collective on every rank of each node; a failure only costs the
@@ -148,7 +156,8 @@ class MpiTransport : public Transport {
     }
     topo_.hierarchical_allreduce = hierarchical;
     backend_ = std::make_unique<MpiBackend>(
-        comm_, std::move(shm), hierarchical ? cross_ : MPI_COMM_NULL);
+        comm_, std::move(shm), hierarchical ? cross_ : MPI_COMM_NULL,
+        std::move(allgather));
     return Status::OK();
   }
 
@@ -173,22 +182,37 @@ class MpiTransport : public Transport {
   }
 
  private:
-  // Whether fused allreduces go hierarchical (the same answer on every
-  // rank): the job spans hosts, each runs the same number (> 1) of ranks,
-  // shared memory is enabled and no rank's configuration says no.
-  Status ChooseHierarchical(const Config& config, bool* hierarchical) {
-    const int wants = config.hierarchical_allreduce != Choice::kOff &&
-                      config.shm_allreduce_bytes > 0;
-    // Maxima of (local size, -local size, -wants): uniform local sizes iff
-    // the first two agree; every rank wants it iff the third is -1.
-    int mine[3] = {topo_.local_size, -topo_.local_size, -wants};
-    int max[3] = {0, 0, 0};
-    int rc = MPI_Allreduce(mine, max, 3, MPI_INT, MPI_MAX, comm_);
+  // Whether fused allreduces and allgathers go hierarchical, the same
+  // answer on every rank: one allreduce gathers what both rules need, so
+  // the two paths are decided from the same facts.
+  //  - allreduce: the job spans hosts (the caller checks), each runs the
+  //    same number (> 1) of ranks (its shared-memory chunks must line up
+  //    across hosts), shared memory is enabled and no rank says 0;
+  //  - allgather: the job spans hosts and some host runs more than one
+  //    rank (any placement works, uneven and interleaved included; with one
+  //    rank per host there is nothing to gather within hosts, so the path
+  //    would be the flat one plus copies) and no rank says 0.
+  // A rank saying 0 where others do not turns every rank's answer off; init
+  // then fails in the runtime's agreement check, which names the knob.
+  Status ChooseHierarchical(const Config& config, bool* allreduce,
+                            bool* allgather) {
+    const int wants_allreduce =
+        config.hierarchical_allreduce != Choice::kOff &&
+        config.shm_allreduce_bytes > 0;
+    const int wants_allgather = config.hierarchical_allgather != Choice::kOff;
+    // Maxima of (local size, -local size, -wants...): uniform local sizes
+    // iff the first two agree; every rank wants a path iff its entry is -1.
+    int mine[4] = {topo_.local_size, -topo_.local_size, -wants_allreduce,
+                   -wants_allgather};
+    int max[4] = {0, 0, 0, 0};
+    int rc = MPI_Allreduce(mine, max, 4, MPI_INT, MPI_MAX, comm_);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
     const bool uniform = max[0] == -max[1];
-    *hierarchical = uniform && topo_.local_size > 1 && max[2] == -1;
-    if (config.hierarchical_allreduce == Choice::kOn && !*hierarchical &&
-        topo_.rank == 0) {
+    const int largest_host = max[0];
+    *allreduce = uniform && topo_.local_size > 1 && max[2] == -1;
+    *allgather = largest_host > 1 && max[3] == -1;
+    if (topo_.rank != 0) return Status::OK();
+    if (config.hierarchical_allreduce == Choice::kOn && !*allreduce) {
       HB_LOG(kWarning,
              "HB_HIERARCHICAL_ALLREDUCE=1 ignored: "
                  << (!uniform ? "hosts run different numbers of ranks"
@@ -196,6 +220,10 @@ class MpiTransport : public Transport {
                          ? "every host runs one rank"
                          : "shared memory is disabled on some rank "
                            "(HB_SHM_ALLREDUCE_THRESHOLD=0)"));
+    }
+    if (config.hierarchical_allgather == Choice::kOn && largest_host == 1) {
+      HB_LOG(kWarning, "HB_HIERARCHICAL_ALLGATHER=1 ignored: every host runs "
+                       "one rank");
     }
     return Status::OK();
   }

@@ -85,6 +85,8 @@ Status Runtime::Start(int64_t comm) {
   HB_LOG(kDebug, "hosts: " << topo.cross_size << " x " << topo.local_size
                  << " ranks; hierarchical allreduce "
                  << (topo.hierarchical_allreduce ? "on" : "off"));
+  HB_LOG(kDebug, "hierarchical allgather "
+                 << (topo.hierarchical_allgather ? "on" : "off"));
   if (!topo.threads_multiple) {
     HB_LOG(kWarning, "MPI does not provide MPI_THREAD_MULTIPLE; calling MPI "
                      "from other threads while hbcore runs is unsafe");
@@ -120,8 +122,10 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
   const uint64_t fusion = static_cast<uint64_t>(config_.fusion_threshold_bytes);
   const uint64_t shm = static_cast<uint64_t>(config_.shm_allreduce_bytes);
   const uint64_t hier = static_cast<uint64_t>(config_.hierarchical_allreduce);
+  const uint64_t gather =
+      static_cast<uint64_t>(config_.hierarchical_allgather);
   std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
-                                 hier, ~hier,
+                                 hier, ~hier, gather, ~gather,
                                  timeline_ok ? ~uint64_t{0} : 0};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
@@ -133,13 +137,20 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
   if (words[0] != ~words[1]) return differs("HB_CACHE_CAPACITY", cache);
   if (words[2] != ~words[3]) return differs("HB_FUSION_THRESHOLD", fusion);
   if (words[4] != ~words[5]) return differs("HB_SHM_ALLREDUCE_THRESHOLD", shm);
+  auto choice_differs = [](const char* name, Choice mine) {
+    return Status(HB_ERR_CONFIG, std::string(name) +
+                                     " must be the same on every rank (this "
+                                     "rank has " + ChoiceName(mine) + ")");
+  };
   if (words[6] != ~words[7]) {
-    return Status(HB_ERR_CONFIG,
-                  std::string("HB_HIERARCHICAL_ALLREDUCE must be the same on "
-                              "every rank (this rank has ") +
-                      ChoiceName(config_.hierarchical_allreduce) + ")");
+    return choice_differs("HB_HIERARCHICAL_ALLREDUCE",
+                          config_.hierarchical_allreduce);
   }
-  if (words[8] == 0) {
+  if (words[8] != ~words[9]) {
+    return choice_differs("HB_HIERARCHICAL_ALLGATHER",
+                          config_.hierarchical_allgather);
+  }
+  if (words[10] == 0) {
     return Status(HB_ERR_CONFIG, "rank 0 could not open the timeline file '" +
                                      config_.timeline_path + "' (HB_TIMELINE)");
   }

@@ -27,6 +27,9 @@ struct Topology {
   // Fused allreduces reduce within each host, then across hosts (see
   // mpi_shm_allreduce.h); the same on every rank.
   bool hierarchical_allreduce = false;
+  // Allgathers gather within each host, then between one leader per host
+  // (see mpi_hier_allgather.h); the same on every rank.
+  bool hierarchical_allgather = false;
 };
 
 // A process set's own communicator, as its control plane and CPU backend
@@ -59,7 +62,10 @@ class Transport {
 // config.shm_allreduce_bytes per piece run through node shared memory when
 // the whole job is on one node, and hierarchically (shared memory within
 // each host, MPI between hosts) when every host runs the same number of
-// ranks and config.hierarchical_allreduce allows it.
+// ranks and config.hierarchical_allreduce allows it. Allgathers go
+// hierarchical (within hosts, then between host leaders) when the job spans
+// hosts, some host runs more than one rank and
+// config.hierarchical_allgather allows it.
 Status CreateMpiTransport(int64_t comm, double max_sleep_us,
                           const Config& config,
                           std::unique_ptr<Transport>* out);

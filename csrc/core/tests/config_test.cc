@@ -67,6 +67,21 @@ TEST(ConfigHierarchicalAllreduce) {
   CHECK(c.hierarchical_allreduce == Choice::kOff);
 }
 
+TEST(ConfigHierarchicalAllgather) {
+  Config c;
+  CHECK(ParseConfig(Env({}), &c).ok());
+  CHECK(c.hierarchical_allgather == Choice::kAuto);
+  CHECK(ParseConfig(Env({{"HOROVOD_HIERARCHICAL_ALLGATHER", "true"}}), &c)
+            .ok());
+  CHECK(c.hierarchical_allgather == Choice::kOn);
+  CHECK(ParseConfig(Env({{"HB_HIERARCHICAL_ALLGATHER", "0"}}), &c).ok());
+  CHECK(c.hierarchical_allgather == Choice::kOff);
+  CHECK(c.hierarchical_allreduce == Choice::kAuto);
+  Status s = ParseConfig(Env({{"HB_HIERARCHICAL_ALLGATHER", "2"}}), &c);
+  CHECK_EQ(s.code(), HB_ERR_CONFIG);
+  CHECK_CONTAINS(s.message(), "HB_HIERARCHICAL_ALLGATHER");
+}
+
 TEST(ConfigStallDisable) {
   Config c;
   CHECK(ParseConfig(Env({{"HB_STALL_CHECK_DISABLE", "1"}}), &c).ok());
