@@ -231,7 +231,7 @@ Status MpiBackend::AllreduceAcrossHosts(const FusedLayout& layout,
 Status MpiBackend::Allgatherv(const void* in, void* out,
                               const std::vector<int64_t>& bytes_per_rank) {
   // bytes_per_rank is the same on every rank, so is this choice.
-  if (hier_allgather_ && MpiHierAllgather::Fits(bytes_per_rank)) {
+  if (hier_allgather_ && hier_allgather_->Takes(bytes_per_rank)) {
     return hier_allgather_->Allgatherv(in, out, bytes_per_rank);
   }
   bool ok = true;

@@ -9,11 +9,13 @@
 namespace hbcore {
 
 Status MpiHierAllgather::Create(MPI_Comm comm, MPI_Comm local,
+                                int64_t min_bytes,
                                 std::unique_ptr<MpiHierAllgather>* out) {
   // The destructor frees whatever was created if a step fails. Every step
   // is collective over `comm` (or over each host), so every rank runs all
   // of them and fails or succeeds alike.
   std::unique_ptr<MpiHierAllgather> h(new MpiHierAllgather());
+  h->min_bytes_ = min_bytes;
   int size = 1;
   int local_rank = 0;
   MPI_Comm_rank(comm, &h->rank_);
@@ -63,10 +65,11 @@ MpiHierAllgather::~MpiHierAllgather() {
   }
 }
 
-bool MpiHierAllgather::Fits(const std::vector<int64_t>& bytes_per_rank) {
+bool MpiHierAllgather::Takes(
+    const std::vector<int64_t>& bytes_per_rank) const {
   int64_t total = 0;
   for (int64_t b : bytes_per_rank) total += b;
-  return total <= INT_MAX;
+  return total >= min_bytes_ && total <= INT_MAX;
 }
 
 Status MpiHierAllgather::Allgatherv(

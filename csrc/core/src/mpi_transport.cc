@@ -13,6 +13,10 @@
 namespace hbcore {
 namespace {
 
+// Under HB_HIERARCHICAL_ALLGATHER=auto, the smallest allgather output that
+// goes hierarchical (MpiHierAllgather::Takes says why small ones do not).
+constexpr int64_t kAutoHierAllgatherBytes = 1 << 20;
+
 // Registered only when the core itself initialised MPI: whoever initialises
 // finalises (mpi4py does the same for its own).
 void FinalizeAtExit() {
@@ -128,7 +132,13 @@ class MpiTransport : public Transport {
     std::unique_ptr<MpiHierAllgather> allgather;
     if (hier_allgather) {
       // Collective on every rank: they all made the same choice above.
-      Status s = MpiHierAllgather::Create(comm_, local_, &allgather);
+      // Forced on, every call goes hierarchical; chosen automatically, only
+      // outputs of kAutoHierAllgatherBytes and more (MpiHierAllgather::Takes).
+      const int64_t min_bytes =
+          config.hierarchical_allgather == Choice::kOn ? 0
+                                                       : kAutoHierAllgatherBytes;
+      Status s = MpiHierAllgather::Create(comm_, local_, min_bytes,
+                                          &allgather);
       if (!s.ok()) return s;
     }
     topo_.hierarchical_allgather = hier_allgather;
