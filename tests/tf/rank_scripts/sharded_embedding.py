@@ -62,8 +62,9 @@ def mse(table, w, b, ids, y):
     return tf.reduce_mean(tf.square(forward(table, w, b, ids) - y))
 
 
-def v1_expected(make_opt, ranks, steps=STEPS):
-    """Plain TF v1, full table, whole batch of ``ranks`` per step."""
+def v1_reference(make_opt, step_batches):
+    """Plain TF v1 in one process with the full table, one step per
+    (ids, y) batch of ``step_batches``; returns [table, w, b]."""
     with tf.Graph().as_default():
         table = V1.get_variable("emb", initializer=tf.constant(table0()))
         w, b = [V1.get_variable(n, initializer=tf.constant(v))
@@ -73,10 +74,15 @@ def v1_expected(make_opt, ranks, steps=STEPS):
         train = make_opt().minimize(mse(table, w, b, ids, y))
         with V1.Session() as sess:
             sess.run(V1.global_variables_initializer())
-            for k in range(steps):
-                bi, by = whole_batch(k, ranks)
+            for bi, by in step_batches:
                 sess.run(train, {ids: bi, y: by})
             return sess.run([table, w, b])
+
+
+def v1_expected(make_opt, ranks, steps=STEPS):
+    """Plain TF v1, full table, whole batch of ``ranks`` per step."""
+    return v1_reference(make_opt, [whole_batch(k, ranks)
+                                   for k in range(steps)])
 
 
 def v1_sharded(make_opt, rank, steps=STEPS, **scope_options):
@@ -363,21 +369,13 @@ def main():
             return tf.data.Dataset.from_tensor_slices((ids, ys)).batch(BATCH)
 
         make = lambda: V1.train.AdagradOptimizer(LR)  # noqa: E731
-        with tf.Graph().as_default():
-            table = V1.get_variable("emb", initializer=tf.constant(table0()))
-            w, b = [V1.get_variable(n, initializer=tf.constant(v))
-                    for n, v in zip("wb", dense0())]
-            ids = V1.placeholder(tf.int64, (None, HOT))
-            y = V1.placeholder(tf.float32, (None, 1))
-            train = make().minimize(mse(table, w, b, ids, y))
-            with V1.Session() as sess:
-                sess.run(V1.global_variables_initializer())
-                for k in range(steps):
-                    have = [r for r in ranks if k < len(batches[r])]
-                    sess.run(train, {
-                        ids: np.concatenate([batches[r][k][0] for r in have]),
-                        y: np.concatenate([batches[r][k][1] for r in have])})
-                expected = sess.run([table, w])
+        step_batches = []
+        for k in range(steps):
+            have = [r for r in ranks if k < len(batches[r])]
+            step_batches.append(
+                (np.concatenate([batches[r][k][0] for r in have]),
+                 np.concatenate([batches[r][k][1] for r in have])))
+        expected = v1_reference(make, step_batches)[:2]
         taken = 0
         with tf.Graph().as_default():
             with hb.scope(data_sync_drop_remainder=False):
