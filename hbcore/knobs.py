@@ -113,6 +113,13 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("dynamic_process_sets", "HB_DYNAMIC_PROCESS_SETS", "bool", "0", 0,
          0, "flag",
          "allow adding and removing process sets after init"),
+    Knob("nccl_library", "HB_NCCL_LIBRARY", "string", "", 0, 0, "path",
+         "NCCL library to load for GPU collectives (default: the "
+         "nvidia-nccl-cu12 wheel, else libnccl.so.2)"),
+    Knob("cuda_runtime_library", "HB_CUDA_RUNTIME_LIBRARY", "string", "", 0,
+         0, "path",
+         "CUDA runtime library to load for GPU collectives (default: the "
+         "nvidia-cuda-runtime-cu12 wheel, else libcudart.so.12)"),
 )
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}

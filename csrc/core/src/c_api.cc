@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config.h"
+#include "gpu_libraries.h"
 #include "runtime.h"
 #include "transport.h"
 
@@ -282,7 +283,62 @@ const char* hb_mpi_library_version(void) {
   return version.c_str();
 }
 
-int hb_nccl_built(void) { return 0; }
+int hb_nccl_built(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime && g_runtime->gpu_libraries() != nullptr ? 1 : 0;
+}
+
+int hb_probe_gpu(const char* nccl_library, const char* cuda_runtime_library,
+                 char* buf, size_t buf_len) {
+  // Paths: the arguments, else the knobs' environment variables (the one
+  // reader of the environment, ReadConfig), else the default sonames.
+  hbcore::Config config;
+  hbcore::ConfigOverrides overrides;
+  if (nccl_library != nullptr && nccl_library[0] != '\0') {
+    overrides.emplace_back("nccl_library", nccl_library);
+  }
+  if (cuda_runtime_library != nullptr && cuda_runtime_library[0] != '\0') {
+    overrides.emplace_back("cuda_runtime_library", cuda_runtime_library);
+  }
+  std::string text;
+  std::unique_ptr<hbcore::GpuLibraries> libs;
+  hbcore::Status s = hbcore::ReadConfig(overrides, &config);
+  if (s.ok()) {
+    s = hbcore::GpuLibraries::Load(config.nccl_library,
+                                   config.cuda_runtime_library, &libs);
+  }
+  if (s.ok()) {
+    int devices = 0;
+    if (libs->cuda().GetDeviceCount(&devices) != hbcore::kCudaSuccess) {
+      devices = 0;
+    }
+    text = "nccl_library=" + libs->nccl_path() + "\nnccl_version=" +
+           libs->NcclVersion() + "\ncuda_runtime_library=" +
+           libs->cuda_runtime_path() + "\ncuda_runtime_version=" +
+           libs->CudaRuntimeVersion() + "\ncuda_devices=" +
+           std::to_string(devices) + "\n";
+  } else {
+    text = "error=" + s.message() + "\n";
+  }
+  CopyError(text, buf, buf_len);
+  return s.ok() ? 1 : 0;
+}
+
+int hb_gpu_malloc(int device, size_t bytes, void** ptr, char* err,
+                  size_t err_len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  hbcore::Status s =
+      g_runtime ? g_runtime->GpuMalloc(device, bytes, ptr)
+                : hbcore::Status(HB_ERR_NOT_INITIALIZED,
+                                 "hbcore is not initialized");
+  if (!s.ok()) CopyError(s.message(), err, err_len);
+  return s.code();
+}
+
+void hb_gpu_free(int device, void* ptr) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_runtime && ptr != nullptr) g_runtime->GpuFree(device, ptr);
+}
 
 size_t hb_config_string(char* buf, size_t buf_len) {
   std::lock_guard<std::mutex> lock(g_mu);

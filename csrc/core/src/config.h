@@ -51,6 +51,10 @@ struct Config {
   // Process sets may be added and removed after init (collectively, see
   // hb_add_process_set); without it they can only be given to hb_init.
   bool dynamic_process_sets = false;
+  // Where NCCL and the CUDA runtime are loaded from at init (empty: the
+  // default sonames); GPU requests need both (see gpu_libraries.h).
+  std::string nccl_library;
+  std::string cuda_runtime_library;
 
   // "KEY=value" lines, one per knob, for logs and hb_config_string.
   std::string ToString() const;

@@ -75,7 +75,43 @@ Status Runtime::Create(int64_t comm, const Config& config,
   return Status::OK();
 }
 
+Status Runtime::GpuMalloc(int device, size_t bytes, void** ptr) {
+  if (!gpu_) return Status::Unsupported("no GPU support: " + gpu_missing_);
+  const CudaApi& cuda = gpu_->cuda();
+  // The caller's thread keeps its current device.
+  int previous = 0;
+  cudaError_t e = cuda.GetDevice(&previous);
+  if (e != kCudaSuccess) return gpu_->CudaError("cudaGetDevice", e);
+  e = cuda.SetDevice(device);
+  if (e != kCudaSuccess) {
+    return gpu_->CudaError("cudaSetDevice(" + std::to_string(device) + ")", e);
+  }
+  e = cuda.Malloc(ptr, bytes);
+  cuda.SetDevice(previous);
+  if (e != kCudaSuccess) {
+    return gpu_->CudaError("cudaMalloc of " + std::to_string(bytes) +
+                               " bytes on GPU " + std::to_string(device),
+                           e);
+  }
+  return Status::OK();
+}
+
+void Runtime::GpuFree(int device, void* ptr) {
+  if (!gpu_) return;
+  const CudaApi& cuda = gpu_->cuda();
+  int previous = 0;
+  if (cuda.GetDevice(&previous) != kCudaSuccess) return;
+  cuda.SetDevice(device);
+  cuda.Free(ptr);
+  cuda.SetDevice(previous);
+}
+
 Status Runtime::Start(int64_t comm) {
+  // GPU support is optional: without the libraries the runtime serves CPU
+  // requests as before, and a GPU request fails with gpu_missing_.
+  Status gpu = GpuLibraries::Load(config_.nccl_library,
+                                  config_.cuda_runtime_library, &gpu_);
+  if (!gpu.ok()) gpu_missing_ = gpu.message();
   Status s = CreateMpiTransport(comm, kCycleWaitMaxSleepUs, config_,
                                 &transport_);
   if (!s.ok()) return s;

@@ -62,6 +62,7 @@
 #include "config.h"
 #include "controller.h"
 #include "executor.h"
+#include "gpu_libraries.h"
 #include "process_set.h"
 #include "tensor_entry.h"
 #include "timeline.h"
@@ -80,6 +81,13 @@ class Runtime {
 
   const Topology& topology() const { return transport_->topology(); }
   const Config& config() const { return config_; }
+  // NCCL and the CUDA runtime when init found them (GPU requests are
+  // served), else null; gpu_missing() then says why.
+  const GpuLibraries* gpu_libraries() const { return gpu_.get(); }
+  const std::string& gpu_missing() const { return gpu_missing_; }
+  // Device memory through the loaded CUDA runtime (see hb_gpu_malloc).
+  Status GpuMalloc(int device, size_t bytes, void** ptr);
+  void GpuFree(int device, void* ptr);
 
   Status Enqueue(const hb_request* requests, int count);
   // Submits a process-set operation (see hb_add_process_set): kProcessSetAdd
@@ -152,6 +160,10 @@ class Runtime {
   void FailEverything(const Status& status);
 
   Config config_;
+  // Loaded before the transport and unloaded after it (the backends that
+  // call into the libraries live in the sets, destroyed first).
+  std::unique_ptr<GpuLibraries> gpu_;
+  std::string gpu_missing_;
   std::unique_ptr<Transport> transport_;
   Timeline timeline_;
   // Background thread only (after Start): every set, by id; destroyed

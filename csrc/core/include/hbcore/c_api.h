@@ -124,6 +124,17 @@ typedef struct {
    * value of a zero-initialised request, is the global set of every rank.
    * Only members may submit on a set; `root_rank` stays a global rank. */
   int process_set_id;
+  /* GPU requests (device >= 0; buffers in that device's memory): the
+   * core's streams wait, before reading the input, for `ready_event` (a
+   * cudaEvent_t recorded after the input was written; it must stay valid
+   * until `done`), or when it is NULL for all work queued so far on
+   * `stream` (a cudaStream_t; NULL or 0x1 is the legacy default stream,
+   * 0x2 the calling thread's default stream): hb_enqueue records an event
+   * of its own there. `done` runs once the outputs are written (the core's
+   * streams synchronized), so consumers need no further wait. Both are
+   * ignored for CPU requests. */
+  void* stream;
+  void* ready_event;
 } hb_request;
 
 /* The communicator to run over, as the Fortran handle of an MPI
@@ -237,7 +248,30 @@ HB_API int hb_process_set_ids(int* ids, int max_ids);
 /* Build facts, valid without init. */
 HB_API const char* hb_version(void);
 HB_API const char* hb_mpi_library_version(void);
+/* 1 when this process's runtime serves GPU requests (NCCL and the CUDA
+ * runtime were loaded at init), else 0; 0 before init. */
 HB_API int hb_nccl_built(void);
+
+/* Loads NCCL and the CUDA runtime as hb_init would, from the given paths
+ * (NULL or "": the HB_NCCL_LIBRARY / HB_CUDA_RUNTIME_LIBRARY environment
+ * variables, else the default sonames libnccl.so.2 and libcudart.so.12),
+ * unloads them again, and describes what was found as "KEY=value" lines:
+ * nccl_library, nccl_version (e.g. 2.23.4), cuda_runtime_library,
+ * cuda_runtime_version, cuda_devices, error (why loading failed). Copies
+ * at most buf_len-1 bytes into `buf`. Returns 1 when both libraries
+ * loaded, else 0. Valid without init. */
+HB_API int hb_probe_gpu(const char* nccl_library,
+                        const char* cuda_runtime_library, char* buf,
+                        size_t buf_len);
+
+/* Device memory through the CUDA runtime the runtime loaded, for front
+ * ends without a CUDA allocator of their own (the numpy API's DLPack
+ * outputs). hb_gpu_malloc returns HB_OK, or HB_ERR_UNSUPPORTED (no GPU
+ * support loaded) / HB_ERR_INTERNAL (CUDA failed) with the reason in
+ * `err`. hb_gpu_free is a no-op for NULL and after shutdown. */
+HB_API int hb_gpu_malloc(int device, size_t bytes, void** ptr, char* err,
+                         size_t err_len);
+HB_API void hb_gpu_free(int device, void* ptr);
 
 /* Effective configuration as "KEY=value" lines; empty before init. Copies at
  * most buf_len-1 bytes and returns the full length. */

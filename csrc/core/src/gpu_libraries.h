@@ -1,0 +1,105 @@
+// NCCL and the CUDA runtime, loaded with dlopen (never linked), so hbcore
+// builds and runs without CUDA. One GpuLibraries object holds both
+// libraries' handles and entry points for as long as it lives; the runtime
+// owns one (created at init when GPU support is found), and hb_probe_gpu
+// makes a short-lived one.
+//
+// Search order for each library: the configured path (HB_NCCL_LIBRARY,
+// HB_CUDA_RUNTIME_LIBRARY, or the paths the Python front end found in the
+// nvidia-nccl-cu12 / nvidia-cuda-runtime-cu12 wheels), else the default
+// soname through the dynamic linker (LD_LIBRARY_PATH, the system).
+#ifndef HBCORE_GPU_LIBRARIES_H_
+#define HBCORE_GPU_LIBRARIES_H_
+
+#include <memory>
+#include <string>
+
+#include "gpu_abi.h"
+#include "status.h"
+
+namespace hbcore {
+
+struct CudaApi {
+  cudaGetDeviceCount_fn GetDeviceCount = nullptr;
+  cudaSetDevice_fn SetDevice = nullptr;
+  cudaGetDevice_fn GetDevice = nullptr;
+  cudaRuntimeGetVersion_fn RuntimeGetVersion = nullptr;
+  cudaMalloc_fn Malloc = nullptr;
+  cudaFree_fn Free = nullptr;
+  cudaMemcpyAsync_fn MemcpyAsync = nullptr;
+  cudaMemsetAsync_fn MemsetAsync = nullptr;
+  cudaStreamCreateWithFlags_fn StreamCreateWithFlags = nullptr;
+  cudaStreamDestroy_fn StreamDestroy = nullptr;
+  cudaStreamSynchronize_fn StreamSynchronize = nullptr;
+  cudaStreamQuery_fn StreamQuery = nullptr;
+  cudaStreamWaitEvent_fn StreamWaitEvent = nullptr;
+  cudaEventCreateWithFlags_fn EventCreateWithFlags = nullptr;
+  cudaEventDestroy_fn EventDestroy = nullptr;
+  cudaEventRecord_fn EventRecord = nullptr;
+  cudaEventQuery_fn EventQuery = nullptr;
+  cudaGetErrorString_fn GetErrorString = nullptr;
+};
+
+struct NcclApi {
+  ncclGetVersion_fn GetVersion = nullptr;
+  ncclGetUniqueId_fn GetUniqueId = nullptr;
+  ncclCommInitRank_fn CommInitRank = nullptr;
+  ncclCommDestroy_fn CommDestroy = nullptr;
+  ncclCommAbort_fn CommAbort = nullptr;
+  ncclCommGetAsyncError_fn CommGetAsyncError = nullptr;
+  ncclGetErrorString_fn GetErrorString = nullptr;
+  ncclRedOpCreatePreMulSum_fn RedOpCreatePreMulSum = nullptr;
+  ncclRedOpDestroy_fn RedOpDestroy = nullptr;
+  ncclAllReduce_fn AllReduce = nullptr;
+  ncclBroadcast_fn Broadcast = nullptr;
+  ncclReduce_fn Reduce = nullptr;
+  ncclAllGather_fn AllGather = nullptr;
+  ncclReduceScatter_fn ReduceScatter = nullptr;
+  ncclSend_fn Send = nullptr;
+  ncclRecv_fn Recv = nullptr;
+  ncclGroupStart_fn GroupStart = nullptr;
+  ncclGroupEnd_fn GroupEnd = nullptr;
+};
+
+class GpuLibraries {
+ public:
+  // Loads both libraries (empty path: the default soname). Fails with
+  // HB_ERR_UNSUPPORTED naming the library, the path tried and dlerror(),
+  // or a missing entry point.
+  static Status Load(const std::string& nccl_path,
+                     const std::string& cuda_runtime_path,
+                     std::unique_ptr<GpuLibraries>* out);
+  ~GpuLibraries();
+  GpuLibraries(const GpuLibraries&) = delete;
+  GpuLibraries& operator=(const GpuLibraries&) = delete;
+
+  const CudaApi& cuda() const { return cuda_; }
+  const NcclApi& nccl() const { return nccl_; }
+  // Where each library was loaded from (dladdr of an entry point).
+  const std::string& nccl_path() const { return nccl_path_; }
+  const std::string& cuda_runtime_path() const { return cuda_path_; }
+  // "2.23.4" from ncclGetVersion.
+  std::string NcclVersion() const;
+  // "12.4" from cudaRuntimeGetVersion.
+  std::string CudaRuntimeVersion() const;
+  // Status for a failed CUDA / NCCL call: `what` plus the library's text.
+  Status CudaError(const std::string& what, cudaError_t e) const;
+  Status NcclError(const std::string& what, ncclResult_t r) const;
+
+ private:
+  GpuLibraries() = default;
+  struct Handle {
+    void* dl = nullptr;
+    ~Handle();
+  };
+  Handle cuda_dl_;
+  Handle nccl_dl_;
+  CudaApi cuda_;
+  NcclApi nccl_;
+  std::string nccl_path_;
+  std::string cuda_path_;
+};
+
+}  // namespace hbcore
+
+#endif  // HBCORE_GPU_LIBRARIES_H_
