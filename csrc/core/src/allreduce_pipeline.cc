@@ -12,24 +12,17 @@ constexpr int64_t kPackBlockBytes = 256 * 1024;
 
 }  // namespace
 
-char* AllreducePipeline::Buffer(int index, int64_t bytes) {
-  if (bytes > buffer_bytes_[index]) {
-    const int64_t rounded = (bytes + 63) / 64 * 64;
-    buffers_[index].reset(static_cast<char*>(std::aligned_alloc(64, rounded)));
-    buffer_bytes_[index] = buffers_[index] ? rounded : 0;
-  }
-  return buffers_[index].get();
-}
-
 void AllreducePipeline::Start(size_t batch, const FusedLayout* layout,
                               ReduceOp op, Backend* backend) {
   const int64_t elem = layout->element_size();
-  const int64_t piece = std::max<int64_t>(1, kPieceBytes / elem);
+  const int64_t piece = std::max<int64_t>(1, backend->PieceBytes() / elem);
+  Memory* memory = backend->memory();
   const int64_t total = layout->total();
   for (int64_t begin = 0; begin < total || begin == 0; begin += piece) {
     Flight f;
     f.batch = batch;
     f.layout = layout;
+    f.backend = backend;
     f.begin = begin;
     f.end = std::min(total, begin + piece);
     f.last = f.end >= total;
@@ -41,33 +34,43 @@ void AllreducePipeline::Start(size_t batch, const FusedLayout* layout,
       CompleteOldest();
     }
     const int64_t bytes = (f.end - f.begin) * elem;
-    char* buffer = Buffer(f.buffer, bytes);
-    if (buffer == nullptr && bytes > 0) {
-      f.status = Status::Internal("cannot allocate a fusion buffer of " +
+    // A buffer holds a whole piece (the backend may make it bigger once,
+    // e.g. NCCL's fixed HB_FUSION_THRESHOLD-sized device buffers).
+    char* buffer = static_cast<char*>(
+        buffers_[f.buffer].Get(memory, std::min(total * elem, piece * elem)));
+    buffer_data_[f.buffer] = buffer;
+    if (buffer == nullptr) {
+      f.status = Status::Internal("cannot allocate a " +
+                                  std::string(backend->name()) +
+                                  " fusion buffer of " +
                                   std::to_string(bytes) + " bytes");
     } else {
       f.start = Clock::now();
-      Pack(*layout, f.begin, f.end, buffer);
+      f.status = Pack(*layout, f.begin, f.end, buffer, memory);
       if (f.begin == 0 && f.last) {
         phase_(batch, "MEMCPY_IN_FUSION_BUFFER", f.start);
       }
-      f.status = backend->StartAllreduce(buffer, buffer, f.end - f.begin,
-                                         layout->dtype(), op, &f.op);
+      if (f.status.ok()) {
+        f.status = backend->StartAllreduce(buffer, buffer, f.end - f.begin,
+                                           layout->dtype(), op, &f.op);
+      }
     }
     flights_.push_back(std::move(f));
     if (total == 0) break;
   }
 }
 
-void AllreducePipeline::Pack(const FusedLayout& layout, int64_t begin,
-                             int64_t end, char* dst) {
+Status AllreducePipeline::Pack(const FusedLayout& layout, int64_t begin,
+                               int64_t end, char* dst, Memory* memory) {
   const int64_t elem = layout.element_size();
   const int64_t block = std::max<int64_t>(1, kPackBlockBytes / elem);
   for (int64_t at = begin; at < end; at += block) {
     const int64_t n = std::min(block, end - at);
-    layout.Gather(at, n, dst + (at - begin) * elem);
+    Status s = layout.Gather(at, n, dst + (at - begin) * elem, memory);
+    if (!s.ok()) return s;
     if (!flights_.empty() && flights_.front().op) flights_.front().op->Test();
   }
+  return Status::OK();
 }
 
 void AllreducePipeline::CompleteOldest() {
@@ -77,7 +80,11 @@ void AllreducePipeline::CompleteOldest() {
   if (f.status.ok()) {
     if (f.begin == 0) batch_start_ = f.start;
     const auto unpack = Clock::now();
-    f.layout->Scatter(f.begin, f.end - f.begin, buffers_[f.buffer].get());
+    Memory* memory = f.backend->memory();
+    f.status = f.layout->Scatter(f.begin, f.end - f.begin,
+                                 buffer_data_[f.buffer], memory);
+    // The batch's outputs are final once the unpacking completed.
+    if (f.status.ok() && f.last) f.status = memory->Synchronize();
     if (f.last) phase_(f.batch, "ALLREDUCE", batch_start_);
     if (f.begin == 0 && f.last) {
       phase_(f.batch, "MEMCPY_OUT_FUSION_BUFFER", unpack);

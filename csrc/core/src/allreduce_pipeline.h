@@ -3,7 +3,8 @@
 // hosts without the hierarchical path, or with shared memory disabled. The
 // overlap needs Backend::StartAllreduce not to block (MPI_Iallreduce).
 //
-// A fused batch (a FusedLayout) travels through kBuffers fusion buffers in pieces of at most kPieceBytes: piece k is
+// A fused batch (a FusedLayout) travels through kBuffers fusion buffers, in
+// the backend's Memory, in pieces of at most Backend::PieceBytes(): piece k is
 // packed, its allreduce started, and while it is in flight piece k+1 is
 // packed into the next buffer (the packing calls Test on the oldest
 // operation between blocks, so MPI progresses it meanwhile). A buffer is
@@ -39,7 +40,6 @@ class AllreducePipeline {
                                           std::chrono::steady_clock::time_point start)>;
 
   static constexpr int kBuffers = 2;
-  static constexpr int64_t kPieceBytes = int64_t{4} << 20;
 
   AllreducePipeline() = default;
   ~AllreducePipeline() { Drain(); }
@@ -61,12 +61,10 @@ class AllreducePipeline {
   void Drain();
 
  private:
-  struct FreeDeleter {
-    void operator()(char* p) const { std::free(p); }
-  };
   struct Flight {
     size_t batch = 0;
     const FusedLayout* layout = nullptr;
+    Backend* backend = nullptr;
     std::unique_ptr<Backend::Pending> op;  // null: failed to start
     Status status;
     int buffer = -1;          // fused piece: the buffer holding it
@@ -78,8 +76,8 @@ class AllreducePipeline {
 
   // Gathers [begin, end) of `layout` into `dst`, letting the oldest
   // operation progress between blocks.
-  void Pack(const FusedLayout& layout, int64_t begin, int64_t end, char* dst);
-  char* Buffer(int index, int64_t bytes);
+  Status Pack(const FusedLayout& layout, int64_t begin, int64_t end,
+              char* dst, Memory* memory);
   void CompleteOldest();
 
   DoneFn done_;
@@ -87,8 +85,8 @@ class AllreducePipeline {
   std::deque<Flight> flights_;
   Status batch_status_;  // first error among the finished pieces of a batch
   std::chrono::steady_clock::time_point batch_start_;  // its first piece's
-  std::unique_ptr<char, FreeDeleter> buffers_[kBuffers];
-  int64_t buffer_bytes_[kBuffers] = {0, 0};
+  ScratchBuffer buffers_[kBuffers];
+  char* buffer_data_[kBuffers] = {nullptr, nullptr};
   int next_buffer_ = 0;
 };
 

@@ -1,9 +1,16 @@
 // Data plane: a backend runs one collective on buffers that every rank
 // passes in the same call order (the executor guarantees that order).
 //
-// The MPI backend serves CPU buffers and is always present. A GPU backend
-// (NCCL, loaded at run time) serves device buffers; the executor picks the
-// backend per response by device, at run time.
+// Device is a dimension of the data plane. Each process set's executor has
+// a BackendRegistry (backend_registry.h) filled at init: the MPI backend
+// serves CPU buffers and is always there; the NCCL backend (nccl_backend.h,
+// with NCCL loaded at run time) serves GPU buffers. A backend owns the
+// Memory its buffers live in (memory.h): allocation, copies and scaling,
+// so the executor makes no host-only calls.
+//
+// Per batch the executor calls BeginBatch (the backend binds its device and
+// orders itself after the inputs' producers), then collectives and Memory
+// operations, then memory()->Synchronize() before reporting results.
 #ifndef HBCORE_BACKEND_H_
 #define HBCORE_BACKEND_H_
 
@@ -14,6 +21,7 @@
 #include <vector>
 
 #include "fused_layout.h"
+#include "memory.h"
 #include "status.h"
 #include "types.h"
 
@@ -30,6 +38,23 @@ class Backend {
 
   virtual const char* name() const = 0;
   virtual bool Serves(int device) const = 0;
+  // Where this backend's buffers live; valid for the backend's lifetime.
+  virtual Memory* memory() = 0;
+
+  // Before each batch: `device` is this rank's device for it, `ready` the
+  // events (cudaEvent_t) its inputs' producers recorded; everything the
+  // batch does is ordered after them. Host backends have nothing to do.
+  virtual Status BeginBatch(int /*device*/,
+                            const std::vector<void*>& /*ready*/) {
+    return Status::OK();
+  }
+  // True when Allreduce / StartAllreduce / Reducescatter take
+  // ReduceOp::kAverage themselves (NCCL's average); else the executor turns
+  // Average into Sum and a 1/size postscale.
+  virtual bool ReducesAverage() const { return false; }
+  // The largest piece of a fused batch that the pipeline hands to one
+  // StartAllreduce (AllreducePipeline).
+  virtual int64_t PieceBytes() const { return int64_t{4} << 20; }
 
   // True when this backend reduces fused batches of any size where their
   // tensors are (AllreduceLayout), so that the executor needs no fusion
@@ -42,8 +67,8 @@ class Backend {
     return Status::Unsupported("this backend has no layout allreduce");
   }
 
-  // `out` may equal `in` (in place). `op` is never Average: the executor
-  // turns Average into Sum and a 1/size postscale.
+  // `out` may equal `in` (in place). `op` is Average only when
+  // ReducesAverage().
   virtual Status Allreduce(const void* in, void* out, int64_t count,
                            DataType dtype, ReduceOp op) = 0;
 

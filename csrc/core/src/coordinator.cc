@@ -132,9 +132,9 @@ Response Coordinator::Validate(const std::vector<Request>& requests) const {
     return std::string(DataTypeName(r.dtype));
   });
   if (!d.empty()) return fail("data type", d);
+  // Device kind only: each rank drives its own GPU, so ordinals differ.
   d = Disagreement(set_, requests, [](const Request& r) {
-    return r.device == HB_DEVICE_CPU ? std::string("CPU")
-                                     : "GPU " + std::to_string(r.device);
+    return r.device == HB_DEVICE_CPU ? std::string("CPU") : std::string("GPU");
   });
   if (!d.empty()) return fail("device", d);
 

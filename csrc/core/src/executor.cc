@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "logging.h"
-#include "scaling.h"
 
 namespace hbcore {
 namespace {
@@ -17,13 +16,11 @@ int64_t RowBytes(const Response& r) {
   return NumElements(RowShape(r.shape)) * DataTypeSize(r.dtype);
 }
 
-ReduceOp BackendOp(ReduceOp op) {
-  return op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-}
-
-double PostScale(const Response& r, int size) {
-  return r.reduce_op == ReduceOp::kAverage ? r.postscale / size
-                                           : r.postscale;
+ReduceOp BackendOp(ReduceOp op, const Backend* backend) {
+  return op == ReduceOp::kAverage &&
+                 !(backend != nullptr && backend->ReducesAverage())
+             ? ReduceOp::kSum
+             : op;
 }
 
 const char* PhaseName(OpType op) {
@@ -41,39 +38,45 @@ const char* PhaseName(OpType op) {
   return "UNKNOWN";
 }
 
-// Output buffer from the front end's allocator, or a discard buffer for a
-// rank without an entry.
+// Output buffer from the front end's allocator, or a discard buffer (in the
+// backend's memory) for a rank without an entry.
 void* AllocateOutput(TensorEntry* e, const Shape& shape,
-                     std::vector<char>* discard, int64_t bytes) {
-  if (e == nullptr) {
-    discard->resize(std::max<int64_t>(bytes, 1));
-    return discard->data();
-  }
+                     ScratchBuffer* discard, Memory* memory, int64_t bytes) {
+  if (e == nullptr) return discard->Get(memory, bytes);
   if (e->alloc == nullptr) return e->output;
   return e->alloc(e->user, static_cast<int>(shape.size()), shape.data());
 }
 
-}  // namespace
-
-Executor::Executor(int rank, int size, std::vector<Backend*> backends,
-                   Timeline* timeline)
-    : rank_(rank), size_(size), backends_(std::move(backends)),
-      timeline_(timeline) {}
-
-Backend* Executor::BackendFor(int device) const {
-  for (Backend* b : backends_) {
-    if (b->Serves(device)) return b;
-  }
-  return nullptr;
+Status AllocationFailed(const Response& r) {
+  return Status::Internal("output allocation failed for tensor '" + r.name +
+                          "'");
 }
 
-char* Executor::PrescaleBuffer(int64_t bytes) {
-  if (bytes > prescaled_bytes_) {
-    int64_t rounded = (bytes + 63) / 64 * 64;
-    prescaled_.reset(static_cast<char*>(std::aligned_alloc(64, rounded)));
-    prescaled_bytes_ = prescaled_ ? rounded : 0;
+}  // namespace
+
+Executor::Executor(int rank, int size, const BackendRegistry* backends,
+                   Timeline* timeline)
+    : rank_(rank), size_(size), backends_(backends), timeline_(timeline) {}
+
+double Executor::PostScale(const Response& r, const Backend* backend) const {
+  return r.reduce_op == ReduceOp::kAverage &&
+                 !(backend != nullptr && backend->ReducesAverage())
+             ? r.postscale / size_
+             : r.postscale;
+}
+
+Status Executor::Begin(Backend* backend, const Response& head,
+                       const std::vector<TensorEntry*>& entries) {
+  int device = head.device;
+  std::vector<void*> ready;
+  bool have_device = false;
+  for (const TensorEntry* e : entries) {
+    if (e == nullptr) continue;
+    if (!have_device) device = e->request.device;
+    have_device = true;
+    if (e->ready_event != nullptr) ready.push_back(e->ready_event);
   }
-  return prescaled_.get();
+  return backend->BeginBatch(device, ready);
 }
 
 void Executor::Record(const std::vector<const Response*>& responses,
@@ -91,7 +94,7 @@ bool Executor::Pipelined(const Batch& batch) const {
   // Iallreduce) and no faster across emulated hosts (benchmarks/allreduce.py,
   // gradient step).
   const Response& head = *batch.responses.front();
-  const Backend* backend = BackendFor(head.device);
+  const Backend* backend = backends_->For(head.device);
   return batch.responses.size() > 1 && head.op == OpType::kAllreduce &&
          !head.is_error() && backend != nullptr &&
          !backend->AllreducesLayouts();
@@ -105,7 +108,7 @@ std::unique_ptr<FusedLayout> Executor::Layout(
     FusedTensor& t = tensors[i];
     t.count = NumElements(responses[i]->shape);
     t.prescale = responses[i]->prescale;
-    t.postscale = PostScale(*responses[i], size_);
+    t.postscale = PostScale(*responses[i], backends_->For(responses[i]->device));
     if (entries[i] != nullptr) {
       t.input = entries[i]->input;
       t.output = entries[i]->output;
@@ -134,9 +137,18 @@ void Executor::Run(const std::vector<Batch>& batches,
     const Batch& batch = batches[b];
     if (Pipelined(batch)) {
       const Response& head = *batch.responses.front();
+      Backend* backend = backends_->For(head.device);
+      Status begun = Begin(backend, head, batch.entries);
+      if (!begun.ok()) {
+        pipeline_.Drain();
+        results.assign(batch.responses.size(), TensorResult());
+        for (TensorResult& r : results) r.status = begun;
+        done(b, &results);
+        continue;
+      }
       layouts[b] = Layout(batch.responses, batch.entries);
-      pipeline_.Start(b, layouts[b].get(), BackendOp(head.reduce_op),
-                      BackendFor(head.device));
+      pipeline_.Start(b, layouts[b].get(),
+                      BackendOp(head.reduce_op, backend), backend);
       continue;
     }
     pipeline_.Drain();
@@ -161,16 +173,18 @@ void Executor::RunOne(const std::vector<const Response*>& responses,
     (*results)[0].last_joined_rank = head.root_rank;
     return;
   }
-  Backend* backend = BackendFor(head.device);
+  Backend* backend = backends_->For(head.device);
   if (backend == nullptr) {
     for (TensorResult& r : *results) {
-      r.status = Status::Unsupported(
-          "no backend serves device " + std::to_string(head.device) +
-          " (this build has the MPI backend for CPU buffers only)");
+      r.status = Status::Unsupported(backends_->WhyNot(head.device));
     }
     return;
   }
-  Status s;
+  Status s = Begin(backend, head, entries);
+  if (!s.ok()) {
+    for (TensorResult& r : *results) r.status = s;
+    return;
+  }
   auto start = Clock::now();
   switch (head.op) {
     case OpType::kAllreduce:
@@ -198,6 +212,9 @@ void Executor::RunOne(const std::vector<const Response*>& responses,
     case OpType::kProcessSetRemove:
       break;
   }
+  // Outputs are final once the backend's queued work completed.
+  Status synced = backend->memory()->Synchronize();
+  if (s.ok()) s = synced;
   if (head.op != OpType::kAllreduce) Record(responses, PhaseName(head.op), start);
   for (TensorResult& r : *results) r.status = s;
 }
@@ -206,7 +223,7 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
                            const std::vector<TensorEntry*>& entries,
                            Backend* backend) {
   const Response& head = *responses.front();
-  const ReduceOp op = BackendOp(head.reduce_op);
+  const ReduceOp op = BackendOp(head.reduce_op, backend);
   if (responses.size() == 1) {
     return AllreduceAlone(head, entries[0], op, backend, responses);
   }
@@ -226,25 +243,33 @@ Status Executor::AllreduceAlone(const Response& r, TensorEntry* e,
   // Straight from input to output: no copies unless a prescale needs one.
   const DataType dtype = r.dtype;
   const int64_t count = NumElements(r.shape);
+  const int64_t bytes = count * DataTypeSize(dtype);
+  Memory* memory = backend->memory();
   const void* in;
   void* out;
+  Status s;
   if (e == nullptr) {
-    zeros_.assign(std::max<int64_t>(count * DataTypeSize(dtype), 1), 0);
-    in = out = zeros_.data();
+    out = zeros_.Get(memory, bytes);
+    if (out == nullptr) return AllocationFailed(r);
+    s = memory->Zero(out, bytes);
+    in = out;
   } else {
     in = e->input;
     out = e->output;
     if (r.prescale != 1.0) {
-      ScaledCopy(out, in, count, dtype, r.prescale);
+      s = memory->ScaledCopy(out, in, count, dtype, r.prescale);
       in = out;
     }
   }
+  if (!s.ok()) return s;
   auto start = Clock::now();
-  Status s = backend->Allreduce(in, out, count, dtype, op);
+  s = backend->Allreduce(in, out, count, dtype, op);
   Record(responses, "ALLREDUCE", start);
   if (!s.ok()) return s;
-  const double post = PostScale(r, size_);
-  if (e != nullptr && post != 1.0) ScaledCopy(out, out, count, dtype, post);
+  const double post = PostScale(r, backend);
+  if (e != nullptr && post != 1.0) {
+    return memory->ScaledCopy(out, out, count, dtype, post);
+  }
   return Status::OK();
 }
 
@@ -259,11 +284,9 @@ Status Executor::Allgather(const Response& r, TensorEntry* e,
   }
   Shape out_shape = RowShape(r.shape);
   out_shape.insert(out_shape.begin(), rows);
-  void* out = AllocateOutput(e, out_shape, &scratch_, rows * row);
-  if (out == nullptr && rows * row > 0) {
-    return Status::Internal("output allocation failed for tensor '" + r.name +
-                            "'");
-  }
+  void* out = AllocateOutput(e, out_shape, &discard_, backend->memory(),
+                             rows * row);
+  if (out == nullptr && rows * row > 0) return AllocationFailed(r);
   const void* in = e ? e->input : nullptr;
   return backend->Allgatherv(in, out, bytes);
 }
@@ -273,12 +296,13 @@ Status Executor::Broadcast(const Response& r, TensorEntry* e,
   const int64_t bytes = NumElements(r.shape) * DataTypeSize(r.dtype);
   void* buffer;
   if (e == nullptr) {
-    scratch_.resize(std::max<int64_t>(bytes, 1));
-    buffer = scratch_.data();
+    buffer = discard_.Get(backend->memory(), bytes);
+    if (buffer == nullptr) return AllocationFailed(r);
   } else {
     buffer = e->output;
     if (rank_ == r.root_rank && e->input != e->output) {
-      std::memcpy(e->output, e->input, bytes);
+      Status s = backend->memory()->Copy(e->output, e->input, bytes);
+      if (!s.ok()) return s;
     }
   }
   return backend->Broadcast(buffer, bytes, r.root_rank);
@@ -299,11 +323,9 @@ Status Executor::Alltoall(const Response& r, TensorEntry* e, Backend* backend,
   }
   Shape out_shape = RowShape(r.shape);
   out_shape.insert(out_shape.begin(), rows);
-  void* out = AllocateOutput(e, out_shape, &scratch_, rows * row);
-  if (out == nullptr && rows * row > 0) {
-    return Status::Internal("output allocation failed for tensor '" + r.name +
-                            "'");
-  }
+  void* out = AllocateOutput(e, out_shape, &discard_, backend->memory(),
+                             rows * row);
+  if (out == nullptr && rows * row > 0) return AllocationFailed(r);
   return backend->Alltoallv(e ? e->input : nullptr, send, out, recv);
 }
 
@@ -340,11 +362,9 @@ Status Executor::AlltoallFused(const std::vector<const Response*>& responses,
     if (entries[i] != nullptr) {
       Shape out_shape = RowShape(r.shape);
       out_shape.insert(out_shape.begin(), rows);
-      outputs[i] = AllocateOutput(entries[i], out_shape, nullptr, 0);
-      if (outputs[i] == nullptr && rows * row > 0) {
-        return Status::Internal("output allocation failed for tensor '" +
-                                r.name + "'");
-      }
+      outputs[i] = AllocateOutput(entries[i], out_shape, &discard_,
+                                  backend->memory(), 0);
+      if (outputs[i] == nullptr && rows * row > 0) return AllocationFailed(r);
     }
   }
   int64_t send_total = 0, recv_total = 0;
@@ -352,38 +372,45 @@ Status Executor::AlltoallFused(const std::vector<const Response*>& responses,
     send_total += send[peer];
     recv_total += recv[peer];
   }
-  alltoall_send_.resize(std::max<int64_t>(send_total, 1));
-  alltoall_recv_.resize(std::max<int64_t>(recv_total, 1));
+  Memory* memory = backend->memory();
+  char* send_buffer =
+      static_cast<char*>(alltoall_send_.Get(memory, send_total));
+  char* recv_buffer =
+      static_cast<char*>(alltoall_recv_.Get(memory, recv_total));
+  if (send_buffer == nullptr || recv_buffer == nullptr) {
+    return AllocationFailed(*responses.front());
+  }
+  Status s;
   std::vector<int64_t> in_offset(n, 0);
-  char* packed = alltoall_send_.data();
+  char* packed = send_buffer;
   for (int peer = 0; peer < size_; ++peer) {
     for (size_t i = 0; i < n; ++i) {
       const int64_t bytes = send_of[i][peer];
-      if (bytes > 0 && entries[i] != nullptr) {
-        std::memcpy(packed, static_cast<const char*>(entries[i]->input) +
-                                in_offset[i], bytes);
+      if (bytes > 0 && entries[i] != nullptr && s.ok()) {
+        s = memory->Copy(packed, static_cast<const char*>(entries[i]->input) +
+                                     in_offset[i], bytes);
       }
       in_offset[i] += bytes;
       packed += bytes;
     }
   }
-  Status s = backend->Alltoallv(alltoall_send_.data(), send,
-                                alltoall_recv_.data(), recv);
+  if (!s.ok()) return s;
+  s = backend->Alltoallv(send_buffer, send, recv_buffer, recv);
   if (!s.ok()) return s;
   std::vector<int64_t> out_offset(n, 0);
-  const char* unpacked = alltoall_recv_.data();
+  const char* unpacked = recv_buffer;
   for (int peer = 0; peer < size_; ++peer) {
     for (size_t i = 0; i < n; ++i) {
       const int64_t bytes = recv_of[i][peer];
-      if (bytes > 0 && outputs[i] != nullptr) {
-        std::memcpy(static_cast<char*>(outputs[i]) + out_offset[i], unpacked,
-                    bytes);
+      if (bytes > 0 && outputs[i] != nullptr && s.ok()) {
+        s = memory->Copy(static_cast<char*>(outputs[i]) + out_offset[i],
+                         unpacked, bytes);
       }
       out_offset[i] += bytes;
       unpacked += bytes;
     }
   }
-  return Status::OK();
+  return s;
 }
 
 Status Executor::Reducescatter(const Response& r, TensorEntry* e,
@@ -398,23 +425,31 @@ Status Executor::Reducescatter(const Response& r, TensorEntry* e,
   Shape out_shape = RowShape(r.shape);
   out_shape.insert(out_shape.begin(), rows_of(rank_));
   const int64_t total = n * row_elems;
+  Memory* memory = backend->memory();
   const void* in = e ? e->input : nullptr;
-  if (e != nullptr && r.prescale != 1.0) {
-    char* buffer = PrescaleBuffer(total * elem);
-    ScaledCopy(buffer, in, total, r.dtype, r.prescale);
+  if (e == nullptr) {
+    // A rank without the tensor contributes zeros.
+    void* zeros = zeros_.Get(memory, total * elem);
+    if (zeros == nullptr) return AllocationFailed(r);
+    Status s = memory->Zero(zeros, total * elem);
+    if (!s.ok()) return s;
+    in = zeros;
+  } else if (r.prescale != 1.0) {
+    void* buffer = prescaled_.Get(memory, total * elem);
+    if (buffer == nullptr) return AllocationFailed(r);
+    Status s = memory->ScaledCopy(buffer, in, total, r.dtype, r.prescale);
+    if (!s.ok()) return s;
     in = buffer;
   }
-  void* out = AllocateOutput(e, out_shape, &scratch_, counts[rank_] * elem);
-  if (out == nullptr && counts[rank_] > 0) {
-    return Status::Internal("output allocation failed for tensor '" + r.name +
-                            "'");
-  }
+  void* out = AllocateOutput(e, out_shape, &discard_, memory,
+                             counts[rank_] * elem);
+  if (out == nullptr && counts[rank_] > 0) return AllocationFailed(r);
   Status s = backend->Reducescatter(in, out, counts, r.dtype,
-                                    BackendOp(r.reduce_op));
+                                    BackendOp(r.reduce_op, backend));
   if (!s.ok()) return s;
-  double post = PostScale(r, size_);
+  double post = PostScale(r, backend);
   if (e != nullptr && post != 1.0) {
-    ScaledCopy(out, out, counts[rank_], r.dtype, post);
+    return memory->ScaledCopy(out, out, counts[rank_], r.dtype, post);
   }
   return Status::OK();
 }

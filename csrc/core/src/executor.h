@@ -1,10 +1,12 @@
 // Executes a cycle's fusion batches on the backend that serves each one's
-// device: a fused allreduce goes to the backend as a FusedLayout when it can
-// reduce the tensors where they are, else through the pipeline's fusion
-// buffers (AllreducePipeline); a lone allreduce runs straight from input to
-// output. Scaling is applied on the way in and out (Average = Sum, then
-// 1/size). It allocates outputs whose size only the negotiation knew, and
-// reports each tensor's result.
+// device (BackendRegistry): a fused allreduce goes to the backend as a
+// FusedLayout when it can reduce the tensors where they are, else through
+// the pipeline's fusion buffers (AllreducePipeline); a lone allreduce runs
+// straight from input to output. Scaling is applied on the way in and out
+// (Average = Sum, then 1/size, unless the backend averages itself). Every
+// copy, fill, scaling and scratch buffer goes through the backend's Memory,
+// so nothing here assumes host memory. It allocates outputs whose size only
+// the negotiation knew, and reports each tensor's result.
 //
 // On a rank that joined, or when a tensor failed negotiation elsewhere,
 // `entries[i]` is null: the rank still takes part in the collective with a
@@ -19,6 +21,7 @@
 
 #include "allreduce_pipeline.h"
 #include "backend.h"
+#include "backend_registry.h"
 #include "fused_layout.h"
 #include "message.h"
 #include "tensor_entry.h"
@@ -37,7 +40,8 @@ struct TensorResult {
 
 class Executor {
  public:
-  Executor(int rank, int size, std::vector<Backend*> backends,
+  // `backends` must outlive the executor.
+  Executor(int rank, int size, const BackendRegistry* backends,
            Timeline* timeline);
 
   // One fusion batch: `entries` is parallel to `responses`.
@@ -66,8 +70,11 @@ class Executor {
   std::unique_ptr<FusedLayout> Layout(
       const std::vector<const Response*>& responses,
       const std::vector<TensorEntry*>& entries) const;
-  Backend* BackendFor(int device) const;
-  char* PrescaleBuffer(int64_t bytes);
+  // Binds the batch's backend to this rank's device and orders it after
+  // the inputs' ready events (Backend::BeginBatch).
+  Status Begin(Backend* backend, const Response& head,
+               const std::vector<TensorEntry*>& entries);
+  double PostScale(const Response& r, const Backend* backend) const;
   Status Allreduce(const std::vector<const Response*>& responses,
                    const std::vector<TensorEntry*>& entries, Backend* backend);
   Status AllreduceAlone(const Response& r, TensorEntry* e, ReduceOp op,
@@ -87,21 +94,18 @@ class Executor {
 
   int rank_;
   int size_;
-  std::vector<Backend*> backends_;
+  const BackendRegistry* backends_;
   Timeline* timeline_;
   AllreducePipeline pipeline_;
-  // A reducescatter's prescaled input, grown on demand, 64-byte aligned.
-  struct FreeDeleter {
-    void operator()(char* p) const { std::free(p); }
-  };
-  std::unique_ptr<char, FreeDeleter> prescaled_;
-  int64_t prescaled_bytes_ = 0;
-  // Zero-filled stand-in input for joined ranks (grown on demand).
-  std::vector<char> zeros_;
-  std::vector<char> scratch_;
-  // Packed segments of a fused alltoall batch.
-  std::vector<char> alltoall_send_;
-  std::vector<char> alltoall_recv_;
+  // Scratch buffers in the batch's backend's Memory, grown on demand: a
+  // reducescatter's prescaled input, the zero-filled stand-in input of a
+  // rank without an entry (joined), outputs nobody receives, and the packed
+  // segments of a fused alltoall.
+  ScratchBuffer prescaled_;
+  ScratchBuffer zeros_;
+  ScratchBuffer discard_;
+  ScratchBuffer alltoall_send_;
+  ScratchBuffer alltoall_recv_;
 };
 
 }  // namespace hbcore

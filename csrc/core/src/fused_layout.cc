@@ -76,4 +76,36 @@ void FusedLayout::Scatter(int64_t begin, int64_t n, const void* src) const {
   });
 }
 
+Status FusedLayout::Gather(int64_t begin, int64_t n, void* dst,
+                           Memory* memory) const {
+  char* out = static_cast<char*>(dst);
+  Status status;
+  ForEachSpan(begin, n, [&](const FusedTensor& t, int64_t at, int64_t to,
+                            int64_t m) {
+    if (!status.ok()) return;
+    char* piece = out + to * element_size_;
+    status = t.input == nullptr
+                 ? memory->Zero(piece, m * element_size_)
+                 : memory->ScaledCopy(
+                       piece,
+                       static_cast<const char*>(t.input) + at * element_size_,
+                       m, dtype_, t.prescale);
+  });
+  return status;
+}
+
+Status FusedLayout::Scatter(int64_t begin, int64_t n, const void* src,
+                            Memory* memory) const {
+  const char* in = static_cast<const char*>(src);
+  Status status;
+  ForEachSpan(begin, n, [&](const FusedTensor& t, int64_t at, int64_t from,
+                            int64_t m) {
+    if (!status.ok() || t.output == nullptr) return;
+    status = memory->ScaledCopy(static_cast<char*>(t.output) + at * element_size_,
+                                in + from * element_size_, m, dtype_,
+                                t.postscale);
+  });
+  return status;
+}
+
 }  // namespace hbcore

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "memory.h"
+#include "status.h"
 #include "types.h"
 
 namespace hbcore {
@@ -36,8 +38,13 @@ class FusedLayout {
   size_t size() const { return tensors_.size(); }
   const FusedTensor& tensor(size_t i) const { return tensors_[i]; }
 
-  // dst[0, n) = prescaled inputs at fused elements [begin, begin + n).
+  // dst[0, n) = prescaled inputs at fused elements [begin, begin + n), in
+  // host memory (the MPI shared-memory path).
   void Gather(int64_t begin, int64_t n, void* dst) const;
+  // The same through `memory` (the buffers live there), and Scatter's twin.
+  Status Gather(int64_t begin, int64_t n, void* dst, Memory* memory) const;
+  Status Scatter(int64_t begin, int64_t n, const void* src,
+                 Memory* memory) const;
   // The prescaled inputs at fused elements [begin, begin + n): a pointer
   // into the tensor when they need no copy (one tensor, present, prescale
   // 1), else gathered into `scratch` (n elements) and `scratch`.

@@ -31,6 +31,7 @@ class MpiBackend : public Backend {
 
   const char* name() const override { return "MPI"; }
   bool Serves(int device) const override { return device == HB_DEVICE_CPU; }
+  Memory* memory() override { return &memory_; }
 
   bool AllreducesLayouts() const override { return shm_ != nullptr; }
   Status AllreduceLayout(const FusedLayout& layout, ReduceOp op,
@@ -61,6 +62,7 @@ class MpiBackend : public Backend {
   Status AllreduceAcrossHosts(const FusedLayout& layout, ReduceOp op,
                               const PhaseFn& phase);
 
+  HostMemory memory_;
   MPI_Comm comm_;
   std::unique_ptr<MpiShmAllreduce> shm_;
   MPI_Comm cross_;

@@ -7,6 +7,7 @@
 #include "logging.h"
 #include "mpi_backend.h"
 #include "mpi_control_comm.h"
+#include "mpi_peer_alarm.h"
 #include "mpi_wait.h"
 #include "transport.h"
 
@@ -58,6 +59,7 @@ class MpiTransport : public Transport {
     // Objects using the communicators go first.
     backend_.reset();
     control_.reset();
+    alarm_.reset();
     for (MPI_Comm* c : {&cross_, &local_, &comm_}) {
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
@@ -122,6 +124,7 @@ class MpiTransport : public Transport {
     MPI_Comm_size(cross_, &topo_.cross_size);
 
     control_ = std::make_unique<MpiControlComm>(comm_, max_sleep_us);
+    alarm_ = std::make_unique<MpiPeerAlarm>(comm_);
     const bool single_node = topo_.local_size == topo_.size;
     bool hierarchical = false;
     bool hier_allgather = false;
@@ -174,6 +177,7 @@ class MpiTransport : public Transport {
   const Topology& topology() const override { return topo_; }
   ControlComm* control() override { return control_.get(); }
   Backend* cpu_backend() override { return backend_.get(); }
+  PeerAlarm* alarm() override { return alarm_.get(); }
 
   Status CreateGroup(const std::vector<int>& ranks,
                      std::unique_ptr<Group>* out) override {
@@ -244,6 +248,7 @@ class MpiTransport : public Transport {
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;
   std::unique_ptr<MpiControlComm> control_;
+  std::unique_ptr<MpiPeerAlarm> alarm_;
   std::unique_ptr<MpiBackend> backend_;
 };
 

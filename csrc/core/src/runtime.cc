@@ -1,5 +1,7 @@
 #include "runtime.h"
 
+#include "nccl_backend.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -138,9 +140,7 @@ Status Runtime::Start(int64_t comm) {
   global->info = ProcessSetInfo::Global(topo.size);
   global->controller = std::make_unique<Controller>(transport_->control(),
                                                     config_, global->info);
-  global->executor = std::make_unique<Executor>(
-      topo.rank, topo.size, std::vector<Backend*>{transport_->cpu_backend()},
-      &timeline_);
+  CreateExecutor(global.get(), transport_->cpu_backend());
   global_ = global.get();
   set_table_[0] = global->info;
   sets_[0] = std::move(global);
@@ -200,6 +200,55 @@ bool Runtime::stopped() {
 
 Runtime::~Runtime() { Shutdown(); }
 
+Status Runtime::ValidateGpu(const hb_request& r, const std::string& name,
+                            TensorEntry* entry) const {
+  const std::string what = std::string(OpName(r.op)) + " of GPU tensor '" +
+                           name + "' (device " + std::to_string(r.device) +
+                           ")";
+  if (r.device < 0) {
+    return Status::InvalidArgument(what + ": bad device ordinal");
+  }
+  if (!gpu_) {
+    return Status::Unsupported(what + ": GPU tensors need NCCL and the CUDA "
+                               "runtime: " + gpu_missing_);
+  }
+  const DataType dtype = static_cast<DataType>(r.dtype);
+  if (dtype == DataType::kUInt16 || dtype == DataType::kInt16) {
+    return Status::Unsupported(what + ": NCCL has no " +
+                               DataTypeName(dtype) + " type");
+  }
+  if (r.ready_event != nullptr) {
+    entry->ready_event = r.ready_event;
+    return Status::OK();
+  }
+  // Order after everything queued on the producer's stream so far: an
+  // event of our own recorded there now, on the tensor's device (the
+  // caller's thread keeps its current device).
+  const CudaApi& cuda = gpu_->cuda();
+  int previous = 0;
+  cudaError_t e = cuda.GetDevice(&previous);
+  if (e == kCudaSuccess && previous != r.device) e = cuda.SetDevice(r.device);
+  cudaEvent_t event = nullptr;
+  if (e == kCudaSuccess) {
+    e = cuda.EventCreateWithFlags(&event, kCudaEventDisableTiming);
+  }
+  if (e == kCudaSuccess) {
+    e = cuda.EventRecord(event, static_cast<cudaStream_t>(r.stream));
+  }
+  if (previous != r.device) cuda.SetDevice(previous);
+  if (e != kCudaSuccess) {
+    if (event != nullptr) cuda.EventDestroy(event);
+    return gpu_->CudaError(what + ": recording its ready event", e);
+  }
+  const GpuLibraries* gpu = gpu_.get();
+  entry->own_event = std::shared_ptr<void>(
+      event, [gpu](void* ev) {
+        gpu->cuda().EventDestroy(static_cast<cudaEvent_t>(ev));
+      });
+  entry->ready_event = event;
+  return Status::OK();
+}
+
 Status Runtime::Validate(const hb_request& r, const ProcessSetInfo& set,
                          TensorEntry* entry) const {
   // Splits and set ranks count the set's members; a root is a global rank.
@@ -243,9 +292,8 @@ Status Runtime::Validate(const hb_request& r, const ProcessSetInfo& set,
     return bad("scale factors must be finite");
   }
   if (q.device != HB_DEVICE_CPU) {
-    return Status::Unsupported(std::string(OpName(r.op)) + " of tensor '" +
-                               name + "': device " + std::to_string(q.device) +
-                               " is not served by this build (CPU only)");
+    Status s = ValidateGpu(r, name, entry);
+    if (!s.ok()) return s;
   }
   const bool has_data = q.op != OpType::kBarrier && q.op != OpType::kJoin;
   if (has_data && NumElements(q.shape) > 0 && r.input == nullptr) {
@@ -635,6 +683,11 @@ void Runtime::Loop() {
       if (!drained.ok()) {
         HB_LOG(kWarning, "draining wake-ups at shutdown: " << drained.message());
       }
+      drained = transport_->alarm()->Drain();
+      if (!drained.ok()) {
+        HB_LOG(kWarning, "draining failure notices at shutdown: "
+                             << drained.message());
+      }
       FailEverything(Status::Shutdown(output.shutdown_reason));
       return;
     }
@@ -733,6 +786,38 @@ void Runtime::Execute(SetState* set, const CycleOutput& cycle) {
   });
 }
 
+void Runtime::CreateExecutor(SetState* set, Backend* cpu) {
+  const int rank = set->info.SetRank(topology().rank);
+  const int size = set->info.size();
+  set->backends.Register(cpu);
+  if (gpu_) {
+    NcclBackendOptions o;
+    o.gpu = gpu_.get();
+    o.bootstrap = cpu;
+    o.alarm = transport_->alarm();
+    o.set_id = set->info.id;
+    o.rank = rank;
+    o.size = size;
+    o.members = set->info.id == 0 ? std::vector<int>() : set->info.ranks;
+    if (set->info.id == 0) {
+      for (int r = 0; r < size; ++r) o.members.push_back(r);
+    }
+    o.global_rank = topology().rank;
+    o.fusion_bytes = config_.fusion_threshold_bytes;
+    o.stop_requested = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return shutdown_requested_;
+    };
+    set->gpu_backend = std::make_unique<NcclBackend>(std::move(o));
+    set->backends.Register(set->gpu_backend.get());
+  } else {
+    set->backends.SetGpuMissing("GPU tensors need NCCL and the CUDA runtime: " +
+                                gpu_missing_);
+  }
+  set->executor =
+      std::make_unique<Executor>(rank, size, &set->backends, &timeline_);
+}
+
 Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
   auto set = std::make_unique<SetState>();
   set->info.id = id;
@@ -742,9 +827,7 @@ Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
   if (set->group) {
     set->controller = std::make_unique<Controller>(set->group->control(),
                                                    config_, set->info);
-    set->executor = std::make_unique<Executor>(
-        set->info.SetRank(topology().rank), set->info.size(),
-        std::vector<Backend*>{set->group->cpu_backend()}, &timeline_);
+    CreateExecutor(set.get(), set->group->cpu_backend());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -61,6 +61,7 @@
 
 #include "config.h"
 #include "controller.h"
+#include "backend_registry.h"
 #include "executor.h"
 #include "gpu_libraries.h"
 #include "process_set.h"
@@ -116,6 +117,10 @@ class Runtime {
   // `set`: the request's process set (checked to contain this rank).
   Status Validate(const hb_request& r, const ProcessSetInfo& set,
                   TensorEntry* entry) const;
+  // The GPU part of Validate: libraries present, a type NCCL has, and the
+  // entry's ready event (the front end's, or one recorded on its stream).
+  Status ValidateGpu(const hb_request& r, const std::string& name,
+                     TensorEntry* entry) const;
   // The sets of `requests` (front-end view); an error for an unknown set
   // or one this rank is not a member of.
   Status SetsOf(const hb_request* requests, int count,
@@ -128,12 +133,19 @@ class Runtime {
     ProcessSetInfo info;
     std::unique_ptr<Group> group;
     std::unique_ptr<Controller> controller;
+    // The data plane by device (backend_registry.h); the GPU backend goes
+    // after the executor, whose scratch buffers live in its memory.
+    std::unique_ptr<Backend> gpu_backend;
+    BackendRegistry backends;
     std::unique_ptr<Executor> executor;
     PendingTable pending;
     bool member() const { return controller != nullptr; }
   };
   // Background thread: creates a set (collective, in lockstep).
   Status CreateSet(int id, const std::vector<int>& ranks);
+  // Fills a member's backend registry and creates its executor: `cpu`
+  // for host buffers, NCCL for GPU buffers when the libraries were loaded.
+  void CreateExecutor(SetState* set, Backend* cpu);
 
   // Background thread.
   void Loop();

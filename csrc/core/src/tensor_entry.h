@@ -5,6 +5,7 @@
 #define HBCORE_TENSOR_ENTRY_H_
 
 #include <chrono>
+#include <memory>
 
 #include "hbcore/c_api.h"
 #include "message.h"
@@ -23,6 +24,10 @@ struct TensorEntry {
   // The process set it runs over (hb_request::process_set_id); request.rank
   // is this rank's rank in that set.
   int process_set_id = 0;
+  // GPU requests: the event the backend waits for before reading `input`
+  // (the front end's, or `own_event`, recorded on its stream at enqueue).
+  void* ready_event = nullptr;
+  std::shared_ptr<void> own_event;
   Clock::time_point enqueued;
 
   // Background-thread state. `announced`: the other ranks were told about

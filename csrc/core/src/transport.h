@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "config.h"
 #include "control_comm.h"
+#include "peer_alarm.h"
 #include "status.h"
 
 namespace hbcore {
@@ -47,6 +48,9 @@ class Transport {
   virtual const Topology& topology() const = 0;
   virtual ControlComm* control() = 0;
   virtual Backend* cpu_backend() = 0;
+  // Failure notices between the data planes of any process set (see
+  // peer_alarm.h); drained at shutdown.
+  virtual PeerAlarm* alarm() = 0;
   // Collective over every rank of the transport, called in the same order
   // everywhere (the runtime does it in lockstep): creates the communicator
   // of `ranks` (ascending), in which rank i is ranks[i]. `*out` is null on

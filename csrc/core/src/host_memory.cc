@@ -1,0 +1,51 @@
+#include <cstdlib>
+#include <cstring>
+
+#include "memory.h"
+#include "scaling.h"
+
+namespace hbcore {
+
+void* HostMemory::Allocate(int64_t bytes) {
+  const int64_t rounded = (std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+  return std::aligned_alloc(64, static_cast<size_t>(rounded));
+}
+
+void HostMemory::Free(void* ptr) { std::free(ptr); }
+
+Status HostMemory::Copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
+  return Status::OK();
+}
+
+Status HostMemory::Zero(void* dst, int64_t bytes) {
+  if (bytes > 0) std::memset(dst, 0, bytes);
+  return Status::OK();
+}
+
+Status HostMemory::ScaledCopy(void* dst, const void* src, int64_t count,
+                              DataType dtype, double factor) {
+  hbcore::ScaledCopy(dst, src, count, dtype, factor);
+  return Status::OK();
+}
+
+void* ScratchBuffer::Get(Memory* memory, int64_t bytes) {
+  bytes = std::max<int64_t>(bytes, 1);
+  if (memory != memory_ || bytes > bytes_) {
+    Release();
+    ptr_ = memory->Allocate(bytes);
+    if (ptr_ == nullptr) return nullptr;
+    memory_ = memory;
+    bytes_ = bytes;
+  }
+  return ptr_;
+}
+
+void ScratchBuffer::Release() {
+  if (ptr_ != nullptr) memory_->Free(ptr_);
+  memory_ = nullptr;
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+}  // namespace hbcore
