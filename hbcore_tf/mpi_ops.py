@@ -144,6 +144,27 @@ def _on_device(device: str) -> Any:
     return tf.device(device) if device else contextlib.nullcontext()
 
 
+# Whether the ops must run on the CPU although TensorFlow has GPUs: the op
+# library registers GPU kernels, which hand GPU tensors to the core's NCCL
+# backend; without NCCL (hbcore[gpu] not installed) the ops are pinned to
+# the CPU instead, and TensorFlow copies the tensors there and back.
+# Decided once per initialised runtime (None: not yet).
+_host_only: Optional[bool] = None
+
+
+def _placement() -> Any:
+    """The device scope for a new hbcore op (see ``_host_only``)."""
+    global _host_only
+    host_only = _host_only
+    if host_only is None:
+        initialized = hbcore.is_initialized()
+        host_only = bool(tf.config.list_logical_devices("GPU")) and not (
+            initialized and core.nccl_built())
+        if initialized:  # a graph built before init decides again later
+            _host_only = host_only
+    return tf.device("/CPU:0") if host_only else contextlib.nullcontext()
+
+
 def _collective(tensors: Sequence[Any], op_code: int, kind: str,
                 name: Optional[str], ignore_name_scope: bool = False,
                 reduce_op: int = Sum, root_rank: int = 0,
@@ -159,7 +180,7 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
         return []
     eager = tf.executing_eagerly()
     with _naming.op_scope(_set_kind(kind, process_set_id), name,
-                          ignore_name_scope, eager) as base:
+                          ignore_name_scope, eager) as base, _placement():
         outputs = _lib.hbcore_collective(
             tensors, _names_tensor(base, len(tensors), eager), op=op_code,
             reduce_op=int(reduce_op), root_rank=int(root_rank),
@@ -497,7 +518,7 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
                      tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]),
                              tf.int64))
     with _naming.op_scope(_set_kind("HbcoreAlltoall", set_id), name,
-                          ignore_name_scope) as op_name:
+                          ignore_name_scope) as op_name, _placement():
         output, received = _lib.hbcore_alltoall(
             tensor, splits_tensor, tf.constant(op_name, dtype=tf.string),
             eager=tf.executing_eagerly(), process_set_id=set_id)

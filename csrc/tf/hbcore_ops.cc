@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "gpu_placement.h"
 #include "hbcore/c_api.h"
 #include "output_pool.h"
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -154,7 +155,9 @@ void RequestDone(void* user, int code, const char* message,
 }
 
 // `process_set_id`: the op's attribute of that name (0: every rank).
-hb_request BaseRequest(const std::string& name, int op, int process_set_id) {
+// `placement`: where the kernel's tensors live (gpu_placement.h).
+hb_request BaseRequest(const std::string& name, int op, int process_set_id,
+                       const Placement& placement = Placement()) {
   hb_request r{};
   r.name = name.c_str();
   r.op = op;
@@ -162,7 +165,8 @@ hb_request BaseRequest(const std::string& name, int op, int process_set_id) {
   r.reduce_op = HB_REDUCE_SUM;
   r.prescale_factor = 1.0;
   r.postscale_factor = 1.0;
-  r.device = HB_DEVICE_CPU;
+  r.device = placement.device;
+  r.stream = placement.stream;
   r.done = &RequestDone;
   return r;
 }
@@ -204,13 +208,14 @@ void AwaitEager(const Invocation& invocation) {
 // the input's own buffer when TF lets the op take it over (no other reader:
 // the collective runs in place and nothing is allocated), else a recycled
 // buffer for a large output, else one from TF's allocator.
+// (The pool holds host memory: GPU outputs come from TF's allocator.)
 Status SameShapeOutput(OpKernelContext* ctx, int i, OutputPool* pool,
-                       Tensor** out) {
+                       bool gpu, Tensor** out) {
   const Tensor& in = ctx->input(i);
   if (ctx->forward_input_to_output_with_shape(i, i, in.shape(), out)) {
     return Status();
   }
-  if (in.TotalBytes() >= OutputPool::kMinPooledBytes) {
+  if (!gpu && in.TotalBytes() >= OutputPool::kMinPooledBytes) {
     Tensor pooled;
     if (pool->Allocate(in.dtype(), in.shape(), &pooled)) {
       ctx->set_output(i, std::move(pooled));
@@ -250,7 +255,8 @@ class CollectiveOp : public AsyncOpKernel {
     std::vector<std::unique_ptr<Slot>> slots(n);
     const bool sized_by_peers =
         op_ == HB_ALLGATHER || op_ == HB_REDUCESCATTER;
-    if (!sized_by_peers) {
+    const Placement placement = PlacementOf(ctx);
+    if (!sized_by_peers && !placement.gpu()) {
       size_t pooled = 0;
       for (int i = 0; i < n; ++i) {
         const size_t bytes = ctx->input(i).TotalBytes();
@@ -262,7 +268,7 @@ class CollectiveOp : public AsyncOpKernel {
       const Tensor& in = ctx->input(i);
       name_copies[i] = names.flat<tensorflow::tstring>()(i);
       hb_request& r = requests[i];
-      r = BaseRequest(name_copies[i], op_, process_set_id_);
+      r = BaseRequest(name_copies[i], op_, process_set_id_, placement);
       r.dtype = ToHbDtype(in.dtype());
       OP_REQUIRES_ASYNC(ctx, r.dtype >= 0,
                         absl::InvalidArgumentError(absl::StrCat(
@@ -284,8 +290,9 @@ class CollectiveOp : public AsyncOpKernel {
         r.alloc = &AllocateOutput;
       } else {
         Tensor* out = nullptr;
-        OP_REQUIRES_OK_ASYNC(ctx, SameShapeOutput(ctx, i, pool_.get(), &out),
-                             done);
+        OP_REQUIRES_OK_ASYNC(
+            ctx, SameShapeOutput(ctx, i, pool_.get(), placement.gpu(), &out),
+            done);
         r.output = out->NumElements() ? out->data() : nullptr;
       }
     }
@@ -325,7 +332,7 @@ class AlltoallOp : public AsyncOpKernel {
     for (int64_t i = 0; i < flat.size(); ++i) split_values.push_back(flat(i));
 
     std::vector<hb_request> requests(
-        1, BaseRequest(name, HB_ALLTOALL, process_set_id_));
+        1, BaseRequest(name, HB_ALLTOALL, process_set_id_, PlacementOf(ctx)));
     hb_request& r = requests[0];
     r.dtype = ToHbDtype(in.dtype());
     OP_REQUIRES_ASYNC(ctx, r.dtype >= 0,
@@ -520,5 +527,20 @@ REGISTER_KERNEL_BUILDER(Name("HbcoreBarrier").Device(tensorflow::DEVICE_CPU),
                         ControlOp);
 REGISTER_KERNEL_BUILDER(Name("HbcoreTopology").Device(tensorflow::DEVICE_CPU),
                         TopologyOp);
+
+// GPU kernels: the same kernels, with GPU tensors handed to the core's NCCL
+// backend on TensorFlow's stream (gpu_placement.h). A TensorFlow without
+// CUDA has no GPU device, so it never picks them. Names and splits stay in
+// host memory.
+REGISTER_KERNEL_BUILDER(Name("HbcoreCollective")
+                            .Device(tensorflow::DEVICE_GPU)
+                            .HostMemory("names"),
+                        CollectiveOp);
+REGISTER_KERNEL_BUILDER(Name("HbcoreAlltoall")
+                            .Device(tensorflow::DEVICE_GPU)
+                            .HostMemory("splits")
+                            .HostMemory("tensor_name")
+                            .HostMemory("received_splits"),
+                        AlltoallOp);
 
 }  // namespace hbcore_tf
