@@ -113,7 +113,8 @@ def test_python_dash_m_hbcore_run():
 
 
 def test_worker_devices(tmp_path):
-    assert worker_devices({}) is None
+    no_gpus = str(tmp_path / "none" / "nvidia[0-9]*")
+    assert worker_devices({}, dev_glob=no_gpus) is None
     assert worker_devices({"CUDA_VISIBLE_DEVICES": "2, 3"}) == ["2", "3"]
     assert worker_devices({"CUDA_VISIBLE_DEVICES": ""}) is None
     assert worker_devices({"CUDA_VISIBLE_DEVICES": "-1"}) is None
@@ -127,4 +128,7 @@ def test_worker_devices(tmp_path):
     (tmp_path / "nvidiactl").write_text("")
     assert worker_devices({"NVIDIA_VISIBLE_DEVICES": "all"},
                           dev_glob=str(tmp_path / "nvidia[0-9]*")) == [
+        "0", "1", "2"]
+    # No variable: every GPU of the machine, one worker each.
+    assert worker_devices({}, dev_glob=str(tmp_path / "nvidia[0-9]*")) == [
         "0", "1", "2"]

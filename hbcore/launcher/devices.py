@@ -21,7 +21,8 @@ def worker_devices(environ: Optional[Mapping[str, str]] = None,
     Otherwise NVIDIA_VISIBLE_DEVICES (set by the NVIDIA container runtime)
     is used.  Inside such a container the listed GPUs are renumbered from
     0, so worker i gets device ``"i"``, not the host id listed; ``all``
-    counts the ``/dev/nvidiaN`` nodes.
+    counts the ``/dev/nvidiaN`` nodes.  With neither variable set, every
+    GPU of the machine is visible: one worker per ``/dev/nvidiaN`` node.
 
     Args:
         environ: Environment to read (default: os.environ).
@@ -29,8 +30,8 @@ def worker_devices(environ: Optional[Mapping[str, str]] = None,
 
     Returns:
         One device string per worker, or None for a single worker that
-        keeps the environment as it is (no variable set, an empty list,
-        ``-1``, ``none``/``void``).
+        keeps the environment as it is (no GPU, an empty list, ``-1``,
+        ``none``/``void``).
     """
     environ = os.environ if environ is None else environ
     cuda = environ.get("CUDA_VISIBLE_DEVICES")
@@ -42,9 +43,9 @@ def worker_devices(environ: Optional[Mapping[str, str]] = None,
             return None
         return devices
     nvidia = environ.get("NVIDIA_VISIBLE_DEVICES")
-    if nvidia is None or nvidia.strip().lower() in _NO_DEVICES:
+    if nvidia is not None and nvidia.strip().lower() in _NO_DEVICES:
         return None
-    if nvidia.strip().lower() == "all":
+    if nvidia is None or nvidia.strip().lower() == "all":
         count = len(glob.glob(dev_glob))
     else:
         count = len(_split(nvidia))
