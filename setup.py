@@ -137,10 +137,12 @@ class BuildNative(build_ext):
 
         module = self.get_ext_fullpath(ext.name)
         py_inc = sysconfig.get_paths()["include"]
+        module_sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "python",
+                                                       "*.cc")))
         subprocess.check_call(
             cxx + flags + ["-shared", "-fvisibility=hidden", "-I", core_inc,
                            "-I", pybind11.get_include(), "-I", py_inc,
-                           os.path.join(ROOT, "csrc", "python", "module.cc"),
+                           *module_sources,
                            "-L", out_dir, "-lhbcore", "-Wl,-rpath,$ORIGIN",
                            "-o", module + ".tmp"])
         os.replace(module + ".tmp", module)

@@ -4,8 +4,9 @@
     hb.init()
     y = hb.allreduce(x, op=hb.Sum, name="x")
 
-Collectives take numpy arrays and follow horovod.torch's names and
-semantics; see hbcore.ops. Launch jobs with ``hbrun -np N python script.py``
+Collectives take numpy arrays (and CPU or CUDA tensors of other frameworks
+through DLPack) and follow horovod.torch's names and semantics; see
+hbcore.ops. Launch jobs with ``hbrun -np N python script.py``
 or ``hbcore.run(fn, np=N)``.
 
 Importing the package is cheap: the native core (and MPI) load on first use
@@ -35,12 +36,15 @@ for _module, _names in {
         "broadcast broadcast_async broadcast_ broadcast_async_ alltoall "
         "alltoall_async reducescatter reducescatter_async "
         "grouped_reducescatter barrier join"),
+    "hbcore._dlpack": "GpuArray",
+    "hbcore.gpu_probe": "gpu_info",
     "hbcore.objects": "broadcast_object allgather_object",
     "hbcore.process_sets": (
         "ProcessSet global_process_set add_process_set remove_process_set"),
     "hbcore.exceptions": (
         "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
-        "NotInitializedError ShutdownError ConfigError WaitTimeoutError"),
+        "NotInitializedError ShutdownError ConfigError WaitTimeoutError "
+        "UnsupportedError"),
     "hbcore.launcher.run_fn": "run",
 }.items():
     for _name in _names.split():

@@ -5,7 +5,8 @@ Horovod scripts and libraries probe the build (``hvd.gloo_built()``,
 here, in one place; ``hbcore`` and ``hbcore_tf`` (and through it
 ``hbcore_tf.keras``) re-export them. What they answer is fixed by hbcore's
 design: MPI is always the control plane, there is no Gloo, oneCCL, IBM DDL
-or ROCm support, and CUDA buffers are served only where NCCL is built.
+or ROCm support, and CUDA buffers are served only where NCCL and the CUDA
+runtime load (hbcore.gpu_probe).
 """
 
 
@@ -45,10 +46,13 @@ def rocm_built() -> bool:
 
 
 def cuda_built() -> bool:
-    """Returns whether GPU buffers can be served (through NCCL)."""
-    from hbcore.basics import nccl_built
+    """Returns whether the CUDA runtime can be loaded: after ``init()``,
+    whether the runtime loaded GPU support; before, whether
+    libcudart.so.12 would load (see :func:`hbcore.gpu_info`). GPU
+    collectives also need NCCL: :func:`hbcore.nccl_built`."""
+    from hbcore.gpu_probe import cuda_runtime_available
 
-    return nccl_built()
+    return cuda_runtime_available()
 
 
 __all__ = ["ccl_built", "cuda_built", "ddl_built", "gloo_built",

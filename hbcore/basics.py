@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from hbcore import _gpu_libs
 from hbcore import process_sets as process_sets_module
 from hbcore._native import MPI_LIBRARY, core
 from hbcore.exceptions import NotInitializedError
@@ -101,6 +102,11 @@ def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
             "cycle_time": 0.5, "timeline": "tl.json"}``
             (:data:`hbcore.knobs.KNOBS` lists the names). These override the
             HB_* / HOROVOD_* variables; a None value leaves a knob to them.
+            ``nccl_library`` / ``cuda_runtime_library`` not set here nor
+            by a variable default to the nvidia-nccl-cu12 /
+            nvidia-cuda-runtime-cu12 wheels when installed (see
+            hbcore._gpu_libs); GPU support is optional, and a runtime that
+            cannot load it serves host buffers as before.
             The core validates them with the same parser as the
             environment. Knobs that must agree across ranks (fusion and
             shared-memory thresholds, cache capacity) are checked at init.
@@ -119,6 +125,10 @@ def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
     """
     entries = dict(_deferred)
     entries.update(_config_entries(config))
+    if not core.is_initialized():
+        # NCCL and the CUDA runtime from the pip wheels, for each library
+        # the user did not choose (config, HB_* or HOROVOD_* variable).
+        entries.update(_gpu_libs.init_overrides(entries))
     if comm is not None and not isinstance(comm, (list, tuple, range)) and \
             not callable(getattr(comm, "py2f", None)):
         raise TypeError("init(comm=...) takes None, a list of ranks or an "
@@ -253,12 +263,25 @@ def mpi_threads_supported() -> bool:
 
 
 def nccl_built() -> bool:
-    """Returns whether this build can serve GPU buffers through NCCL."""
-    return core.nccl_built()
+    """Returns whether GPU buffers can be served through NCCL.
+
+    After ``init()``: whether this process's runtime loaded NCCL and the
+    CUDA runtime. Before: whether both would load (the libraries
+    :func:`hbcore.gpu_info` describes, with the reason when not).
+    """
+    from hbcore.gpu_probe import nccl_available
+
+    return nccl_available()
 
 
 def build_info() -> Dict[str, object]:
-    """Returns what was built and found, for ``hbrun --check-build``."""
+    """Returns what was built and found, for ``hbrun --check-build``.
+
+    Returns:
+        Facts by name: versions and paths of the core, MPI and the TF op
+        library; ``nccl_built`` (see :func:`nccl_built`) and ``gpu`` (the
+        dict of :func:`hbcore.gpu_info`).
+    """
     import hbcore
     from hbcore.tf_probe import probe
 
@@ -270,13 +293,16 @@ def build_info() -> Dict[str, object]:
     else:
         tf_ops = (tf_info.get("tf_op_library") or
                   "not built yet (built at first import of hbcore_tf)")
+    from hbcore.gpu_probe import gpu_info
+
     return {
         "tf_op_library": tf_ops,
         "version": core.version(),
         "core_library": core.__file__,
         "mpi_library": MPI_LIBRARY,
         "mpi_library_version": core.mpi_library_version(),
-        "nccl_built": core.nccl_built(),
+        "nccl_built": nccl_built(),
+        "gpu": gpu_info(),
         "package_dir": hbcore.__path__[0],
     }
 

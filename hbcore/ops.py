@@ -6,15 +6,26 @@ horovod.torch. Every collective has an ``_async`` twin returning a
 Tensors are matched across ranks by name. Unnamed calls get
 ``<op>.noname.<n>``, which is rank-consistent only when every rank issues
 its unnamed calls in the same order (as in Horovod).
+
+Inputs are numpy arrays, anything ``numpy.asarray`` reads, or tensors of
+other frameworks through DLPack (objects with ``__dlpack__`` and
+``__dlpack_device__``): host tensors take the numpy path and give numpy
+results; CUDA tensors (PyTorch, CuPy, JAX, TensorFlow) are reduced on
+their GPU and the results come back as tensors of the input's framework
+on the same device (or as :class:`hbcore.GpuArray` where the framework
+cannot take them). hbcore._dlpack states the rules: streams, layouts,
+dtypes, in-place operations. A grouped call takes host tensors or GPU
+tensors, not both.
 """
 import enum
 import itertools
 import threading
 import warnings
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from hbcore import _dlpack
 from hbcore._native import core
 from hbcore.exceptions import InvalidArgumentError
 from hbcore.process_sets import ProcessSet, global_process_set
@@ -100,19 +111,78 @@ def auto_name(prefix: str, name: Optional[str] = None,
         return "%s.noname.%d" % (prefix, next(counter))
 
 
-def _as_input(tensor: Any) -> np.ndarray:
-    return np.asarray(tensor, order="C")  # keeps 0-d arrays 0-d
+def _as_input(tensor: Any, fn: str) -> _dlpack.Input:
+    """A C-contiguous numpy array, or a DlpackInput for a GPU tensor."""
+    if isinstance(tensor, np.ndarray):  # the common case, fast
+        return np.asarray(tensor, order="C")  # keeps 0-d arrays 0-d
+    return _dlpack.as_input(tensor, fn)
 
 
-def _as_inplace(tensor: Any, fn: str) -> np.ndarray:
+def _as_inplace(tensor: Any, fn: str) -> _dlpack.Input:
+    """The buffer an in-place operation writes: ``tensor`` itself (numpy),
+    a view of its host memory, or a DlpackInput of its device memory."""
+    array = tensor
     if not isinstance(tensor, np.ndarray):
-        raise InvalidArgumentError("%s works in place and needs a numpy array, "
-                                   "got %s" % (fn, type(tensor).__name__))
-    flags = tensor.flags
+        array = _dlpack.as_inplace(tensor, fn)
+        if array is None:
+            raise InvalidArgumentError(
+                "%s works in place and needs a numpy array or a DLPack "
+                "tensor, got %s" % (fn, type(tensor).__name__))
+        if _dlpack.is_device(array):
+            return array
+    flags = array.flags
     if not flags.c_contiguous or not flags.writeable:
         raise InvalidArgumentError("%s needs a C-contiguous, writeable array"
                                    % fn)
-    return tensor
+    return array
+
+
+def _empty_like(array: _dlpack.Input) -> Any:
+    """An output buffer for ``array``: host or device memory."""
+    if isinstance(array, np.ndarray):
+        return np.empty_like(array)
+    return _dlpack.empty_like(array)
+
+
+def _group_inputs(tensors: Sequence[Any], fn: str) -> List[_dlpack.Input]:
+    """The inputs of a grouped call, all host or all GPU.
+
+    Raises:
+        InvalidArgumentError: the group mixes host and GPU tensors.
+    """
+    arrays = [_as_input(t, fn) for t in tensors]
+    _check_one_kind(arrays, fn)
+    return arrays
+
+
+def _check_one_kind(arrays: Sequence[_dlpack.Input], fn: str) -> None:
+    kinds = [_dlpack.is_device(a) for a in arrays]
+    if any(kinds) and not all(kinds):
+        raise InvalidArgumentError(
+            "%s takes host tensors or GPU tensors, not both: tensor %d is "
+            "in host memory, tensor %d on a GPU" % (
+                fn, kinds.index(False), kinds.index(True)))
+
+
+def _finish(tensor: Any, array: _dlpack.Input, pair: bool = False
+            ) -> Optional[Callable[[Any], Any]]:
+    """What the handle applies to a result: for a GPU input, the hand-back
+    into ``tensor``'s framework (of the first item when ``pair``); None
+    for host inputs (numpy results stay as they are)."""
+    if isinstance(array, np.ndarray):
+        return None
+    convert = _dlpack.converter(tensor)
+    if pair:
+        return lambda result: (convert(result[0]),) + tuple(result[1:])
+    return convert
+
+
+def _finish_all(tensors: Sequence[Any], arrays: Sequence[_dlpack.Input]
+                ) -> Optional[Callable[[Any], Any]]:
+    """_finish for the list result of a grouped call."""
+    if not arrays or isinstance(arrays[0], np.ndarray):
+        return None
+    return _dlpack.convert_all(tensors)
 
 
 def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
@@ -140,20 +210,23 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
 
 
 # core.submit_one(name, op, reduce_op, input, output, root_rank, prescale,
-# postscale, splits, allocate, result_kind, result, process_set_id)
-# enqueues one request and returns its Handle, whose wait() returns
-# ``result`` or what ``result_kind`` names; core.submit(requests,
-# result_kind, result, process_set_id) does the same for a group, each
-# request a tuple of those first 10 fields (_request). Single-tensor calls pass the fields positionally: that is
-# their hot path. The C++ side checks dtypes and applies int()/float() to
-# the numbers; inputs must be C-contiguous arrays (_as_input), outputs
-# writeable ones as well (_as_inplace, np.empty_like).
+# postscale, splits, allocate, result_kind, result, process_set_id[,
+# finish]) enqueues one request and returns its Handle, whose wait()
+# returns ``result`` or what ``result_kind`` names (passed through
+# ``finish`` once, when given: GPU results go back to the input's
+# framework); core.submit(requests, result_kind, result, process_set_id[,
+# finish]) does the same for a group, each request a tuple of those first
+# 10 fields (_request). Single-tensor calls pass the fields positionally:
+# that is their hot path. The C++ side checks dtypes and applies
+# int()/float() to the numbers; inputs must be C-contiguous arrays or
+# DlpackInputs (_as_input), outputs writeable arrays (_as_inplace,
+# np.empty_like) or device buffers (_dlpack.empty_like).
 _submit_one = core.submit_one
 _submit = core.submit
 
 
-def _request(name: str, op: int, array: np.ndarray,
-             output: Optional[np.ndarray] = None, reduce_op: int = Sum,
+def _request(name: str, op: int, array: _dlpack.Input,
+             output: Optional[Any] = None, reduce_op: int = Sum,
              prescale: float = 1.0, postscale: float = 1.0,
              allocate: bool = False) -> tuple:
     """One member of a group for core.submit."""
@@ -199,11 +272,17 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None,
     """Starts an allreduce of ``tensor`` into a new array; see allreduce."""
     reduce_op = resolve_op(average, op)
     set_id = _set_id(process_set)
-    array = _as_input(tensor)
-    out = np.empty_like(array)
+    array = _as_input(tensor, "allreduce")
+    if isinstance(array, np.ndarray):
+        out = np.empty_like(array)
+        return _submit_one(auto_name("allreduce", name, set_id), _ALLREDUCE,
+                           reduce_op, array, out, 0, prescale_factor,
+                           postscale_factor, None, False, _GIVEN, out, set_id)
+    out = _dlpack.empty_like(array)
     return _submit_one(auto_name("allreduce", name, set_id), _ALLREDUCE,
                        reduce_op, array, out, 0, prescale_factor,
-                       postscale_factor, None, False, _GIVEN, out, set_id)
+                       postscale_factor, None, False, _GIVEN, out, set_id,
+                       _dlpack.converter(tensor))
 
 
 def allreduce(tensor: Any, average: Optional[bool] = None,
@@ -214,7 +293,9 @@ def allreduce(tensor: Any, average: Optional[bool] = None,
     """Reduces ``tensor`` over all ranks.
 
     Args:
-        tensor: array of the same shape and dtype on every rank.
+        tensor: array of the same shape and dtype on every rank: numpy,
+            anything numpy.asarray reads, or a DLPack tensor in host or
+            CUDA memory (see the module doc).
         average: deprecated; use ``op``.
         name: name matched across ranks (auto-generated when None).
         op: Average (default), Sum, Min, Max or Product.
@@ -224,12 +305,18 @@ def allreduce(tensor: Any, average: Optional[bool] = None,
             be a member. Average divides by the set's size.
 
     Returns:
-        A new array with the reduced values.
+        A new array with the reduced values: numpy for host inputs; for a
+        CUDA tensor, a tensor of its framework on its device (or a
+        :class:`hbcore.GpuArray`).
 
     Raises:
         MismatchError: shape, dtype, op or scale factors differ across ranks.
-        InvalidArgumentError: the request is malformed on this rank, or
-            this rank is not a member of ``process_set``.
+        InvalidArgumentError: the request is malformed on this rank (for
+            GPU tensors also: not C-contiguous, an unsupported DLPack
+            dtype), or this rank is not a member of ``process_set``.
+        UnsupportedError: a GPU tensor, but this runtime has no GPU support
+            (the message names the missing library), or memory of a device
+            type hbcore does not serve.
     """
     return synchronize(allreduce_async(tensor, average, name, op,
                                        prescale_factor, postscale_factor,
@@ -247,7 +334,7 @@ def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
     array = _as_inplace(tensor, "allreduce_")
     return _submit_one(auto_name("allreduce", name, set_id), _ALLREDUCE,
                        reduce_op, array, array, 0, prescale_factor,
-                       postscale_factor, None, False, _GIVEN, array, set_id)
+                       postscale_factor, None, False, _GIVEN, tensor, set_id)
 
 
 def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
@@ -255,7 +342,12 @@ def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
                prescale_factor: float = 1.0,
                postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> np.ndarray:
-    """Like allreduce, but writes the result into ``tensor`` and returns it."""
+    """Like allreduce, but writes the result into ``tensor`` and returns it.
+
+    ``tensor`` is a C-contiguous, writeable numpy array or a DLPack tensor
+    whose memory hbcore may write (host memory numpy can view writeable,
+    or CUDA memory not flagged read-only).
+    """
     return synchronize(allreduce_async_(tensor, average, name, op,
                                         prescale_factor, postscale_factor,
                                         process_set))
@@ -272,12 +364,12 @@ def grouped_allreduce_async(tensors: Sequence[Any],
     reduce_op = resolve_op(average, op)
     set_id = _set_id(process_set)
     base = auto_name("grouped_allreduce", name, set_id)
-    arrays = [_as_input(t) for t in tensors]
-    outs = [np.empty_like(a) for a in arrays]
+    arrays = _group_inputs(tensors, "grouped_allreduce")
+    outs = [_empty_like(a) for a in arrays]
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, o, reduce_op,
                      prescale=prescale_factor, postscale=postscale_factor)
             for i, (a, o) in enumerate(zip(arrays, outs))]
-    return _submit(reqs, _GIVEN, outs, set_id)
+    return _submit(reqs, _GIVEN, outs, set_id, _finish_all(tensors, arrays))
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
@@ -289,7 +381,12 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
     same negotiation cycle and fused together.
 
     Returns:
-        A list of reduced arrays, in input order.
+        A list of reduced arrays, in input order (GPU inputs: as
+        allreduce).
+
+    Raises:
+        InvalidArgumentError: as allreduce, or the group mixes host and
+            GPU tensors.
     """
     return synchronize(grouped_allreduce_async(
         tensors, average, name, op, prescale_factor, postscale_factor,
@@ -308,10 +405,11 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
     set_id = _set_id(process_set)
     base = auto_name("grouped_allreduce", name, set_id)
     arrays = [_as_inplace(t, "grouped_allreduce_") for t in tensors]
+    _check_one_kind(arrays, "grouped_allreduce_")
     reqs = [_request("%s.%d" % (base, i), _ALLREDUCE, a, a, reduce_op,
                      prescale=prescale_factor, postscale=postscale_factor)
             for i, a in enumerate(arrays)]
-    return _submit(reqs, _GIVEN, arrays, set_id)
+    return _submit(reqs, _GIVEN, list(tensors), set_id)
 
 
 def grouped_allreduce_(tensors: Sequence[np.ndarray],
@@ -332,10 +430,10 @@ def allgather_async(tensor: Any, name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an allgather; see allgather."""
     set_id = _set_id(process_set)
-    array = _as_input(tensor)
+    array = _as_input(tensor, "allgather")
     return _submit_one(auto_name("allgather", name, set_id), _ALLGATHER, Sum,
                        array, None, 0, 1.0, 1.0, None, True, _OUTPUT, None,
-                       set_id)
+                       set_id, _finish(tensor, array))
 
 
 def allgather(tensor: Any, name: Optional[str] = None,
@@ -346,7 +444,8 @@ def allgather(tensor: Any, name: Optional[str] = None,
 
     Returns:
         An array with the rows of rank 0, then rank 1, and so on (the
-        members of ``process_set``, in rank order).
+        members of ``process_set``, in rank order); GPU inputs: as
+        allreduce.
 
     Raises:
         MismatchError: dtype or trailing dimensions differ across ranks.
@@ -360,18 +459,19 @@ def broadcast_async(tensor: Any, root_rank: int,
         process_set: ProcessSet = global_process_set) -> Handle:
     """Starts a broadcast into a new array; see broadcast."""
     set_id = _set_id(process_set)
-    array = _as_input(tensor)
-    out = np.empty_like(array)
+    array = _as_input(tensor, "broadcast")
+    out = _empty_like(array)
     return _submit_one(auto_name("broadcast", name, set_id), _BROADCAST, Sum,
                        array, out, root_rank, 1.0, 1.0, None, False, _GIVEN,
-                       out, set_id)
+                       out, set_id, _finish(tensor, array))
 
 
 def broadcast(tensor: Any, root_rank: int,
               name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Returns ``root_rank``'s ``tensor`` on every rank (of
-    ``process_set``; ``root_rank`` is a global rank, as in Horovod).
+    ``process_set``; ``root_rank`` is a global rank, as in Horovod), as a
+    new array (GPU inputs: as allreduce).
 
     Raises:
         InvalidArgumentError: ``root_rank`` is not in [0, size()) or not a
@@ -389,13 +489,14 @@ def broadcast_async_(tensor: np.ndarray, root_rank: int,
     array = _as_inplace(tensor, "broadcast_")
     return _submit_one(auto_name("broadcast", name, set_id), _BROADCAST, Sum,
                        array, array, root_rank, 1.0, 1.0, None, False, _GIVEN,
-                       array, set_id)
+                       tensor, set_id)
 
 
 def broadcast_(tensor: np.ndarray, root_rank: int,
                name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> np.ndarray:
-    """Overwrites ``tensor`` with ``root_rank``'s values and returns it."""
+    """Overwrites ``tensor`` with ``root_rank``'s values and returns it
+    (``tensor`` as for allreduce_)."""
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -406,14 +507,16 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
         process_set: ProcessSet = global_process_set) -> Handle:
     """Starts an alltoall; see alltoall."""
     set_id = _set_id(process_set)
-    array = _as_input(tensor)
+    array = _as_input(tensor, "alltoall")
     if splits is None:
-        rows, kind = None, _OUTPUT
+        rows, kind, finish = None, _OUTPUT, _finish(tensor, array)
     else:
         rows = [int(s) for s in np.asarray(splits).reshape(-1)]
         kind = _OUTPUT_AND_SPLITS
+        finish = _finish(tensor, array, pair=True)
     return _submit_one(auto_name("alltoall", name, set_id), _ALLTOALL, Sum,
-                       array, None, 0, 1.0, 1.0, rows, True, kind, None, set_id)
+                       array, None, 0, 1.0, 1.0, rows, True, kind, None, set_id,
+                       finish)
 
 
 def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
@@ -429,8 +532,9 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
             entry per member, in rank order.
 
     Returns:
-        The received array; with ``splits``, a tuple of it and the number of
-        rows received from each rank.
+        The received array (GPU inputs: as allreduce); with ``splits``, a
+        tuple of it and the number of rows received from each rank (a
+        numpy int64 array).
 
     Raises:
         InvalidArgumentError: splits have the wrong length or sum, or the
@@ -445,10 +549,11 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> Handle:
     """Starts a reducescatter; see reducescatter."""
     set_id = _set_id(process_set)
-    array = _as_input(tensor)
+    array = _as_input(tensor, "reducescatter")
     return _submit_one(auto_name("reducescatter", name, set_id),
                        _REDUCESCATTER, op, array, None, 0, prescale_factor,
-                       postscale_factor, None, True, _OUTPUT, None, set_id)
+                       postscale_factor, None, True, _OUTPUT, None, set_id,
+                       _finish(tensor, array))
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
@@ -457,7 +562,8 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
         process_set: ProcessSet = global_process_set) -> np.ndarray:
     """Reduces ``tensor`` over all ranks and returns this rank's block of
     rows. With n rows and s ranks, rank r gets n // s rows, plus one when
-    r < n % s (in a process set: s members, r the set rank).
+    r < n % s (in a process set: s members, r the set rank). GPU inputs:
+    as allreduce.
 
     Raises:
         MismatchError: shape, dtype or op differ across ranks.
@@ -470,25 +576,31 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
                           op: int = Average, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
-    """Reducescatters a list of tensors announced together."""
+    """Reducescatters a list of tensors announced together (all host or
+    all GPU tensors; see reducescatter)."""
     set_id = _set_id(process_set)
     base = auto_name("grouped_reducescatter", name, set_id)
-    reqs = [_request("%s.%d" % (base, i), _REDUCESCATTER, _as_input(t),
+    arrays = _group_inputs(tensors, "grouped_reducescatter")
+    reqs = [_request("%s.%d" % (base, i), _REDUCESCATTER, a,
                      reduce_op=op, prescale=prescale_factor,
                      postscale=postscale_factor, allocate=True)
-            for i, t in enumerate(tensors)]
-    return synchronize(_submit(reqs, _OUTPUTS, None, set_id))
+            for i, a in enumerate(arrays)]
+    return synchronize(_submit(reqs, _OUTPUTS, None, set_id,
+                               _finish_all(tensors, arrays)))
 
 
 def grouped_allgather(tensors: Sequence[Any],
                       name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
-    """Allgathers a list of tensors announced together."""
+    """Allgathers a list of tensors announced together (all host or all
+    GPU tensors; see allgather)."""
     set_id = _set_id(process_set)
     base = auto_name("grouped_allgather", name, set_id)
-    reqs = [_request("%s.%d" % (base, i), _ALLGATHER, _as_input(t),
-                     allocate=True) for i, t in enumerate(tensors)]
-    return synchronize(_submit(reqs, _OUTPUTS, None, set_id))
+    arrays = _group_inputs(tensors, "grouped_allgather")
+    reqs = [_request("%s.%d" % (base, i), _ALLGATHER, a, allocate=True)
+            for i, a in enumerate(arrays)]
+    return synchronize(_submit(reqs, _OUTPUTS, None, set_id,
+                               _finish_all(tensors, arrays)))
 
 
 # --- synchronisation -------------------------------------------------------

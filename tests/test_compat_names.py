@@ -19,7 +19,10 @@ def test_answers():
     assert not (hbcore.gloo_built() or hbcore.gloo_enabled()
                 or hbcore.ccl_built() or hbcore.ddl_built()
                 or hbcore.rocm_built())
-    assert hbcore.cuda_built() == hbcore.nccl_built()
+    # GPU collectives need the CUDA runtime and NCCL; the CUDA runtime
+    # alone may load (see tests/test_gpu_frontend.py).
+    assert isinstance(hbcore.cuda_built(), bool)
+    assert hbcore.cuda_built() or not hbcore.nccl_built()
 
 
 @pytest.mark.parametrize("name", NAMES)

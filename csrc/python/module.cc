@@ -1,12 +1,19 @@
 // hbcore._core: the pybind11 front end. It translates numpy arrays into
 // hb_request values, and core status codes into hbcore.exceptions types in
-// one table (RaiseFor). Waiting releases the GIL; core callbacks never take
-// it (they run on the core's background thread and only touch C++ state).
+// one table (RaiseFor, common.cc). Waiting releases the GIL; core callbacks
+// never take it (they run on the core's background thread and only touch
+// C++ state).
 //
 // The per-tensor path (submit, submit_one and the Handle type) is written
 // against the CPython API: for a small tensor, pybind11's argument dispatch
 // and instance registry cost more than everything else the submission
 // does. The rest of the module uses pybind11.
+//
+// GPU buffers (DLPack inputs, device outputs) are defined in
+// gpu_arrays.cc; this file only routes them into requests. Every Python
+// object a request uses (inputs, outputs, DLPack owners) lives until the
+// request's Done ran and is released on a Python thread: a Handle dropped
+// while its operation is in flight parks them until it finished.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -20,6 +27,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -28,11 +36,18 @@
 #include <type_traits>
 #include <vector>
 
+#include "common.h"
+#include "gpu_arrays.h"
 #include "hbcore/c_api.h"
 
 namespace py = pybind11;
 
 namespace {
+
+using hbcore_py::Dtypes;
+using hbcore_py::DlpackInput;
+using hbcore_py::GpuArray;
+using hbcore_py::RaiseFor;
 
 bool IsFinalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -41,6 +56,19 @@ bool IsFinalizing() {
   return _Py_IsFinalizing() != 0;
 #endif
 }
+
+// Frees an output the core had allocated: malloc'ed host memory, or
+// device memory from hb_gpu_malloc.
+struct OutputDeleter {
+  int device = HB_DEVICE_CPU;
+  void operator()(void* p) const {
+    if (device == HB_DEVICE_CPU) {
+      std::free(p);
+    } else {
+      hb_gpu_free(device, p);
+    }
+  }
+};
 
 // Everything a finished operation leaves behind, filled by the core thread.
 struct OpState {
@@ -54,13 +82,16 @@ struct OpState {
   std::vector<int64_t> received_splits;
   int last_joined_rank = -1;
   // Output allocated by the core's request (allgather, alltoall,
-  // reducescatter); ownership moves to the numpy array returned.
-  struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<void, FreeDeleter> output;
+  // reducescatter); ownership moves to the numpy array (host) or GpuArray
+  // (device) returned. Host memory is malloc'ed, device memory comes from
+  // hb_gpu_malloc on `output_device`.
+  std::unique_ptr<void, OutputDeleter> output;
   std::vector<py::ssize_t> output_shape;
   size_t item_size = 1;
+  int output_device = HB_DEVICE_CPU;  // where AllocOutput allocates
+  int output_dtype = 0;               // hb_dtype of a device output
+  // Why a device allocation failed (the core reports only that it did).
+  std::string alloc_error;
   // The core's reference (the request's `user` is this state): set just
   // before hb_enqueue, moved out by Done, or dropped by the submitter when
   // hb_enqueue rejects the request (Done then never runs). Only one thread
@@ -68,13 +99,26 @@ struct OpState {
   std::shared_ptr<OpState> core_ref;
 };
 
+// Runs on the core's background thread, without the GIL.
 void* AllocOutput(void* user, int ndim, const int64_t* shape) {
   OpState& s = *static_cast<OpState*>(user);
   size_t n = s.item_size;
   s.output_shape.assign(shape, shape + ndim);
   for (int i = 0; i < ndim; ++i) n *= static_cast<size_t>(shape[i]);
-  s.output.reset(std::malloc(n == 0 ? 1 : n));
-  return s.output.get();
+  if (n == 0) n = 1;  // a null pointer would read as a failed allocation
+  void* p = nullptr;
+  if (s.output_device == HB_DEVICE_CPU) {
+    p = std::malloc(n);
+  } else {
+    char err[512] = {0};
+    if (hb_gpu_malloc(s.output_device, n, &p, err, sizeof(err)) != HB_OK) {
+      s.alloc_error = err;
+      p = nullptr;
+    }
+  }
+  s.output = std::unique_ptr<void, OutputDeleter>(
+      p, OutputDeleter{s.output_device});
+  return p;
 }
 
 void Done(void* user, int status, const char* message, const hb_result* r) {
@@ -96,53 +140,6 @@ void Done(void* user, int status, const char* message, const hb_result* r) {
   s.cv.notify_all();
 }
 
-// The one translation table from core status codes to Python exceptions.
-[[noreturn]] void RaiseFor(int code, const std::string& message) {
-  py::module_ exc = py::module_::import("hbcore.exceptions");
-  const char* type = "InternalError";
-  switch (code) {
-    case HB_ERR_INVALID_ARGUMENT: type = "InvalidArgumentError"; break;
-    case HB_ERR_MISMATCH: type = "MismatchError"; break;
-    case HB_ERR_NOT_INITIALIZED: type = "NotInitializedError"; break;
-    case HB_ERR_SHUTDOWN: type = "ShutdownError"; break;
-    case HB_ERR_DUPLICATE_NAME: type = "DuplicateNameError"; break;
-    case HB_ERR_CONFIG: type = "ConfigError"; break;
-    case HB_ERR_UNSUPPORTED: type = "UnsupportedError"; break;
-    default: break;
-  }
-  // The instance keeps the core's code (mpi4py style), e.g.
-  // err.status == hbcore._native.core.HB_ERR_MISMATCH.
-  py::object cls = exc.attr(type);
-  py::object error = cls(message);
-  error.attr("status") = code;
-  PyErr_SetObject(cls.ptr(), error.ptr());
-  throw py::error_already_set();
-}
-
-// numpy dtype -> hb_dtype, registered once by hbcore.ops (bfloat16 comes
-// from ml_dtypes, whose type number is only known at run time).
-struct DtypeTable {
-  std::vector<std::pair<int, int>> codes;  // (numpy type number, hb_dtype)
-  std::string supported;                   // for the error message
-
-  // Raises InvalidArgumentError for a dtype that was not registered.
-  int Code(PyObject* descr) const {
-    const int num = py::detail::array_descriptor_proxy(descr)->type_num;
-    for (const auto& c : codes) {
-      if (c.first == num) return c.second;
-    }
-    RaiseFor(HB_ERR_INVALID_ARGUMENT,
-             "unsupported dtype " +
-                 py::str(py::handle(descr)).cast<std::string>() +
-                 "; supported: " + supported);
-  }
-};
-
-DtypeTable& Dtypes() {
-  static DtypeTable table;  // written once at import, under the GIL
-  return table;
-}
-
 // What the handle's wait() returns (hbcore.ops picks one per operation).
 // A front-end notion, not the core's: defined here only, and exported to
 // Python as RESULT_* module constants (see ExportConstants).
@@ -162,11 +159,20 @@ struct Part {
   py::object input;
   py::object output;
   py::object dtype;  // of core-allocated outputs
+  // hb_enqueue accepted the request: Done will run (exactly once).
+  bool accepted = false;
 
   bool Done() const { return state->done.load(std::memory_order_acquire); }
 
   py::object TakeOutput() {
     if (!state->output) return py::none();
+    if (state->output_device != HB_DEVICE_CPU) {
+      std::vector<int64_t> shape(state->output_shape.begin(),
+                                 state->output_shape.end());
+      return hbcore_py::WrapGpuArray(state->output_device,
+                                     state->output.release(),
+                                     std::move(shape), state->output_dtype);
+    }
     void* data = state->output.release();
     py::capsule owner(data, [](void* p) { std::free(p); });
     return py::array(py::reinterpret_borrow<py::dtype>(dtype),
@@ -228,12 +234,22 @@ class Handle {
       if (!finished_) {
         for (const Part& p : *this) {
           if (p.state->code != HB_OK) {
-            RaiseFor(p.state->code, p.state->message);
+            const std::string& why = p.state->alloc_error;
+            RaiseFor(p.state->code,
+                     why.empty() ? p.state->message
+                                 : p.state->message + " (" + why + ")");
           }
         }
         result_ = MakeResult();
         given_ = py::none();
         finished_ = true;
+        // The result in the caller's terms (a GPU output handed back to
+        // the input's framework); applied once. Should it raise, later
+        // waits return the unconverted result.
+        if (finish_) {
+          py::object finish = std::move(finish_);
+          result_ = finish(result_);
+        }
       }
     }
     return result_;
@@ -325,6 +341,14 @@ class Handle {
  public:
   // The first request's name, for messages.
   void set_name(py::object name) { name_ = std::move(name); }
+  // A callable applied once to the result (None: none).
+  void set_finish(py::object finish) {
+    if (!finish.is_none()) finish_ = std::move(finish);
+  }
+  // Before the handle goes away: the Python objects of parts still in
+  // flight move to the in-flight list, which releases them once their
+  // Done ran (the core may still read or write their buffers).
+  void ParkUnfinished();
 
  private:
   Part single_;
@@ -335,7 +359,46 @@ class Handle {
   bool finished_ = false;
   py::object result_;
   py::object name_;
+  py::object finish_;
 };
+
+// Objects of operations whose handle was dropped before they finished.
+// Touched only with the GIL held; never destroyed (it may hold Python
+// objects at interpreter exit).
+struct Parked {
+  std::shared_ptr<OpState> state;
+  py::object input;
+  py::object output;
+};
+
+std::vector<Parked>& InFlight() {
+  static std::vector<Parked>* parked = new std::vector<Parked>();
+  return *parked;
+}
+
+// Releases the parked objects of operations that finished since.
+void SweepInFlight() {
+  std::vector<Parked>& parked = InFlight();
+  if (parked.empty()) return;
+  std::vector<Parked> finished;
+  auto done = [](const Parked& p) {
+    return p.state->done.load(std::memory_order_acquire);
+  };
+  auto mid = std::stable_partition(parked.begin(), parked.end(),
+                                   [&](const Parked& p) { return !done(p); });
+  std::move(mid, parked.end(), std::back_inserter(finished));
+  parked.erase(mid, parked.end());
+  // `finished` is destroyed here, after `parked` is consistent again:
+  // releasing an object may run Python code that submits (and sweeps).
+}
+
+void Handle::ParkUnfinished() {
+  for (Part& p : *this) {
+    if (p.accepted && !p.Done()) {
+      InFlight().push_back({p.state, std::move(p.input), std::move(p.output)});
+    }
+  }
+}
 
 // --- the Handle type --------------------------------------------------------
 
@@ -353,6 +416,7 @@ Handle& HandleOf(PyObject* self) {
 }
 
 py::object NewHandle(size_t count, int kind, py::object given) {
+  SweepInFlight();
   HandleObject* o = PyObject_New(HandleObject, g_handle_type);
   if (o == nullptr) throw py::error_already_set();
   py::object owner = py::reinterpret_steal<py::object>(
@@ -370,6 +434,7 @@ py::object NewHandle(size_t count, int kind, py::object given) {
 
 void HandleDealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
+  HandleOf(self).ParkUnfinished();
   HandleOf(self).~Handle();
   type->tp_free(self);
   Py_DECREF(type);  // instances of a heap type own a reference to it
@@ -517,13 +582,64 @@ struct Scratch {
   std::vector<int64_t> splits;
 };
 
+// The output buffer of a GPU request: a GpuArray (allocated for it) or the
+// DlpackInput itself (in place), on the input's device and of its size.
+void* DeviceOutput(PyObject* o, const hb_request& r, size_t nbytes) {
+  if (const DlpackInput* in = hbcore_py::AsDlpackInput(o)) {
+    if (in->device() == r.device && in->nbytes() == nbytes) return in->data();
+  } else if (const GpuArray* out = hbcore_py::AsGpuArray(o)) {
+    if (out->device() == r.device && out->nbytes() == nbytes) return out->ptr();
+  } else {
+    RaiseFor(HB_ERR_INVALID_ARGUMENT,
+             std::string("tensor '") + r.name + "' is on GPU " +
+                 std::to_string(r.device) + ", but its output is a " +
+                 Py_TYPE(o)->tp_name + ", not device memory");
+  }
+  RaiseFor(HB_ERR_INVALID_ARGUMENT,
+           std::string("tensor '") + r.name + "': the output buffer is not " +
+               std::to_string(nbytes) + " bytes on GPU " +
+               std::to_string(r.device));
+}
+
+// Prepare's half for a GPU request: f[3] is a DlpackInput (hbcore.ops made
+// it from the caller's DLPack object). The core orders its reads after
+// the work queued on the legacy default stream, the stream __dlpack__ was
+// asked to make the producer's writes visible on.
+void PrepareDevice(PyObject* const* f, bool allocate, hb_request* r,
+                   Part* part) {
+  const DlpackInput* in = hbcore_py::AsDlpackInput(f[3]);
+  if (in == nullptr) ArrayOf(f[3], false);  // raises: not an array either
+  r->device = in->device();
+  r->dtype = in->dtype();
+  r->ndim = static_cast<int>(in->shape().size());
+  r->shape = in->shape().data();
+  r->input = in->data();
+  r->stream = reinterpret_cast<void*>(1);  // cudaStreamLegacy
+  r->ready_event = nullptr;
+  part->input = py::reinterpret_borrow<py::object>(f[3]);
+  OpState& state = *part->state;
+  state.item_size = hbcore_py::ItemSize(in->dtype());
+  if (allocate) {
+    state.output_device = in->device();
+    state.output_dtype = in->dtype();
+  }
+  if (f[4] != Py_None) {
+    r->output = DeviceOutput(f[4], *r, in->nbytes());
+    part->output = py::reinterpret_borrow<py::object>(f[4]);
+  }
+  r->alloc = allocate ? &AllocOutput : nullptr;
+  r->done = &Done;
+  r->user = part->state.get();
+}
+
 // Fills `r` and `part` from the 10 fields of one request, in the order
 // (name, op, reduce_op, input, output, root_rank, prescale, postscale,
 // splits, allocate) -- the positional arguments of submit_one and the
 // tuples given to submit -- and the request's process set. input and
-// output are C-contiguous numpy arrays or None; splits is a sequence of
-// ints or None. `f` must stay alive until hb_enqueue returns: `r` points
-// into the name and the input's shape.
+// output are C-contiguous numpy arrays or None; or, for a GPU request, a
+// DlpackInput and a GpuArray / the same DlpackInput (in place) / None.
+// splits is a sequence of ints or None. `f` must stay alive until
+// hb_enqueue returns: `r` points into the name and the input's shape.
 void Prepare(PyObject* const* f, int process_set_id, hb_request* r, Part* part,
              Scratch* scratch) {
   std::memset(r, 0, sizeof(*r));
@@ -548,6 +664,10 @@ void Prepare(PyObject* const* f, int process_set_id, hb_request* r, Part* part,
   const int allocate = PyObject_IsTrue(f[9]);
   if (allocate < 0) throw py::error_already_set();
   r->device = HB_DEVICE_CPU;
+  if (f[3] != Py_None && !py::detail::npy_api::get().PyArray_Check_(f[3])) {
+    PrepareDevice(f, allocate != 0, r, part);
+    return;
+  }
   if (f[3] != Py_None) {
     const auto* in = ArrayOf(f[3], false);
     r->dtype = Dtypes().Code(in->descr);
@@ -586,6 +706,7 @@ void Enqueue(const hb_request* requests, Handle& handle) {
     for (Part& p : handle) p.state->core_ref.reset();
     RaiseFor(code, err);
   }
+  for (Part& p : handle) p.accepted = true;
 }
 
 PyObject* ResultOrNone(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t i) {
@@ -594,12 +715,13 @@ PyObject* ResultOrNone(PyObject* const* args, Py_ssize_t nargs, Py_ssize_t i) {
 
 // submit_one(name, op, reduce_op, input, output, root_rank, prescale,
 // postscale, splits, allocate, result_kind, result=None,
-// process_set_id=0) -> Handle: one request, the common case, without
-// building a list of tuples.
+// process_set_id=0, finish=None) -> Handle: one request, the common case,
+// without building a list of tuples. `finish`, when given, is applied
+// once to the result by the handle's wait().
 PyObject* SubmitOne(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded([&] {
-    if (nargs < 11 || nargs > 13) {
-      throw py::type_error("submit_one() takes 11 to 13 positional arguments");
+    if (nargs < 11 || nargs > 14) {
+      throw py::type_error("submit_one() takes 11 to 14 positional arguments");
     }
     py::object obj = NewHandle(
         1, ToInt(args[10]),
@@ -607,23 +729,26 @@ PyObject* SubmitOne(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     Handle& handle = HandleOf(obj.ptr());
     hb_request request;
     Scratch scratch;
-    Prepare(args, nargs == 13 ? ToInt(args[12]) : 0, &request, handle.begin(),
+    Prepare(args, nargs >= 13 ? ToInt(args[12]) : 0, &request, handle.begin(),
             &scratch);
     handle.set_name(py::reinterpret_borrow<py::object>(args[0]));
+    if (nargs == 14) {
+      handle.set_finish(py::reinterpret_borrow<py::object>(args[13]));
+    }
     Enqueue(&request, handle);
     return obj.release().ptr();
   });
 }
 
-// submit(requests, result_kind, result=None, process_set_id=0) -> Handle:
-// a group of requests, each a tuple of Prepare's 10 fields, submitted
-// atomically on one process set.
+// submit(requests, result_kind, result=None, process_set_id=0,
+// finish=None) -> Handle: a group of requests, each a tuple of Prepare's
+// 10 fields, submitted atomically on one process set.
 PyObject* Submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Guarded([&] {
-    if (nargs < 2 || nargs > 4) {
-      throw py::type_error("submit() takes 2 to 4 positional arguments");
+    if (nargs < 2 || nargs > 5) {
+      throw py::type_error("submit() takes 2 to 5 positional arguments");
     }
-    const int process_set_id = nargs == 4 ? ToInt(args[3]) : 0;
+    const int process_set_id = nargs >= 4 ? ToInt(args[3]) : 0;
     if (!PyList_Check(args[0])) throw py::type_error("requests must be a list");
     // A copy: converting fields may run Python code that changes the list.
     py::tuple items =
@@ -647,6 +772,9 @@ PyObject* Submit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
       Prepare(fields, process_set_id, &requests[i], part + i, &scratch[i]);
       if (i == 0) handle.set_name(py::reinterpret_borrow<py::object>(fields[0]));
     }
+    if (nargs == 5) {
+      handle.set_finish(py::reinterpret_borrow<py::object>(args[4]));
+    }
     Enqueue(requests.data(), handle);
     return obj.release().ptr();
   });
@@ -661,11 +789,12 @@ PyMethodDef g_submit_defs[] = {
     {"submit_one", FastCall(&SubmitOne), METH_FASTCALL,
      "submit_one(name, op, reduce_op, input, output, root_rank, prescale, "
      "postscale, splits, allocate, result_kind, result=None, "
-     "process_set_id=0) -> Handle"},
+     "process_set_id=0, finish=None) -> Handle (finish: applied once to "
+     "the result by wait())"},
     {"submit", FastCall(&Submit), METH_FASTCALL,
-     "submit(requests, result_kind, result=None, process_set_id=0) -> "
-     "Handle: the requests (tuples of submit_one's first 10 arguments) in "
-     "one hb_enqueue"},
+     "submit(requests, result_kind, result=None, process_set_id=0, "
+     "finish=None) -> Handle: the requests (tuples of submit_one's first "
+     "10 arguments) in one hb_enqueue"},
 };
 
 // The numbers that cross the core's boundary, exported under their C API
@@ -886,6 +1015,15 @@ PYBIND11_MODULE(_core, m) {
     size_t n = hb_config_string(buf.data(), buf.size());
     return std::string(buf.data(), std::min(n, buf.size() - 1));
   });
+  m.def(
+      "parked_operations",
+      [] {
+        SweepInFlight();
+        return InFlight().size();
+      },
+      "parked_operations() -> int: operations whose handle was dropped "
+      "before they finished; their buffers stay alive until they do (for "
+      "tests)");
   m.def("raise_for", [](int code, const std::string& message) {
     RaiseFor(code, message);
   });
@@ -903,13 +1041,14 @@ PYBIND11_MODULE(_core, m) {
     if (fn == nullptr) throw py::error_already_set();
     m.add_object(def.ml_name, py::reinterpret_steal<py::object>(fn));
   }
+  hbcore_py::RegisterGpuArrays(m);
   m.def("register_dtypes",
         [](const std::vector<std::pair<py::dtype, int>>& codes) {
-          DtypeTable& table = Dtypes();
-          table.codes.clear();
+          hbcore_py::DtypeTable& table = Dtypes();
+          table.entries.clear();
           table.supported.clear();
           for (const auto& c : codes) {
-            table.codes.emplace_back(c.first.num(), c.second);
+            table.entries.push_back({c.first.num(), c.second, c.first});
             if (!table.supported.empty()) table.supported += ", ";
             table.supported += py::str(c.first).cast<std::string>();
           }

@@ -12,6 +12,7 @@ import importlib.util
 import sys
 from typing import Callable, List, Optional, TextIO, Tuple
 
+from hbcore import _gpu_libs
 from hbcore.launcher.mpiexec import find_mpiexec, mpiexec_version
 
 # Distribution names TensorFlow is published under.
@@ -71,14 +72,29 @@ def _tensorflow() -> str:
     raise RuntimeError(info.get("error") or "version unknown")
 
 
-def _nccl_runtime() -> str:
-    spec = importlib.util.find_spec("nvidia.nccl") if importlib.util.find_spec(
-        "nvidia") else None
-    if spec is None:
-        return ("nvidia-nccl wheel not installed (this build has no NCCL "
-                "backend yet: GPU buffers are rejected)")
-    return ("nvidia-nccl wheel at %s (this build has no NCCL backend yet)"
-            % list(spec.submodule_search_locations)[0])
+def _gpu_lines(info: Optional[dict]) -> List[Tuple[str, str]]:
+    """The GPU part of the report: what the core's probe loaded (paths,
+    versions, devices) or why it failed, and where each library is taken
+    from. Without a core to probe with, only where the libraries would be
+    taken from."""
+    gpu = info.get("gpu") if info is not None else None
+    if not isinstance(gpu, dict):
+        return [(label, _guard(lambda lib=lib: "%s; not probed (no core)"
+                               % _gpu_libs.resolve(lib).source))
+                for label, lib in (("NCCL library", _gpu_libs.NCCL),
+                                   ("CUDA runtime", _gpu_libs.CUDA_RUNTIME))]
+    if "error" in gpu:
+        return [("GPU support", "not available: %s" % gpu["error"]),
+                ("NCCL library", gpu.get("nccl_source", "")),
+                ("CUDA runtime", gpu.get("cuda_runtime_source", ""))]
+    return [("NCCL library", "%s (version %s; %s)" % (
+                gpu.get("nccl_library"), gpu.get("nccl_version"),
+                gpu.get("nccl_source"))),
+            ("CUDA runtime", "%s (version %s; %s)" % (
+                gpu.get("cuda_runtime_library"),
+                gpu.get("cuda_runtime_version"),
+                gpu.get("cuda_runtime_source"))),
+            ("CUDA devices", str(gpu.get("cuda_devices")))]
 
 
 def _info_value(info: dict, key: str) -> str:
@@ -111,11 +127,11 @@ def report_lines() -> List[Tuple[str, str]]:
     else:
         lines += [(label, _info_value(info, key)) for label, key in core
                   if key in info]
-        shown = {key for _, key in core} | {"version"}
+        shown = {key for _, key in core} | {"version", "gpu"}
         lines += [(key, _info_value(info, key)) for key in sorted(info)
                   if key not in shown]
-    lines += [("TensorFlow", _guard(_tensorflow)),
-              ("NCCL runtime", _guard(_nccl_runtime))]
+    lines.append(("TensorFlow", _guard(_tensorflow)))
+    lines += _gpu_lines(info)
     return lines
 
 
