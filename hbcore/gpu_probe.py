@@ -5,8 +5,9 @@ The answers behind :func:`hbcore.nccl_built`, :func:`hbcore.cuda_built`,
 --check-build``. After ``init()`` the probes report what the running
 runtime loaded (``hb_nccl_built``). Before it, the core loads NCCL and the
 CUDA runtime the way init would (``hb_probe_gpu``, with the paths
-hbcore._gpu_libs finds), asks the CUDA runtime for its device count and
-unloads both again; the answer is cached per library choice.
+hbcore._gpu_libs finds) and unloads both again; only gpu_info() also asks
+the CUDA runtime for its device count (which initialises the CUDA driver).
+Answers are cached per library choice.
 """
 import os
 import threading
@@ -18,9 +19,11 @@ _cache: Dict[Tuple[object, ...], Tuple[bool, Dict[str, str]]] = {}
 _cache_lock = threading.Lock()
 
 
-def _probe() -> Tuple[bool, Dict[str, str]]:
+def _probe(count_devices: bool = False) -> Tuple[bool, Dict[str, str]]:
     """(both libraries loaded, the probe's key/values plus each library's
-    ``*_source``), cached per choice of library (overrides, variables)."""
+    ``*_source``), cached per choice of library (overrides, variables).
+    Only ``count_devices`` initialises the CUDA driver (a fork()ed child
+    cannot use CUDA after that), so the yes/no probes do not count."""
     from hbcore._native import core
 
     found = {lib: _gpu_libs.resolve(lib) for lib in _gpu_libs.LIBRARIES}
@@ -28,12 +31,12 @@ def _probe() -> Tuple[bool, Dict[str, str]]:
     cuda = found[_gpu_libs.CUDA_RUNTIME].override or ""
     # Without an override the core reads the variables: they are part of
     # the question.
-    key = (nccl, cuda) + tuple(
+    key = (nccl, cuda, count_devices) + tuple(
         os.environ.get(name, "") for lib in _gpu_libs.LIBRARIES
         for name in (lib.env, "HOROVOD_" + lib.env[3:]))
     with _cache_lock:
         if key not in _cache:
-            ok, text = core.probe_gpu(nccl, cuda)
+            ok, text = core.probe_gpu(nccl, cuda, count_devices)
             info = {}
             for line in text.splitlines():
                 name, sep, value = line.partition("=")
@@ -68,7 +71,7 @@ def gpu_info() -> Dict[str, str]:
     Raises:
         ImportError: the native core cannot be loaded.
     """
-    return _probe()[1]
+    return _probe(count_devices=True)[1]
 
 
 def nccl_available() -> bool:

@@ -487,20 +487,22 @@ void RegisterGpuArrays(py::module_& m) {
         "memory (hb_gpu_malloc) for an hb_dtype code");
   m.def(
       "probe_gpu",
-      [](const std::string& nccl, const std::string& cuda_runtime) {
+      [](const std::string& nccl, const std::string& cuda_runtime,
+         bool count_devices) {
         std::vector<char> buf(8192, '\0');
         int ok;
         {
           py::gil_scoped_release release;
-          ok = hb_probe_gpu(nccl.c_str(), cuda_runtime.c_str(), buf.data(),
-                            buf.size());
+          ok = hb_probe_gpu(nccl.c_str(), cuda_runtime.c_str(),
+                            count_devices ? 1 : 0, buf.data(), buf.size());
         }
         return py::make_tuple(ok != 0, std::string(buf.data()));
       },
       py::arg("nccl_library") = "", py::arg("cuda_runtime_library") = "",
-      "probe_gpu(nccl_library='', cuda_runtime_library='') -> (ok, text): "
-      "hb_probe_gpu ('' = the environment variable, else the default "
-      "soname)");
+      py::arg("count_devices") = false,
+      "probe_gpu(nccl_library='', cuda_runtime_library='', "
+      "count_devices=False) -> (ok, text): hb_probe_gpu ('' = the "
+      "environment variable, else the default soname)");
 }
 
 }  // namespace hbcore_py

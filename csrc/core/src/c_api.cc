@@ -289,7 +289,7 @@ int hb_nccl_built(void) {
 }
 
 int hb_probe_gpu(const char* nccl_library, const char* cuda_runtime_library,
-                 char* buf, size_t buf_len) {
+                 int count_devices, char* buf, size_t buf_len) {
   // Paths: the arguments, else the knobs' environment variables (the one
   // reader of the environment, ReadConfig), else the default sonames.
   hbcore::Config config;
@@ -308,15 +308,17 @@ int hb_probe_gpu(const char* nccl_library, const char* cuda_runtime_library,
                                    config.cuda_runtime_library, &libs);
   }
   if (s.ok()) {
-    int devices = 0;
-    if (libs->cuda().GetDeviceCount(&devices) != hbcore::kCudaSuccess) {
-      devices = 0;
-    }
     text = "nccl_library=" + libs->nccl_path() + "\nnccl_version=" +
            libs->NcclVersion() + "\ncuda_runtime_library=" +
            libs->cuda_runtime_path() + "\ncuda_runtime_version=" +
-           libs->CudaRuntimeVersion() + "\ncuda_devices=" +
-           std::to_string(devices) + "\n";
+           libs->CudaRuntimeVersion() + "\n";
+    if (count_devices) {
+      int devices = 0;
+      if (libs->cuda().GetDeviceCount(&devices) != hbcore::kCudaSuccess) {
+        devices = 0;
+      }
+      text += "cuda_devices=" + std::to_string(devices) + "\n";
+    }
   } else {
     text = "error=" + s.message() + "\n";
   }

@@ -203,22 +203,28 @@ Status NcclBackend::Fail(const Status& why, bool raise) {
 }
 
 Status NcclBackend::Await(cudaEvent_t event, const char* what) {
+  // NCCL's asynchronous error counts even once the work completed (a
+  // failed collective may leave its stream free).
+  auto async_error = [&]() -> Status {
+    if (comm_ == nullptr) return Status::OK();
+    ncclResult_t async = kNcclSuccess;
+    ncclResult_t r = nccl_.CommGetAsyncError(comm_, &async);
+    if (r != kNcclSuccess || async == kNcclSuccess ||
+        async == kNcclInProgress) {
+      return Status::OK();
+    }
+    return Fail(options_.gpu->NcclError(
+                    std::string(what) + " (asynchronous error)", async),
+                true);
+  };
   for (int polls = 0;; ++polls) {
     cudaError_t e = cuda_.EventQuery(event);
-    if (e == kCudaSuccess) return Status::OK();
+    if (e == kCudaSuccess) return async_error();
     if (e != kCudaErrorNotReady) {
       return Fail(options_.gpu->CudaError(what, e), true);
     }
-    if (comm_ != nullptr) {
-      ncclResult_t async = kNcclSuccess;
-      ncclResult_t r = nccl_.CommGetAsyncError(comm_, &async);
-      if (r == kNcclSuccess && async != kNcclSuccess &&
-          async != kNcclInProgress) {
-        return Fail(options_.gpu->NcclError(
-                        std::string(what) + " (asynchronous error)", async),
-                    true);
-      }
-    }
+    Status s = async_error();
+    if (!s.ok()) return s;
     std::string why;
     if (options_.alarm->Poll(options_.set_id, &why)) {
       return Fail(Status::Internal("a peer's GPU collective failed: " + why),

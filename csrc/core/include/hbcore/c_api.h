@@ -257,12 +257,14 @@ HB_API int hb_nccl_built(void);
  * variables, else the default sonames libnccl.so.2 and libcudart.so.12),
  * unloads them again, and describes what was found as "KEY=value" lines:
  * nccl_library, nccl_version (e.g. 2.23.4), cuda_runtime_library,
- * cuda_runtime_version, cuda_devices, error (why loading failed). Copies
- * at most buf_len-1 bytes into `buf`. Returns 1 when both libraries
- * loaded, else 0. Valid without init. */
+ * cuda_runtime_version, cuda_devices (only with `count_devices`: counting
+ * initialises the CUDA driver, after which a fork()ed child cannot use
+ * CUDA), error (why loading failed). Copies at most buf_len-1 bytes into
+ * `buf`. Returns 1 when both libraries loaded, else 0. Valid without
+ * init. */
 HB_API int hb_probe_gpu(const char* nccl_library,
-                        const char* cuda_runtime_library, char* buf,
-                        size_t buf_len);
+                        const char* cuda_runtime_library, int count_devices,
+                        char* buf, size_t buf_len);
 
 /* Device memory through the CUDA runtime the runtime loaded, for front
  * ends without a CUDA allocator of their own (the numpy API's DLPack
