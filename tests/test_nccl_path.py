@@ -65,3 +65,21 @@ def test_without_nccl_gpu_tensors_are_refused(fake_gpu_env, tmp_path):
     env = dict(fake_gpu_env, HB_NCCL_LIBRARY=missing)
     run = check(run_ranks(SCRIPT, 2, timeout=90, env=env, args=["missing"]))
     assert run.results[0]["nccl_built"] is False
+
+
+def test_the_nccl_benchmark_runs(fake_gpu_env):
+    # benchmarks/nccl.py on the fake: both rows measured, one table (the
+    # figures say nothing about a GPU; the benchmark's code path does).
+    from under_test import ROOT
+    run = run_ranks(os.path.join(ROOT, "benchmarks", "nccl.py"), 2,
+                    timeout=120, env=fake_gpu_env,
+                    args=["--quick", "--max-bytes", "65536"])
+    assert run.returncode == 0, run.describe()
+    lines = [line.split(":", 1)[-1] for line in run.stdout.splitlines()
+             if line.startswith("[0]")]
+    assert any("vs raw NCCL (ctypes), 2 ranks" in line for line in lines)
+    rows = [line.split() for line in lines if line.split()
+            and line.split()[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [4, 16, 64, 256, 1024, 4096, 16384,
+                                         65536]
+    assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)
