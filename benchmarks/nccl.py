@@ -35,7 +35,6 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _timing import measure  # noqa: E402

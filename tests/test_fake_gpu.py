@@ -600,7 +600,7 @@ def test_dlpack_round_trip(cuda: FakeCuda, shape: Tuple[int, ...]) -> None:
 
 
 def test_dlpack_capsule_deleter_runs_exactly_once(cuda: FakeCuda) -> None:
-    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name = ctypes.PyDLL(ctypes.pythonapi._name).PyCapsule_GetName
     get_name.restype = ctypes.c_char_p
     get_name.argtypes = [ctypes.py_object]
     arr = FakeGpuArray(np.arange(3, dtype=np.int32))

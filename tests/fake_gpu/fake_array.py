@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .build import build
+from .dlpack_abi import (DLDataType, DLDeleter, DLDevice,
+                         DLManagedTensor, DLTensor)
 
 KDL_CPU = 1
 KDL_CUDA = 2
@@ -297,33 +299,6 @@ def fake_cuda() -> FakeCuda:
 
 # ---- DLPack (dlpack.h, legacy unversioned DLManagedTensor) ----
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32),
-                ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice),
-                ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class DLManagedTensor(ctypes.Structure):
-    pass
-
-
-DLDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
-DLManagedTensor._fields_ = [("dl_tensor", DLTensor),
-                            ("manager_ctx", ctypes.c_void_p),
-                            ("deleter", DLDeleter)]
-
 _KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BFLOAT, _KDL_COMPLEX, _KDL_BOOL = (
     0, 1, 2, 4, 5, 6)
 
@@ -369,7 +344,9 @@ def numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype:
     return np.dtype("%s%d" % (kinds[code], bits // 8))
 
 
-_capi = ctypes.pythonapi
+# A private handle on the C API: ctypes.pythonapi's function objects, and
+# so their argtypes, are shared by every module of the process.
+_capi = ctypes.PyDLL(ctypes.pythonapi._name)
 _PyCapsule_Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _capi.PyCapsule_New.restype = ctypes.py_object
 _capi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_void_p,

@@ -12,56 +12,29 @@ ctypes so that no framework is needed.
   every tensor it consumed exactly once (and no tensor it did not).
 """
 import ctypes
+import os
+import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice),
-                ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
-
-
-class DLManagedTensor(ctypes.Structure):
-    pass
-
-
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-_LEGACY_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
-_VERSIONED_DELETER = ctypes.CFUNCTYPE(None,
-                                      ctypes.POINTER(DLManagedTensorVersioned))
-DLManagedTensor._fields_ = [("dl_tensor", DLTensor),
-                            ("manager_ctx", ctypes.c_void_p),
-                            ("deleter", _LEGACY_DELETER)]
-DLManagedTensorVersioned._fields_ = [("version", DLPackVersion),
-                                     ("manager_ctx", ctypes.c_void_p),
-                                     ("deleter", _VERSIONED_DELETER),
-                                     ("flags", ctypes.c_uint64),
-                                     ("dl_tensor", DLTensor)]
+# The DLPack structures, shared with the fake GPU's arrays.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+from fake_gpu.dlpack_abi import (DLDataType, DLDevice,  # noqa: E402
+                                 DLManagedTensor, DLManagedTensorVersioned,
+                                 DLPackVersion)
+from fake_gpu.dlpack_abi import DLDeleter as _LEGACY_DELETER  # noqa: E402
+from fake_gpu.dlpack_abi import (  # noqa: E402
+    DLVersionedDeleter as _VERSIONED_DELETER)
 
 FLAG_READ_ONLY = 1
 FLAG_IS_COPIED = 2
 
-_api = ctypes.pythonapi
+# A private handle on the C API: ctypes.pythonapi's function objects, and
+# so their argtypes, are shared by every module of the process.
+_api = ctypes.PyDLL(ctypes.pythonapi._name)
 _api.PyCapsule_New.restype = ctypes.py_object
 _api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
                                ctypes.c_void_p]
