@@ -264,6 +264,25 @@ def collective_cases(rank, size):
             hb.remove_process_set(ps)
     cases.append(("process-set", process_set))
 
+    def join():
+        # The last rank joins; the others' GPU allreduce runs with device
+        # zeros standing in for it, on its own GPU's communicator.
+        joiner = size - 1
+        data = all_rank_data(49, size, (6,), "float32")
+        if rank == joiner:
+            last = hb.join()
+        else:
+            gpu = hb.allreduce(FakeGpuArray(data[rank]), op=hb.Sum,
+                               name="nccl.join")
+            assert_close(host(gpu), reduce_expected(
+                [data[r] for r in range(size) if r != joiner], "float32",
+                "Sum"), "float32")
+            last = hb.join()
+        # The joiner joined first: one of the others joined last.
+        if last not in [r for r in range(size) if r != joiner]:
+            raise CaseFailure("join() returned %r, the first to join" % last)
+    cases.append(("join", join))
+
     def refusals():
         expect_raises(lambda: hb.allreduce(
             FakeGpuArray(np.ones(3, np.int16)), name="nccl.int16"),

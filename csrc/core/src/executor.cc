@@ -67,7 +67,10 @@ double Executor::PostScale(const Response& r, const Backend* backend) const {
 
 Status Executor::Begin(Backend* backend, const Response& head,
                        const std::vector<TensorEntry*>& entries) {
-  int device = head.device;
+  // This rank's device for the batch, from its own tensors. A rank with
+  // none of them (joined) cannot use the response's ordinal (the first
+  // rank's GPU): for a GPU batch it passes -2 and the backend picks.
+  int device = head.device == HB_DEVICE_CPU ? HB_DEVICE_CPU : -2;
   std::vector<void*> ready;
   bool have_device = false;
   for (const TensorEntry* e : entries) {

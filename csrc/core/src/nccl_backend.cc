@@ -68,6 +68,9 @@ NcclBackend::NcclBackend(NcclBackendOptions options)
 
 NcclBackend::~NcclBackend() {
   if (!bound_) return;
+  // Runs on the thread that shut hbcore down: it keeps its current device.
+  int previous = -1;
+  if (cuda_.GetDevice(&previous) != kCudaSuccess) previous = -1;
   cuda_.SetDevice(device_);
   if (comm_ != nullptr) {
     // Nothing is in flight between batches; a destroy waits for the
@@ -79,6 +82,7 @@ NcclBackend::~NcclBackend() {
   if (synced_ != nullptr) cuda_.EventDestroy(synced_);
   if (copy_stream_ != nullptr) cuda_.StreamDestroy(copy_stream_);
   if (nccl_stream_ != nullptr) cuda_.StreamDestroy(nccl_stream_);
+  if (previous >= 0 && previous != device_) cuda_.SetDevice(previous);
 }
 
 int64_t NcclBackend::PieceBytes() const {
@@ -87,6 +91,18 @@ int64_t NcclBackend::PieceBytes() const {
 
 Status NcclBackend::BeginBatch(int device, const std::vector<void*>& ready) {
   if (!failed_.ok()) return failed_;
+  if (device < 0) {
+    // A rank without the tensor (joined): its bound GPU, else the one its
+    // local rank would use.
+    int count = 0;
+    if (bound_) {
+      device = device_;
+    } else if (cuda_.GetDeviceCount(&count) == kCudaSuccess && count > 0) {
+      device = options_.local_rank % count;
+    } else {
+      device = 0;
+    }
+  }
   Status s = Bind(device);
   if (!s.ok()) return s;
   for (void* event : ready) {

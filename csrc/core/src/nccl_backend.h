@@ -56,6 +56,7 @@ struct NcclBackendOptions {
   int size = 1;
   std::vector<int> members;  // global ranks of the set, for notices
   int global_rank = 0;
+  int local_rank = 0;  // picks the GPU of a rank that never had a tensor
   // The fused pieces of the pipeline (HB_FUSION_THRESHOLD).
   int64_t fusion_bytes = 0;
   // True once the runtime is shutting down: waits give up.

@@ -803,6 +803,7 @@ void Runtime::CreateExecutor(SetState* set, Backend* cpu) {
       for (int r = 0; r < size; ++r) o.members.push_back(r);
     }
     o.global_rank = topology().rank;
+    o.local_rank = topology().local_rank;
     o.fusion_bytes = config_.fusion_threshold_bytes;
     o.stop_requested = [this] {
       std::lock_guard<std::mutex> lock(mu_);
