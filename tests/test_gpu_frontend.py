@@ -221,12 +221,15 @@ def test_build_info_has_the_gpu_probe(monkeypatch):
 
 # ------------------------------------------------------------- check-build
 
-def test_check_build_reports_what_is_missing():
+def test_check_build_reports_what_is_missing(tmp_path):
     env = base_env({"HB_NCCL_LIBRARY": "/nonexistent/libnccl.so.2",
                     "HB_CUDA_RUNTIME_LIBRARY": "/nonexistent/libcudart.so.12"})
+    # Not from the checkout's root: `python -m` puts the working directory
+    # first on sys.path, and an unbuilt checkout would shadow the installed
+    # hbcore (base_env's PYTHONPATH says which one is under test).
     proc = subprocess.run([sys.executable, "-m", "hbcore.launcher.cli",
                            "--check-build"], env=env, capture_output=True,
-                          text=True, timeout=240)
+                          text=True, timeout=240, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     lines = {l.split(":", 1)[0].strip(): l.split(":", 1)[1].strip()
              for l in proc.stdout.splitlines()[1:] if ":" in l}
