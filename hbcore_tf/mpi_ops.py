@@ -215,6 +215,20 @@ def _names_tensor(base: str, count: int, eager: bool) -> tf.Tensor:
     return tensor
 
 
+def _name_scalar(name: str) -> tf.Tensor:
+    """The scalar name input of an alltoall, barrier or join op; eager
+    ones are cached like the collectives' name vectors."""
+    if not tf.executing_eagerly():
+        return tf.constant(name, dtype=tf.string)
+    key = (name, 0)  # count 0: a scalar, apart from the vectors' keys
+    cached = _eager_names.get(key)
+    if cached is None:
+        if len(_eager_names) >= _EAGER_NAMES_MAX:
+            _eager_names.clear()
+        cached = _eager_names[key] = tf.constant(name, dtype=tf.string)
+    return cached
+
+
 def _set_kind(kind: str, process_set_id: int) -> str:
     """The op kind for naming: each process set counts its unnamed eager
     calls apart, so calls on a set some ranks are not in leave the others'
@@ -520,7 +534,7 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
     with _naming.op_scope(_set_kind("HbcoreAlltoall", set_id), name,
                           ignore_name_scope) as op_name, _placement():
         output, received = _lib.hbcore_alltoall(
-            tensor, splits_tensor, tf.constant(op_name, dtype=tf.string),
+            tensor, splits_tensor, _name_scalar(op_name),
             eager=tf.executing_eagerly(), process_set_id=set_id)
     return output if splits is None else (output, received)
 
@@ -606,7 +620,7 @@ def join() -> tf.Tensor:
         An int32 scalar tensor: the rank that joined last.
     """
     _check_initialized()
-    return _lib.hbcore_join(tf.constant(_JOIN_NAME, dtype=tf.string))
+    return _lib.hbcore_join(_name_scalar(_JOIN_NAME))
 
 
 def barrier(process_set: ProcessSet = global_process_set,
@@ -620,7 +634,7 @@ def barrier(process_set: ProcessSet = global_process_set,
     set_id = _check_process_set(process_set)
     with _naming.op_scope(_set_kind("HbcoreBarrier", set_id),
                           name) as op_name:
-        return _lib.hbcore_barrier(tf.constant(op_name, dtype=tf.string),
+        return _lib.hbcore_barrier(_name_scalar(op_name),
                                    process_set_id=set_id)
 
 
