@@ -146,4 +146,25 @@ Status GpuLibraries::NcclError(const std::string& what,
                           " (" + (text ? text : "?") + ")");
 }
 
+DeviceGuard::DeviceGuard(const GpuLibraries& gpu, int device)
+    : cuda_(gpu.cuda()) {
+  cudaError_t e = cuda_.GetDevice(&previous_);
+  if (e != kCudaSuccess) {
+    status_ = gpu.CudaError("cudaGetDevice", e);
+    return;
+  }
+  if (previous_ == device) return;
+  e = cuda_.SetDevice(device);
+  if (e != kCudaSuccess) {
+    status_ = gpu.CudaError("cudaSetDevice(" + std::to_string(device) + ")",
+                            e);
+    return;
+  }
+  switched_ = true;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (switched_) cuda_.SetDevice(previous_);
+}
+
 }  // namespace hbcore

@@ -100,6 +100,25 @@ class GpuLibraries {
   std::string cuda_path_;
 };
 
+// Makes `device` the calling thread's current CUDA device for its scope
+// and restores the previous one: hbcore's calls from a front end's thread
+// (or at shutdown) leave that thread's device as they found it.
+class DeviceGuard {
+ public:
+  DeviceGuard(const GpuLibraries& gpu, int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  // Whether switching succeeded (the error: see status()).
+  const Status& status() const { return status_; }
+
+ private:
+  const CudaApi& cuda_;
+  int previous_ = -1;
+  bool switched_ = false;
+  Status status_;
+};
+
 }  // namespace hbcore
 
 #endif  // HBCORE_GPU_LIBRARIES_H_

@@ -69,9 +69,7 @@ NcclBackend::NcclBackend(NcclBackendOptions options)
 NcclBackend::~NcclBackend() {
   if (!bound_) return;
   // Runs on the thread that shut hbcore down: it keeps its current device.
-  int previous = -1;
-  if (cuda_.GetDevice(&previous) != kCudaSuccess) previous = -1;
-  cuda_.SetDevice(device_);
+  DeviceGuard on_device(*options_.gpu, device_);
   if (comm_ != nullptr) {
     // Nothing is in flight between batches; a destroy waits for the
     // communicator's own work.
@@ -82,7 +80,6 @@ NcclBackend::~NcclBackend() {
   if (synced_ != nullptr) cuda_.EventDestroy(synced_);
   if (copy_stream_ != nullptr) cuda_.StreamDestroy(copy_stream_);
   if (nccl_stream_ != nullptr) cuda_.StreamDestroy(nccl_stream_);
-  if (previous >= 0 && previous != device_) cuda_.SetDevice(previous);
 }
 
 int64_t NcclBackend::PieceBytes() const {

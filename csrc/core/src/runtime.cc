@@ -65,17 +65,9 @@ Status Runtime::Create(int64_t comm, const Config& config,
 
 Status Runtime::GpuMalloc(int device, size_t bytes, void** ptr) {
   if (!gpu_) return Status::Unsupported("no GPU support: " + gpu_missing_);
-  const CudaApi& cuda = gpu_->cuda();
-  // The caller's thread keeps its current device.
-  int previous = 0;
-  cudaError_t e = cuda.GetDevice(&previous);
-  if (e != kCudaSuccess) return gpu_->CudaError("cudaGetDevice", e);
-  e = cuda.SetDevice(device);
-  if (e != kCudaSuccess) {
-    return gpu_->CudaError("cudaSetDevice(" + std::to_string(device) + ")", e);
-  }
-  e = cuda.Malloc(ptr, bytes);
-  cuda.SetDevice(previous);
+  DeviceGuard on_device(*gpu_, device);
+  if (!on_device.status().ok()) return on_device.status();
+  cudaError_t e = gpu_->cuda().Malloc(ptr, bytes);
   if (e != kCudaSuccess) {
     return gpu_->CudaError("cudaMalloc of " + std::to_string(bytes) +
                                " bytes on GPU " + std::to_string(device),
@@ -86,12 +78,8 @@ Status Runtime::GpuMalloc(int device, size_t bytes, void** ptr) {
 
 void Runtime::GpuFree(int device, void* ptr) {
   if (!gpu_) return;
-  const CudaApi& cuda = gpu_->cuda();
-  int previous = 0;
-  if (cuda.GetDevice(&previous) != kCudaSuccess) return;
-  cuda.SetDevice(device);
-  cuda.Free(ptr);
-  cuda.SetDevice(previous);
+  DeviceGuard on_device(*gpu_, device);
+  if (on_device.status().ok()) gpu_->cuda().Free(ptr);
 }
 
 Status Runtime::Start(int64_t comm) {
@@ -572,10 +560,7 @@ void Runtime::CreateExecutor(SetState* set, Backend* cpu) {
     o.set_id = set->info.id;
     o.rank = rank;
     o.size = size;
-    o.members = set->info.id == 0 ? std::vector<int>() : set->info.ranks;
-    if (set->info.id == 0) {
-      for (int r = 0; r < size; ++r) o.members.push_back(r);
-    }
+    o.members = set->info.ranks;
     o.global_rank = topology().rank;
     o.local_rank = topology().local_rank;
     o.fusion_bytes = config_.fusion_threshold_bytes;

@@ -46,17 +46,16 @@ Status Runtime::ValidateGpu(const hb_request& r, const std::string& name,
   // event of our own recorded there now, on the tensor's device (the
   // caller's thread keeps its current device).
   const CudaApi& cuda = gpu_->cuda();
-  int previous = 0;
-  cudaError_t e = cuda.GetDevice(&previous);
-  if (e == kCudaSuccess && previous != r.device) e = cuda.SetDevice(r.device);
   cudaEvent_t event = nullptr;
-  if (e == kCudaSuccess) {
+  cudaError_t e = kCudaSuccess;
+  {
+    DeviceGuard on_device(*gpu_, r.device);
+    if (!on_device.status().ok()) return on_device.status();
     e = cuda.EventCreateWithFlags(&event, kCudaEventDisableTiming);
+    if (e == kCudaSuccess) {
+      e = cuda.EventRecord(event, static_cast<cudaStream_t>(r.stream));
+    }
   }
-  if (e == kCudaSuccess) {
-    e = cuda.EventRecord(event, static_cast<cudaStream_t>(r.stream));
-  }
-  if (previous != r.device) cuda.SetDevice(previous);
   if (e != kCudaSuccess) {
     if (event != nullptr) cuda.EventDestroy(event);
     return gpu_->CudaError(what + ": recording its ready event", e);
