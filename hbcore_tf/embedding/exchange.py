@@ -3,15 +3,20 @@ distribution (TorchRec's three stages), each a small piece of its own.
 
 Contract between the stages, for one table and one batch of ids on every
 rank (all ranks run the same stages, so they issue the same two
-alltoalls per lookup, forward, and the same two in the backward pass):
+alltoalls per lookup, forward, and the same two in the backward pass).
+The integer bookkeeping of stages 1 and 2 is one C++ kernel each
+(``HbcoreShardRoute`` and ``HbcoreShardReceive``, csrc/tf/shard_route.cc,
+where their outputs are specified): in TF ops it was about fifteen small
+kernels per table on every step's critical path.
 
-1. ``route_ids`` (sender side): flattens the ids, replaces out-of-range ids
-   by 0 (they are reported after the exchange, see below), deduplicates
-   them, sorts the unique ids by owner and sends each owner its ids. Each
-   owner's segment ends with one extra element, the sender's step flag (1
-   when the sender has data this step, 0 when data sync gave it an empty
+1. ``route_ids`` (sender side): replaces out-of-range ids by 0 (they are
+   reported after the exchange, see below), deduplicates the ids, groups
+   the distinct ids by owner and sends each owner its ids. Each owner's
+   segment ends with one extra element, the sender's step flag (1 when
+   the sender has data this step, 0 when data sync gave it an empty
    batch), so every owner learns how many ranks contribute to this step's
-   gradient without another collective.
+   gradient without another collective. It keeps ``restore``: where each
+   flat id's row will be among the rows that come back.
 2. ``lookup_local`` (owner side): deduplicates the ids it received from all
    senders, gathers its rows once per distinct id, and in the backward pass
    scales the rows' gradient by 1 / (number of ranks with data). The
@@ -20,8 +25,8 @@ alltoalls per lookup, forward, and the same two in the backward pass):
    IndexedSlices with one entry per distinct id.
 3. ``return_rows`` (owner -> sender): sends the rows back (in the
    ``emb_wire_dtype``), and the sender restores the original order and
-   duplicates. The alltoall's gradient sends the rows' gradients back to
-   their owners.
+   duplicates with one gather (``restore``). The alltoall's gradient sends
+   the rows' gradients back to their owners.
 
 Scaling rule: the update of a sharded row equals the one single-process
 training on the global batch makes, with the same convention as the
@@ -40,25 +45,33 @@ import tensorflow as tf
 
 from hbcore_tf import _step_weight
 from hbcore_tf.embedding.table import ShardInfo
-from hbcore_tf.mpi_ops import alltoall
+from hbcore_tf.mpi_ops import _lib, alltoall
 from hbcore_tf.options import options
+
+# Integer bookkeeping only: nothing to differentiate.
+tf.no_gradient("HbcoreShardRoute")
+tf.no_gradient("HbcoreShardReceive")
 
 
 class RoutedIds(NamedTuple):
-    """What the sender keeps of its ids for the way back.
+    """What the sender keeps of its ids for the way back, and what the
+    owner learnt from the id exchange.
 
     Attributes:
-        unique_index: position of each flat id in the deduplicated ids.
-        order: the deduplicated ids' positions, sorted by owner.
-        received: ids that other ranks sent here (global ids), in sender
-            order, without the flags.
+        restore: for each flat id, the position of its row among the rows
+            the owners send back.
+        invalid: the ids outside [0, num_rows) (routed as id 0).
+        distinct: local row indices of the ids other ranks sent here,
+            deduplicated.
+        index: for each received id, its position in ``distinct``.
         received_counts: how many ids came from each rank.
         senders_with_data: sum of the senders' step flags (float32 scalar).
     """
 
-    unique_index: tf.Tensor
-    order: tf.Tensor
-    received: tf.Tensor
+    restore: tf.Tensor
+    invalid: tf.Tensor
+    distinct: tf.Tensor
+    index: tf.Tensor
     received_counts: tf.Tensor
     senders_with_data: tf.Tensor
 
@@ -100,40 +113,17 @@ def _alltoall(tensor: tf.Tensor, splits: tf.Tensor, name: str,
 
 def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
               exact_names: bool = False) -> RoutedIds:
-    """Stage 1: deduplicate, route each id to its owner, alltoall."""
-    num_shards = info.partition.num_shards
-    if options.emb_unique:
-        unique, unique_index = tf.unique(ids)
-    else:
-        unique, unique_index = ids, tf.range(tf.size(ids))
-    owner = info.partition.owner(unique)
-    # A stable counting sort by owner (dynamic_partition keeps the order
-    # within each part): O(n), where a stable argsort costs a full sort.
-    parts = tf.dynamic_partition(tf.range(tf.size(unique)), owner, num_shards)
-    order = tf.concat(parts, 0)
-    sorted_ids = tf.gather(unique, order)
-    sorted_owner = tf.cast(tf.gather(owner, order), tf.int64)
-    counts = tf.stack([tf.size(p, out_type=tf.int64) for p in parts])
-    # Each owner's segment gets one extra slot at its end for the flag:
-    # the i-th sorted id moves up by the number of segments before it.
-    n = tf.size(sorted_ids, out_type=tf.int64)
-    id_pos = tf.range(n) + sorted_owner
-    flag_pos = tf.cumsum(counts + 1) - 1
-    send = tf.scatter_nd(
-        tf.concat([id_pos, flag_pos], 0)[:, None],
-        tf.concat([sorted_ids, tf.fill([num_shards], _step_flag())], 0),
-        tf.reshape(n + num_shards, [1]))
-    received, received_splits = _alltoall(send, counts + 1, name + "_ids",
+    """Stages 1 and the owner's half of 2: route each distinct id to its
+    owner, alltoall, and index what arrived."""
+    send, send_splits, restore, invalid = _lib.hbcore_shard_route(
+        ids, _step_flag(), num_rows=info.num_rows,
+        num_shards=info.partition.num_shards, unique=options.emb_unique)
+    received, received_splits = _alltoall(send, send_splits, name + "_ids",
                                           exact_names)
-    is_flag = tf.scatter_nd(
-        (tf.cumsum(received_splits) - 1)[:, None],
-        tf.ones([num_shards], tf.bool),
-        tf.shape(received, out_type=tf.int64))
-    flags = tf.boolean_mask(received, is_flag)
-    return RoutedIds(unique_index, order,
-                     tf.boolean_mask(received, tf.logical_not(is_flag)),
-                     received_splits - 1,
-                     tf.cast(tf.reduce_sum(flags), tf.float32))
+    distinct, index, counts, with_data = _lib.hbcore_shard_receive(
+        received, received_splits, offset=info.offset, rows=info.rows,
+        unique=options.emb_unique)
+    return RoutedIds(restore, invalid, distinct, index, counts, with_data)
 
 
 @tf.custom_gradient
@@ -143,18 +133,13 @@ def _scale_gradient(rows: tf.Tensor, factor: tf.Tensor) -> Any:
     return tf.identity(rows), grad
 
 
-def lookup_local(info: ShardInfo, read_rows: Callable[[tf.Tensor], tf.Tensor],
+def lookup_local(read_rows: Callable[[tf.Tensor], tf.Tensor],
                  routed: RoutedIds) -> tf.Tensor:
     """Stage 2: this rank's rows for the ids it received, in order."""
-    local = routed.received - info.offset
-    if options.emb_unique:
-        distinct, index = tf.unique(local)
-    else:
-        distinct, index = local, tf.range(tf.size(local))
-    rows = read_rows(distinct)
+    rows = read_rows(routed.distinct)
     rows = _scale_gradient(
         rows, 1.0 / tf.maximum(routed.senders_with_data, 1.0))
-    return tf.gather(rows, index)
+    return tf.gather(rows, routed.index)
 
 
 def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
@@ -166,9 +151,7 @@ def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
         rows = tf.cast(rows, wire)
     back, _ = _alltoall(rows, routed.received_counts, name + "_rows",
                         exact_names)
-    back = tf.cast(back, dtype)
-    unique_rows = tf.gather(back, tf.math.invert_permutation(routed.order))
-    return tf.gather(unique_rows, routed.unique_index)
+    return tf.gather(tf.cast(back, dtype), routed.restore)
 
 
 def _lookup_name(info: ShardInfo, name: Optional[str]) -> str:
@@ -212,20 +195,18 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
             raise TypeError("sharded embedding table %r: ids must be "
                             "integers, got %s" % (info.name, ids.dtype.name))
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
-        valid = tf.logical_and(flat >= 0, flat < info.num_rows)
-        safe = tf.where(valid, flat, tf.zeros_like(flat))
-        routed = route_ids(info, safe, name, exact_names)
-        rows = lookup_local(info, read_rows, routed)
+        routed = route_ids(info, flat, name, exact_names)
+        rows = lookup_local(read_rows, routed)
         out = return_rows(rows, routed, dtype, name, exact_names)
         out = tf.reshape(out, tf.concat(
             [tf.shape(ids, out_type=tf.int64), [info.dim]], 0))
         # Checked after both exchanges, so the other ranks' step completes.
         with tf.control_dependencies([out]):
             check = tf.debugging.Assert(
-                tf.reduce_all(valid),
+                tf.equal(tf.size(routed.invalid), 0),
                 ["sharded embedding table '%s' (%d rows): ids outside "
                  "[0, %d):" % (info.name, info.num_rows, info.num_rows),
-                 tf.boolean_mask(flat, tf.logical_not(valid))],
+                 routed.invalid],
                 summarize=16, name="check_ids")
         with tf.control_dependencies([check]):
             return tf.identity(out)

@@ -7,11 +7,11 @@ rank r owns ``num_rows // num_shards`` rows, plus one when
 same split as ``reducescatter``'s. Contiguous blocks make a rank's rows one
 slice of the full table, so a checkpoint stores the table in id order as
 one slice per rank whatever the world size (see hbcore_tf.embedding.saving).
-Ids hashed into the table spread evenly over the blocks.
+Ids hashed into the table spread evenly over the blocks. The lookup's
+routing kernel (csrc/tf/shard_route.cc) computes the owner of an id with
+the same formula.
 """
 from typing import NamedTuple
-
-import tensorflow as tf
 
 
 class RowPartition(NamedTuple):
@@ -34,16 +34,3 @@ class RowPartition(NamedTuple):
         """Global id of ``shard``'s first row."""
         q, rem = divmod(self.num_rows, self.num_shards)
         return shard * q + min(shard, rem)
-
-    def owner(self, ids: tf.Tensor) -> tf.Tensor:
-        """The owning shard of each id (int32, same shape as ``ids``).
-
-        Args:
-            ids: int64 ids in [0, num_rows).
-        """
-        q, rem = divmod(self.num_rows, self.num_shards)
-        cut = rem * (q + 1)       # the first row of the first short block
-        ids = tf.cast(ids, tf.int64)
-        long_block = ids // (q + 1)
-        short_block = rem + (ids - cut) // max(q, 1)
-        return tf.cast(tf.where(ids < cut, long_block, short_block), tf.int32)
