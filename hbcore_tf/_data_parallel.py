@@ -15,11 +15,13 @@ and checkpoint keys do not change):
   ``train_step`` under the data-sync step weight of its batch
   (hbcore_tf._step_weight), and makes ``fit`` broadcast the model's and
   the optimizer's variables (slots built first) from rank 0 before the
-  first step. For a model holding sharded embedding tables
-  (hb.keras.layers.ShardedEmbedding), ``save_weights`` and ``save`` are
-  collective (every rank calls them: the tables are allgathered) and only
-  rank 0 writes the file; the other ranks write to a temporary file they
-  delete.
+  first step.
+- Keras saving (``make_saving_collective``, applied to the flavour's
+  Model class, in or outside hb.scope): for a model holding sharded
+  embedding tables (hb.keras.layers.ShardedEmbedding), ``save_weights``
+  and ``save`` are collective (every rank calls them: the tables are
+  allgathered) and only rank 0 writes the file; the other ranks write to
+  a temporary file they delete.
 
 Every reduction uses ``BucketReducer``: ``grad_nbuckets`` fused
 grouped_allreduce calls per step, over the gradients in REVERSE variable
@@ -29,6 +31,7 @@ The plan depends only on the variable list, so every rank issues the same
 collectives.
 """
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -249,6 +252,40 @@ def rank_zero_writes(model: Any, filepath: Any, what: str) -> Iterator[Any]:
     hbcore.barrier()
 
 
+_collective_saving: set = set()
+
+
+def make_saving_collective(model_base: type) -> None:
+    """Wraps ``model_base.save`` and ``save_weights`` (once per class) in
+    ``rank_zero_writes``: a model holding sharded tables is saved
+    collectively, every rank calling, rank 0 alone writing the file; other
+    models save exactly as before. Done for the Keras flavour's Model class
+    when its ShardedEmbedding class is made, so models built outside
+    hb.scope() are covered too: before, each of their ranks wrote the same
+    file at once.
+
+    Args:
+        model_base: ``keras.Model`` of Keras 3 or of tf_keras.
+    """
+    if model_base in _collective_saving:
+        return
+    _collective_saving.add(model_base)
+    plain_save, plain_save_weights = model_base.save, model_base.save_weights
+
+    @functools.wraps(plain_save)
+    def save(self, filepath, *args, **kwargs):
+        with rank_zero_writes(self, filepath, "save") as path:
+            return plain_save(self, path, *args, **kwargs)
+
+    @functools.wraps(plain_save_weights)
+    def save_weights(self, filepath, *args, **kwargs):
+        with rank_zero_writes(self, filepath, "save_weights") as path:
+            return plain_save_weights(self, path, *args, **kwargs)
+
+    model_base.save = save
+    model_base.save_weights = save_weights
+
+
 def model_class(base: type) -> type:
     """The data-parallel subclass of a Keras model class (same name and
     module, so saved models name the plain class)."""
@@ -266,16 +303,6 @@ def model_class(base: type) -> type:
             broadcast_model(self)
             return base.fit(self, *args, **kwargs)
 
-        def save_weights(self, filepath, *args, **kwargs):
-            # Collective with sharded tables; rank 0 writes the file.
-            with rank_zero_writes(self, filepath, "save_weights") as path:
-                return base.save_weights(self, path, *args, **kwargs)
-
-        def save(self, filepath, *args, **kwargs):
-            # Collective with sharded tables; rank 0 writes the file.
-            with rank_zero_writes(self, filepath, "save") as path:
-                return base.save(self, path, *args, **kwargs)
-
         _model_classes[base] = type(base.__name__, (base,), {
             "__module__": base.__module__,
             "__qualname__": base.__qualname__,
@@ -283,8 +310,6 @@ def model_class(base: type) -> type:
             "_hb_model": True,
             "train_step": train_step,
             "fit": fit,
-            "save_weights": save_weights,
-            "save": save,
         })
     return _model_classes[base]
 

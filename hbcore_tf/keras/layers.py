@@ -31,9 +31,10 @@ What the layer does (the table's machinery is hbcore_tf.embedding):
    ``keras.layers.Embedding`` does, so ``.weights.h5`` and ``.keras`` files
    move freely between sharded and plain models and world sizes. Saving
    assembles the table with an allgather: it is collective (every rank
-   calls ``save_weights`` / ``save``); a model built inside ``hb.scope()``
-   lets rank 0 alone write the file (hbcore_tf._data_parallel). Loading
-   reads only this rank's rows.
+   calls ``save_weights`` / ``save``), and rank 0 alone writes the file,
+   whether or not the model was built inside ``hb.scope()``
+   (``make_saving_collective`` in hbcore_tf._data_parallel). Loading reads
+   only this rank's rows.
 4. ``export_plain_model`` turns a trained model into a plain one (whole
    tables, plain gathers) for ``model.export`` / ``tf.saved_model.save``.
 
@@ -83,12 +84,15 @@ def _make_class(legacy: bool) -> type:
                                            shard_plan)
     from hbcore_tf.embedding.table import tag
 
+    from hbcore_tf._data_parallel import make_saving_collective
+
     if legacy:
         import tf_keras as keras
         register = keras.utils.register_keras_serializable
     else:
         import keras
         register = keras.saving.register_keras_serializable
+    make_saving_collective(keras.Model)
 
     class ShardedEmbedding(keras.layers.Layer):
         """Embedding layer whose ``[input_dim, output_dim]`` table is split

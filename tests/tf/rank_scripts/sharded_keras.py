@@ -34,6 +34,7 @@ CASES = ["fit_sgd", "fit_adagrad", "fit_adam", "fit_adagrad_no_unique",
          "ragged_combiners", "ragged_no_combiner", "sparse_combiners",
          "ragged_gradients", "save_sharded_load_plain",
          "save_plain_load_sharded", "save_keras_file_load_model",
+         "save_outside_scope",
          "get_config_round_trip", "bad_combiner", "export_plain_model",
          "out_of_range_id"]
 V = 11        # table rows (uneven split at 2 and 3 ranks)
@@ -398,6 +399,32 @@ def main():
             ".weights.h5")
         on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
 
+    def save_outside_scope():
+        """A model built outside hb.scope(): its ranks' Dense weights
+        differ (nothing broadcasts them), so the file holding rank 0's
+        shows that rank 0 alone wrote it; each save format once."""
+        folder = shared_dir("hb_sk_outside_")
+        trained = table0(seed=73)
+        model = model_of(sharded(table=trained), rank)
+        model.save_weights(os.path.join(folder, "out.weights.h5"))
+        model.save(os.path.join(folder, "out.keras"))
+        check(sorted(os.listdir(folder)) == ["out.keras", "out.weights.h5"],
+              "files %s" % os.listdir(folder))
+
+        def load_plain():
+            try:
+                plain = model_of(plain_embedding(
+                    table=np.zeros((V, D), np.float32)), 1)
+                plain.load_weights(os.path.join(folder, "out.weights.h5"))
+                close(plain.get_layer("emb").get_weights()[0], trained,
+                      "plain table loaded from the sharded file")
+                for a, b in zip(plain.get_layer("out").get_weights(),
+                                dense_init(0)):
+                    close(a, b, "dense weights in the file (rank 0's)")
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        on_rank0(load_plain)
+
     def get_config_round_trip():
         cls = hb.keras.layers.ShardedEmbedding
         layer = cls(V, D, embeddings_initializer=keras.initializers
@@ -495,6 +522,7 @@ def main():
         "save_sharded_load_plain": save_sharded_load_plain,
         "save_plain_load_sharded": save_plain_load_sharded,
         "save_keras_file_load_model": save_keras_file_load_model,
+        "save_outside_scope": save_outside_scope,
         "get_config_round_trip": get_config_round_trip,
         "bad_combiner": bad_combiner,
         "export_plain_model": export_plain_model,
