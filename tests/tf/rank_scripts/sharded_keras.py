@@ -178,6 +178,23 @@ def ragged_ids_of(seed, rank):
     return tf.ragged.constant(rows, dtype=tf.int64)
 
 
+def load_into_plain_model(path, folder, table):
+    """Loads the weights file ``path`` into a plain one-process model and
+    checks it holds ``table`` and rank 0's Dense weights (the other ranks'
+    differ unless broadcast, so only a file rank 0 wrote has them); then
+    removes ``folder``."""
+    try:
+        plain = model_of(plain_embedding(table=np.zeros((V, D), np.float32)),
+                         1)
+        plain.load_weights(path)
+        close(plain.get_layer("emb").get_weights()[0], table,
+              "plain table loaded from the sharded file")
+        for a, b in zip(plain.get_layer("out").get_weights(), dense_init(0)):
+            close(a, b, "dense weights in the file (rank 0's)")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def on_rank0(fn):
     """Runs ``fn`` on rank 0 only; every rank then meets at a barrier
     (also when ``fn`` failed, so the ranks stay in step), and rank 0
@@ -350,19 +367,7 @@ def main():
         check(os.listdir(folder) == ["sharded.weights.h5"],
               "files %s" % os.listdir(folder))
 
-        def load_plain():
-            try:
-                plain = model_of(plain_embedding(
-                    table=np.zeros((V, D), np.float32)), 1)
-                plain.load_weights(path)
-                close(plain.get_layer("emb").get_weights()[0], trained,
-                      "plain table loaded from the sharded file")
-                for a, b in zip(plain.get_layer("out").get_weights(),
-                                dense_init(0)):
-                    close(a, b, "dense weights (rank 0's, broadcast)")
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-        on_rank0(load_plain)
+        on_rank0(lambda: load_into_plain_model(path, folder, trained))
 
     def save_plain_load_sharded():
         folder = shared_dir("hb_sk_load_")
@@ -411,19 +416,8 @@ def main():
         check(sorted(os.listdir(folder)) == ["out.keras", "out.weights.h5"],
               "files %s" % os.listdir(folder))
 
-        def load_plain():
-            try:
-                plain = model_of(plain_embedding(
-                    table=np.zeros((V, D), np.float32)), 1)
-                plain.load_weights(os.path.join(folder, "out.weights.h5"))
-                close(plain.get_layer("emb").get_weights()[0], trained,
-                      "plain table loaded from the sharded file")
-                for a, b in zip(plain.get_layer("out").get_weights(),
-                                dense_init(0)):
-                    close(a, b, "dense weights in the file (rank 0's)")
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-        on_rank0(load_plain)
+        on_rank0(lambda: load_into_plain_model(
+            os.path.join(folder, "out.weights.h5"), folder, trained))
 
     def get_config_round_trip():
         cls = hb.keras.layers.ShardedEmbedding
