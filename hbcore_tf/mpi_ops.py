@@ -198,14 +198,15 @@ _eager_names: Dict[Tuple[str, int], tf.Tensor] = {}
 
 
 def _names_tensor(base: str, count: int, eager: bool) -> tf.Tensor:
-    """The names input of one collective op over ``count`` tensors: a single
-    tensor is named ``base``, a group ``base.0``, ``base.1``, ..."""
+    """The names input of one op over ``count`` tensors: a single tensor
+    is named ``base``, a group ``base.0``, ``base.1``, ...; ``count`` 0
+    gives the scalar name of an alltoall, barrier or join op."""
     if eager:
         key = (base, count)
         cached = _eager_names.get(key)
         if cached is not None:
             return cached
-    names = ([base] if count == 1 else
+    names = (base if count == 0 else [base] if count == 1 else
              ["%s.%d" % (base, i) for i in range(count)])
     tensor = tf.constant(names, dtype=tf.string)
     if eager:
@@ -216,17 +217,8 @@ def _names_tensor(base: str, count: int, eager: bool) -> tf.Tensor:
 
 
 def _name_scalar(name: str) -> tf.Tensor:
-    """The scalar name input of an alltoall, barrier or join op; eager
-    ones are cached like the collectives' name vectors."""
-    if not tf.executing_eagerly():
-        return tf.constant(name, dtype=tf.string)
-    key = (name, 0)  # count 0: a scalar, apart from the vectors' keys
-    cached = _eager_names.get(key)
-    if cached is None:
-        if len(_eager_names) >= _EAGER_NAMES_MAX:
-            _eager_names.clear()
-        cached = _eager_names[key] = tf.constant(name, dtype=tf.string)
-    return cached
+    """The scalar name input of an alltoall, barrier or join op."""
+    return _names_tensor(name, 0, tf.executing_eagerly())
 
 
 def _set_kind(kind: str, process_set_id: int) -> str:

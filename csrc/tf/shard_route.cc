@@ -88,6 +88,17 @@ class DenseIndex {
   int shift_ = 60;  // 64 - log2(capacity)
 };
 
+// Output `index` of the kernel: a copy of `values`, whose length is known
+// only once the kernel has run.
+absl::Status VectorOutput(OpKernelContext* c, int index,
+                          const std::vector<int64_t>& values) {
+  Tensor* out = nullptr;
+  TF_RETURN_IF_ERROR(c->allocate_output(
+      index, TensorShape({static_cast<int64_t>(values.size())}), &out));
+  std::copy(values.begin(), values.end(), out->flat<int64_t>().data());
+  return absl::Status();
+}
+
 class ShardRouteOp : public OpKernel {
  public:
   explicit ShardRouteOp(OpKernelConstruction* c) : OpKernel(c) {
@@ -177,12 +188,7 @@ class ShardRouteOp : public OpKernel {
     }
     for (int64_t i = 0; i < n; ++i) restore[i] = row_of[restore[i]];
 
-    Tensor* invalid_t = nullptr;
-    OP_REQUIRES_OK(c, c->allocate_output(
-                          3, TensorShape({static_cast<int64_t>(invalid.size())}),
-                          &invalid_t));
-    std::copy(invalid.begin(), invalid.end(),
-              invalid_t->flat<int64_t>().data());
+    OP_REQUIRES_OK(c, VectorOutput(c, 3, invalid));
   }
 
  private:
@@ -262,12 +268,7 @@ class ShardReceiveOp : public OpKernel {
       flags += received[at++];  // the segment's last element
     }
     with_data_t->scalar<float>()() = static_cast<float>(flags);
-    Tensor* distinct_t = nullptr;
-    OP_REQUIRES_OK(c, c->allocate_output(
-                          0, TensorShape({static_cast<int64_t>(distinct.size())}),
-                          &distinct_t));
-    std::copy(distinct.begin(), distinct.end(),
-              distinct_t->flat<int64_t>().data());
+    OP_REQUIRES_OK(c, VectorOutput(c, 0, distinct));
   }
 
  private:

@@ -1,9 +1,9 @@
 """The sharded lookup's id bookkeeping kernels against a numpy model of
 their contract, eagerly, in a tf.function and in a tf.compat.v1 graph,
 with typed errors for malformed input (tests/tf/rank_scripts/
-shard_route.py). The kernels are local to a rank, so one rank runs them;
+shard_route.py), at 1 and 3 ranks (each rank runs the same local checks;
 their composition with the exchanges runs at 2 and 3 ranks in
-test_sharded_embedding.py.
+test_sharded_embedding.py).
 """
 import pytest
 
@@ -13,12 +13,15 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
 
 SCRIPT = "shard_route.py"
+NPS = [1, 3]
 
 
-def test_launch_is_clean():
-    op_launch(SCRIPT, 1).assert_ok()
+@pytest.mark.parametrize("np_", NPS)
+def test_launch_is_clean(np_):
+    op_launch(SCRIPT, np_).assert_ok()
 
 
+@pytest.mark.parametrize("np_", NPS)
 @pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(case):
-    op_launch(SCRIPT, 1).assert_cases([case])
+def test_case(np_, case):
+    op_launch(SCRIPT, np_).assert_cases([case])

@@ -4,7 +4,7 @@ contract, written here from the row partition's definition: random ids
 with duplicates and out-of-range ids, 1-4 shards, uneven blocks, with and
 without deduplication, eagerly, in a tf.function and in a tf.compat.v1
 graph; malformed exchange outputs raise typed errors naming the problem.
-The kernels are local to a rank; their composition with the alltoalls is
+The kernels are local to a rank (every rank runs the same checks); their composition with the alltoalls is
 tested at 2 and 3 ranks by sharded_embedding.py. Run by
 tests/tf/test_shard_route.py.
 """
@@ -80,20 +80,26 @@ def equal(actual, expected, what: str) -> None:
                                         expected.tolist()))
 
 
-def run_route(mode: str, ids: np.ndarray, flag: int, num_rows: int,
-              num_shards: int, unique: bool) -> List[np.ndarray]:
-    def route(ids_t, flag_t):
-        return _lib.hbcore_shard_route(ids_t, flag_t, num_rows=num_rows,
-                                       num_shards=num_shards, unique=unique)
-
+def run_kernel(mode: str, kernel, *inputs: np.ndarray) -> List[np.ndarray]:
+    """``kernel`` (int64 tensors -> tensors) on ``inputs``: eagerly, in a
+    tf.function, or in a tf.compat.v1 graph fed through placeholders."""
     if mode == "graph":
         with tf.Graph().as_default():
-            ids_p = tf.compat.v1.placeholder(tf.int64, [None])
-            out = route(ids_p, tf.constant(flag, tf.int64))
+            holders = [tf.compat.v1.placeholder(tf.int64, None)
+                       for _ in inputs]
+            out = kernel(*holders)
             with tf.compat.v1.Session() as sess:
-                return sess.run(list(out), {ids_p: ids})
-    fn = tf.function(route) if mode == "function" else route
-    return [t.numpy() for t in fn(tf.constant(ids), tf.constant(flag, tf.int64))]
+                return sess.run(list(out), dict(zip(holders, inputs)))
+    fn = tf.function(kernel) if mode == "function" else kernel
+    return [t.numpy() for t in fn(*[tf.constant(x, tf.int64)
+                                    for x in inputs])]
+
+
+def run_route(mode: str, ids: np.ndarray, flag: int, num_rows: int,
+              num_shards: int, unique: bool) -> List[np.ndarray]:
+    return run_kernel(mode, lambda ids_t, flag_t: _lib.hbcore_shard_route(
+        ids_t, flag_t, num_rows=num_rows, num_shards=num_shards,
+        unique=unique), ids, np.int64(flag))
 
 
 def case_route(mode: str, unique: bool = True) -> None:
@@ -149,19 +155,10 @@ def receive_inputs(rng: np.random.Generator, offset: int, rows: int,
 
 def run_receive(mode: str, received: np.ndarray, splits: np.ndarray,
                 offset: int, rows: int, unique: bool) -> List[np.ndarray]:
-    def receive(received_t, splits_t):
-        return _lib.hbcore_shard_receive(received_t, splits_t, offset=offset,
-                                         rows=rows, unique=unique)
-
-    if mode == "graph":
-        with tf.Graph().as_default():
-            r = tf.compat.v1.placeholder(tf.int64, [None])
-            s = tf.compat.v1.placeholder(tf.int64, [None])
-            out = receive(r, s)
-            with tf.compat.v1.Session() as sess:
-                return sess.run(list(out), {r: received, s: splits})
-    fn = tf.function(receive) if mode == "function" else receive
-    return [t.numpy() for t in fn(tf.constant(received), tf.constant(splits))]
+    return run_kernel(mode, lambda received_t, splits_t:
+                      _lib.hbcore_shard_receive(
+                          received_t, splits_t, offset=offset, rows=rows,
+                          unique=unique), received, splits)
 
 
 def case_receive(mode: str, unique: bool = True) -> None:
