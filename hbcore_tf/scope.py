@@ -27,6 +27,10 @@ removes it on exit; nested scopes only stack options):
    broadcast from hb.train.MonitoredTrainingSession instead (after the
    session restored or initialised the variables), which also covers
    slots and variables created outside the scope.
+4. A tf.compat.v1 graph variable whose initial value is one repeated
+   value (zeros, an optimizer's accumulator) is initialised by ``tf.fill``
+   instead of a ``Const`` the session would keep beside the variable
+   (hbcore_tf._splat_initial_values): it is held once, not twice.
 
 Options given to the scope (``hb.scope(grad_nbuckets=2)``) apply to what
 is built inside; an optimizer reads ``grad_nbuckets`` when it is created.
@@ -43,6 +47,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import tensorflow as tf
 
 from hbcore_tf import _compat, _data_parallel
+from hbcore_tf._splat_initial_values import fill_splat_initial_values
 from hbcore_tf.options import options
 
 _lock = threading.RLock()
@@ -136,9 +141,10 @@ def _install() -> None:
         _wrap_init(base, _data_parallel.make_data_parallel)
     for base in _model_bases():
         _wrap_new(base, _data_parallel.make_data_parallel_model)
-    creator = tf.variable_creator_scope(_broadcast_creator)
-    creator.__enter__()
-    _creator_scopes.append(creator)
+    for make in (_broadcast_creator, fill_splat_initial_values):
+        creator = tf.variable_creator_scope(make)
+        creator.__enter__()
+        _creator_scopes.append(creator)
 
 
 def _uninstall() -> None:

@@ -10,6 +10,7 @@ loss of the whole batch has the mean of the ranks' gradients.
 The v1 cases do not depend on the Keras flavour and run in the Keras 3
 launch only (V1_CASES). Run by tests/tf/test_hb_scope.py under hbrun.
 """
+import contextlib
 import os
 import tempfile
 
@@ -28,7 +29,7 @@ keras = _compat.keras_module()
 
 V1_CASES = ["v1_hb_adagrad_checkpoint", "v1_plain_optimizer_in_scope",
             "mts_arguments", "v1_eager",
-            "hb_train_optimizers", "wraps_v1", "function_decorator"]
+            "hb_train_optimizers", "wraps_v1", "v1_splat_slots_held_once", "function_decorator"]
 KERAS_CASES = ["keras_fit", "keras_fit_nbuckets", "keras_fit_empty_batch",
                "keras_subclassed_model", "keras_custom_loop",
                "keras_custom_loop_eager",
@@ -185,6 +186,64 @@ def main():
               rtol=1e-4, atol=1e-5)
         check(gstep == STEPS, "global step after restore %d" % gstep)
         hbcore.barrier()
+
+    def v1_splat_slots_held_once():
+        # A 32 MiB table trained by sparse updates with Adagrad (slot from
+        # constant_initializer(0.1), a Const) and Momentum (zeros, a Fill).
+        # Outside hb.scope the session's constant folding keeps each slot's
+        # initial value beside the slot, and the first update copies the
+        # slot: the process grows by the slots' size. Inside hb.scope it
+        # must not grow by more than half of that, and the values must be
+        # those of plain TF. The outside run shows the measurement sees the
+        # copy (so this case can fail).
+        rows, dim, lr = 1 << 21, 4, 0.5
+        ids = np.array([3, 17, rows - 1], np.int64)  # same on every rank
+
+        def table_init(shape, dtype=None, partition_info=None):
+            # Computed, so the table itself is not a constant kept beside
+            # it; the same values in both runs.
+            return tf.random.stateless_uniform(shape, [1, 2], dtype=dtype)
+
+        slot_bytes = 2 * rows * dim * 4
+
+        def resident():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+        def train(in_scope):
+            with tf.Graph().as_default():
+                with hb.scope() if in_scope else contextlib.nullcontext():
+                    table = V1.get_variable(
+                        "table", initializer=table_init, shape=[rows, dim],
+                        use_resource=True)
+                    loss = tf.reduce_sum(tf.nn.embedding_lookup(table, ids))
+                    opts = [V1.train.AdagradOptimizer(lr),
+                            V1.train.MomentumOptimizer(lr, 0.9)]
+                    train_op = tf.group([o.minimize(loss) for o in opts])
+                    accum = opts[0].get_slot(table, "accumulator")
+                    momentum = opts[1].get_slot(table, "momentum")
+                with V1.Session() as sess:
+                    sess.run(V1.global_variables_initializer())
+                    before = resident()
+                    for _ in range(2):
+                        sess.run(train_op)
+                    grown = resident() - before
+                    return grown, sess.run([table, accum, momentum])
+
+        grown_plain, expected = train(in_scope=False)
+        grown, got = train(in_scope=True)
+        for name, a, b in zip(["table", "accumulator", "momentum"], got,
+                              expected):
+            close(a, b, name, rtol=1e-6, atol=0)
+        check(expected[1][0, 0] == np.float32(0.1) and
+              expected[1][3, 0] > np.float32(0.1),
+              "accumulator rows %s" % expected[1][[0, 3], 0])
+        check(grown_plain > 0.8 * slot_bytes,
+              "plain TF grew %d bytes, expected about the slots' %d: the "
+              "measurement does not see the copy" % (grown_plain, slot_bytes))
+        check(grown < 0.5 * slot_bytes,
+              "hb.scope grew %d bytes over two updates (slots %d bytes): "
+              "the slots are held twice" % (grown, slot_bytes))
 
     def v1_plain_optimizer_in_scope():
         expected = v1_expected(
@@ -572,6 +631,7 @@ def main():
         "v1_eager": v1_eager,
         "hb_train_optimizers": hb_train_optimizers,
         "wraps_v1": wraps_v1,
+        "v1_splat_slots_held_once": v1_splat_slots_held_once,
         "function_decorator": function_decorator,
         "keras_fit": lambda: fit_case(momentums=True),
         "keras_fit_nbuckets": lambda: fit_case(grad_nbuckets=3),
