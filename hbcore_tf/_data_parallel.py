@@ -214,6 +214,17 @@ def has_sharded_weights(model: Any) -> bool:
 # save_own_variables (Keras 3's saving_lib, also tf_keras'); the others
 # read weights directly and would store one rank's rows.
 _COLLECTIVE_FORMATS = (".weights.h5", ".keras")
+# tf_keras's HDF5 suffixes (saving_utils.is_hdf5_filepath): save_weights to
+# any other path, save_format None or "tf", writes a TensorFlow checkpoint.
+_TF_KERAS_H5_SUFFIXES = (".h5", ".keras", ".hdf5")
+
+
+def writes_tf_checkpoint(filepath: Any, save_format: Any) -> bool:
+    """Whether tf_keras's ``save_weights(filepath, save_format=...)``
+    writes a TensorFlow checkpoint (tf_keras's own rule)."""
+    if save_format is not None:
+        return str(save_format).lower().strip() in ("tf", "tensorflow")
+    return not os.fspath(filepath).endswith(_TF_KERAS_H5_SUFFIXES)
 
 
 @contextlib.contextmanager
@@ -227,8 +238,8 @@ def rank_zero_writes(model: Any, filepath: Any, what: str) -> Iterator[Any]:
 
     Raises:
         NotImplementedError: a model with sharded tables saved in a format
-            that bypasses the layers' save_own_variables (legacy .h5,
-            TensorFlow checkpoint or SavedModel formats).
+            that bypasses the layers' save_own_variables (legacy .h5 or
+            SavedModel formats).
     """
     if not has_sharded_weights(model):
         yield filepath
@@ -237,9 +248,10 @@ def rank_zero_writes(model: Any, filepath: Any, what: str) -> Iterator[Any]:
     if not name.endswith(_COLLECTIVE_FORMATS):
         raise NotImplementedError(
             "%s(%r): a model with sharded embedding tables saves to "
-            ".weights.h5 (save_weights) or .keras (save) files only; the "
-            "other formats would store one rank's rows of each table. "
-            "Export a serving model with "
+            ".weights.h5 (save_weights) or .keras (save) files, or with "
+            "tf_keras to a TensorFlow checkpoint (save_weights to a path "
+            "without .h5); the other formats would store one rank's rows "
+            "of each table. Export a serving model with "
             "hb.keras.layers.export_plain_model." % (what, name))
     import hbcore
 
@@ -264,6 +276,13 @@ def make_saving_collective(model_base: type) -> None:
     hb.scope() are covered too: before, each of their ranks wrote the same
     file at once.
 
+    tf_keras's TensorFlow checkpoint format (``save_weights`` to a path
+    without an HDF5 suffix) is passed through unchanged on every rank: it
+    is written by tf.train.Checkpoint, whose save is already collective for
+    sharded tables (hbcore_tf.embedding.saving: rank 0 writes, the other
+    ranks' rows are merged in), and read back slice by slice at any world
+    size by ``load_weights``.
+
     Args:
         model_base: ``keras.Model`` of Keras 3 or of tf_keras.
     """
@@ -271,6 +290,7 @@ def make_saving_collective(model_base: type) -> None:
         return
     _collective_saving.add(model_base)
     plain_save, plain_save_weights = model_base.save, model_base.save_weights
+    tf_keras = model_base.__module__.startswith("tf_keras")
 
     @functools.wraps(plain_save)
     def save(self, filepath, *args, **kwargs):
@@ -279,6 +299,10 @@ def make_saving_collective(model_base: type) -> None:
 
     @functools.wraps(plain_save_weights)
     def save_weights(self, filepath, *args, **kwargs):
+        save_format = kwargs.get("save_format",
+                                 args[1] if len(args) > 1 else None)
+        if tf_keras and writes_tf_checkpoint(filepath, save_format):
+            return plain_save_weights(self, filepath, *args, **kwargs)
         with rank_zero_writes(self, filepath, "save_weights") as path:
             return plain_save_weights(self, path, *args, **kwargs)
 

@@ -107,11 +107,40 @@ def tag(variable: Any, info: ShardInfo) -> None:
 
 
 _lookup_classes: Dict[type, type] = {}
+_slice_classes: Dict[type, type] = {}
+
+
+def _checkpoint_methods(base: type) -> Dict[str, Any]:
+    """tf.train.Checkpoint's (de)serialization of a variable holding a
+    checkpoint slice: this rank's rows as a slice of the full table
+    ({key: {slice_spec: tensor}}, as partitioned variables)."""
+    def _serialize_to_tensors(self):
+        spec = self._save_slice_info.spec
+        return {key: {spec: tensor} for key, tensor in
+                base._serialize_to_tensors(self).items()}
+
+    def _restore_from_tensors(self, restored_tensors):
+        flat = {key: (next(iter(value.values()))
+                      if isinstance(value, dict) else value)
+                for key, value in restored_tensors.items()}
+        return base._restore_from_tensors(self, flat)
+
+    return {"_serialize_to_tensors": _serialize_to_tensors,
+            "_restore_from_tensors": _restore_from_tensors,
+            "_hb_checkpoint_slice": True}
+
+
+def _subclass(base: type, methods: Dict[str, Any]) -> type:
+    """A subclass of a resource-variable class with ``methods`` (same name
+    and module, so the variable still reads as its own class)."""
+    return type(base.__name__, (base,), dict(
+        methods, __module__=base.__module__, __qualname__=base.__qualname__,
+        __doc__=base.__doc__))
 
 
 def _lookup_class(base: type) -> type:
     """The subclass of a resource-variable class whose ``sparse_read`` is
-    the sharded lookup."""
+    the sharded lookup, and which checkpoints as a slice."""
     if base not in _lookup_classes:
         def sparse_read(self, indices, name=None):
             from hbcore_tf.embedding.exchange import sharded_lookup
@@ -120,29 +149,46 @@ def _lookup_class(base: type) -> type:
                 lambda local_ids: base.sparse_read(self, local_ids),
                 getattr(self, _SHARD_ATTR), indices, self.dtype, name=name)
 
-        def _serialize_to_tensors(self):
-            # tf.train.Checkpoint: this rank's rows as a slice of the full
-            # table ({key: {slice_spec: tensor}}, as partitioned variables).
-            spec = self._save_slice_info.spec
-            return {key: {spec: tensor} for key, tensor in
-                    base._serialize_to_tensors(self).items()}
-
-        def _restore_from_tensors(self, restored_tensors):
-            flat = {key: (next(iter(value.values()))
-                          if isinstance(value, dict) else value)
-                    for key, value in restored_tensors.items()}
-            return base._restore_from_tensors(self, flat)
-
-        _lookup_classes[base] = type(base.__name__, (base,), {
-            "__module__": base.__module__,
-            "__qualname__": base.__qualname__,
-            "__doc__": base.__doc__,
-            "sparse_read": sparse_read,
-            "_serialize_to_tensors": _serialize_to_tensors,
-            "_restore_from_tensors": _restore_from_tensors,
-            "_hb_sharded_lookup": True,
-        })
+        _lookup_classes[base] = _subclass(base, dict(
+            _checkpoint_methods(base), sparse_read=sparse_read,
+            _hb_sharded_lookup=True))
     return _lookup_classes[base]
+
+
+def _slice_class(base: type) -> type:
+    """The subclass of a resource-variable class that checkpoints as a
+    slice (reads unchanged: Keras layers run the lookup themselves)."""
+    if base not in _slice_classes:
+        _slice_classes[base] = _subclass(base, _checkpoint_methods(base))
+    return _slice_classes[base]
+
+
+def _set_slice(variable: Any, info: ShardInfo) -> None:
+    variable._set_save_slice_info(tf.Variable.SaveSliceInfo(
+        full_name=info.name, full_shape=[info.num_rows, info.dim],
+        var_offset=[info.offset, 0], var_shape=[info.rows, info.dim]))
+
+
+def give_checkpoint_slice(variable: Any, info: ShardInfo) -> None:
+    """Makes tf.train.Checkpoint (and so tf_keras's TensorFlow-format
+    save_weights) store ``variable``, a Keras table's shard or a slot of
+    one, as its rows of the full ``[num_rows, dim]`` tensor: the parts the
+    ranks write merge into the whole table (hbcore_tf.embedding.saving),
+    and each rank restores its own rows at any world size. Keras 3
+    variables delegate to the tf.Variable inside. Variables of another
+    shape (a factored slot) are left as they are."""
+    from tensorflow.python.ops import resource_variable_ops
+
+    inner = getattr(variable, "value", None)
+    if isinstance(inner, tf.Variable) and inner is not variable:
+        variable = inner
+    if (not isinstance(variable, resource_variable_ops.BaseResourceVariable)
+            or tuple(variable.shape.as_list()) != (info.rows, info.dim)):
+        return
+    cls = type(variable)
+    if not getattr(cls, "_hb_checkpoint_slice", False):
+        object.__setattr__(variable, "__class__", _slice_class(cls))
+    _set_slice(variable, info)
 
 
 def make_sharded(variable: Any, info: ShardInfo) -> Any:
@@ -164,7 +210,5 @@ def make_sharded(variable: Any, info: ShardInfo) -> Any:
     cls = type(variable)
     if not getattr(cls, "_hb_sharded_lookup", False):
         object.__setattr__(variable, "__class__", _lookup_class(cls))
-    variable._set_save_slice_info(tf.Variable.SaveSliceInfo(
-        full_name=info.name, full_shape=[info.num_rows, info.dim],
-        var_offset=[info.offset, 0], var_shape=[info.rows, info.dim]))
+    _set_slice(variable, info)
     return variable

@@ -82,7 +82,7 @@ def _make_class(legacy: bool) -> type:
     from hbcore_tf.embedding.exchange import sharded_lookup
     from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
                                            shard_plan)
-    from hbcore_tf.embedding.table import tag
+    from hbcore_tf.embedding.table import give_checkpoint_slice, tag
 
     from hbcore_tf._data_parallel import make_saving_collective
 
@@ -178,6 +178,7 @@ def _make_class(legacy: bool) -> type:
                     self.embeddings.name.split(":")[0]
                 info = info._replace(name=path)
                 tag(self.embeddings, info)
+                give_checkpoint_slice(self.embeddings, info)
             object.__setattr__(self, "_hb_info", info)
             self.built = True
 

@@ -34,7 +34,7 @@ CASES = ["fit_sgd", "fit_adagrad", "fit_adam", "fit_adagrad_no_unique",
          "ragged_combiners", "ragged_no_combiner", "sparse_combiners",
          "ragged_gradients", "save_sharded_load_plain",
          "save_plain_load_sharded", "save_keras_file_load_model",
-         "save_outside_scope",
+         "save_outside_scope", "save_tf_checkpoint_format",
          "get_config_round_trip", "bad_combiner", "export_plain_model",
          "out_of_range_id"]
 V = 11        # table rows (uneven split at 2 and 3 ranks)
@@ -419,6 +419,64 @@ def main():
         on_rank0(lambda: load_into_plain_model(
             os.path.join(folder, "out.weights.h5"), folder, trained))
 
+    def save_tf_checkpoint_format():
+        """tf_keras's TensorFlow checkpoint format (save_weights to a path
+        without .h5) of a model trained with Adagrad outside hb.scope (the
+        ranks' Dense weights differ): every rank calls; the checkpoint
+        holds the whole table, the whole accumulator slot and rank 0's
+        Dense weights; it loads into a sharded model at this world size
+        and into a plain one-process model. Keras 3 has no such format."""
+        from hbcore_tf._data_parallel import _optimizer_variables
+
+        folder = shared_dir("hb_sk_tfckpt_")
+        path = os.path.join(folder, "weights")
+        model = model_of(sharded(table=table0(seed=74)), rank)
+        if not _compat.use_legacy_keras():
+            expect_raises(lambda: model.save_weights(path),
+                          NotImplementedError, ".weights.h5")
+            on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
+            return
+        model.compile(optimizer=OPTIMIZERS["adagrad"](), loss="mse")
+        x, y = my_data(rank)
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        table = model.get_layer("emb").full_table()
+        dense = hbcore.broadcast_object(
+            model.get_layer("out").get_weights(), 0)
+        local = (local_rows(rank, size), D)
+        slots = [v for v in _optimizer_variables(model.optimizer)
+                 if tuple(v.shape) == local]
+        check(len(slots) == 1, "accumulator slots %s" % slots)
+        accumulator = np.concatenate(hbcore.allgather_object(
+            np.asarray(slots[0])))
+        model.save_weights(path)
+        stored = dict(tf.train.list_variables(path))
+        # tf_keras keys the optimizer's variables by position.
+        slot_keys = [k for k in stored if k.startswith("optimizer/")
+                     and stored[k] == [V, D]]
+        check(len(slot_keys) == 1, "stored optimizer variables %s" % stored)
+        close(tf.train.load_variable(path, slot_keys[0]), accumulator,
+              "whole accumulator in the checkpoint")
+        again = model_of(sharded(table=np.zeros((V, D), np.float32)), rank)
+        again.load_weights(path)
+        close(again.get_layer("emb").full_table(), table,
+              "whole table loaded into the sharded model")
+        for a, b in zip(again.get_layer("out").get_weights(), dense):
+            close(a, b, "dense weights loaded (rank 0's)")
+        hbcore.barrier()  # every rank has read before rank 0 removes
+
+        def load_plain():
+            try:
+                plain = model_of(plain_embedding(
+                    table=np.zeros((V, D), np.float32)), 1)
+                plain.load_weights(path).expect_partial()
+                close(plain.get_layer("emb").get_weights()[0], table,
+                      "plain table loaded from the sharded checkpoint")
+                for a, b in zip(plain.get_layer("out").get_weights(), dense):
+                    close(a, b, "dense weights in the checkpoint")
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        on_rank0(load_plain)
+
     def get_config_round_trip():
         cls = hb.keras.layers.ShardedEmbedding
         layer = cls(V, D, embeddings_initializer=keras.initializers
@@ -517,6 +575,7 @@ def main():
         "save_plain_load_sharded": save_plain_load_sharded,
         "save_keras_file_load_model": save_keras_file_load_model,
         "save_outside_scope": save_outside_scope,
+        "save_tf_checkpoint_format": save_tf_checkpoint_format,
         "get_config_round_trip": get_config_round_trip,
         "bad_combiner": bad_combiner,
         "export_plain_model": export_plain_model,
