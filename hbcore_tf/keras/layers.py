@@ -438,6 +438,11 @@ def export_plain_model(model: Any) -> Any:
     return plain
 
 
+# Declared, not bound: the module's __getattr__ below builds the class on
+# first use (an annotation alone makes no attribute, so lookups reach it).
+ShardedEmbedding: type
+
+
 def __getattr__(name: str) -> Any:
     # ShardedEmbedding is built on first use, for the Keras in use.
     if name != "ShardedEmbedding":

@@ -131,4 +131,47 @@ typedef ncclResult_t (*ncclGroupEnd_fn)();
 
 }  // namespace hbcore
 
+// Every entry point hbcore resolves, each listed once as X(field, symbol):
+// GpuLibraries declares the member `symbol##_fn field` and dlsym's
+// `symbol` from one line of these lists.
+#define HB_CUDA_ENTRY_POINTS(X)                         \
+  X(GetDeviceCount, cudaGetDeviceCount)                 \
+  X(SetDevice, cudaSetDevice)                           \
+  X(GetDevice, cudaGetDevice)                           \
+  X(RuntimeGetVersion, cudaRuntimeGetVersion)           \
+  X(Malloc, cudaMalloc)                                 \
+  X(Free, cudaFree)                                     \
+  X(MemcpyAsync, cudaMemcpyAsync)                       \
+  X(MemsetAsync, cudaMemsetAsync)                       \
+  X(StreamCreateWithFlags, cudaStreamCreateWithFlags)   \
+  X(StreamDestroy, cudaStreamDestroy)                   \
+  X(StreamSynchronize, cudaStreamSynchronize)           \
+  X(StreamQuery, cudaStreamQuery)                       \
+  X(StreamWaitEvent, cudaStreamWaitEvent)               \
+  X(EventCreateWithFlags, cudaEventCreateWithFlags)     \
+  X(EventDestroy, cudaEventDestroy)                     \
+  X(EventRecord, cudaEventRecord)                       \
+  X(EventQuery, cudaEventQuery)                         \
+  X(GetErrorString, cudaGetErrorString)
+
+#define HB_NCCL_ENTRY_POINTS(X)                         \
+  X(GetVersion, ncclGetVersion)                         \
+  X(GetUniqueId, ncclGetUniqueId)                       \
+  X(CommInitRank, ncclCommInitRank)                     \
+  X(CommDestroy, ncclCommDestroy)                       \
+  X(CommAbort, ncclCommAbort)                           \
+  X(CommGetAsyncError, ncclCommGetAsyncError)           \
+  X(GetErrorString, ncclGetErrorString)                 \
+  X(RedOpCreatePreMulSum, ncclRedOpCreatePreMulSum)     \
+  X(RedOpDestroy, ncclRedOpDestroy)                     \
+  X(AllReduce, ncclAllReduce)                           \
+  X(Broadcast, ncclBroadcast)                           \
+  X(Reduce, ncclReduce)                                 \
+  X(AllGather, ncclAllGather)                           \
+  X(ReduceScatter, ncclReduceScatter)                   \
+  X(Send, ncclSend)                                     \
+  X(Recv, ncclRecv)                                     \
+  X(GroupStart, ncclGroupStart)                         \
+  X(GroupEnd, ncclGroupEnd)
+
 #endif  // HBCORE_GPU_ABI_H_

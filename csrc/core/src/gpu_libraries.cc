@@ -60,53 +60,18 @@ Status GpuLibraries::Load(const std::string& nccl_path,
       nccl_path.empty() ? "libnccl.so.2" : nccl_path;
   void* c = g->cuda_dl_.dl;
   CudaApi& a = g->cuda_;
-  for (Status f : {
-           Find(c, "cudaGetDeviceCount", cuda_name, &a.GetDeviceCount),
-           Find(c, "cudaSetDevice", cuda_name, &a.SetDevice),
-           Find(c, "cudaGetDevice", cuda_name, &a.GetDevice),
-           Find(c, "cudaRuntimeGetVersion", cuda_name, &a.RuntimeGetVersion),
-           Find(c, "cudaMalloc", cuda_name, &a.Malloc),
-           Find(c, "cudaFree", cuda_name, &a.Free),
-           Find(c, "cudaMemcpyAsync", cuda_name, &a.MemcpyAsync),
-           Find(c, "cudaMemsetAsync", cuda_name, &a.MemsetAsync),
-           Find(c, "cudaStreamCreateWithFlags", cuda_name,
-                &a.StreamCreateWithFlags),
-           Find(c, "cudaStreamDestroy", cuda_name, &a.StreamDestroy),
-           Find(c, "cudaStreamSynchronize", cuda_name, &a.StreamSynchronize),
-           Find(c, "cudaStreamQuery", cuda_name, &a.StreamQuery),
-           Find(c, "cudaStreamWaitEvent", cuda_name, &a.StreamWaitEvent),
-           Find(c, "cudaEventCreateWithFlags", cuda_name,
-                &a.EventCreateWithFlags),
-           Find(c, "cudaEventDestroy", cuda_name, &a.EventDestroy),
-           Find(c, "cudaEventRecord", cuda_name, &a.EventRecord),
-           Find(c, "cudaEventQuery", cuda_name, &a.EventQuery),
-           Find(c, "cudaGetErrorString", cuda_name, &a.GetErrorString)}) {
+#define HB_FIND_CUDA(field, symbol) Find(c, #symbol, cuda_name, &a.field),
+  for (Status f : {HB_CUDA_ENTRY_POINTS(HB_FIND_CUDA)}) {
     if (!f.ok()) return f;
   }
+#undef HB_FIND_CUDA
   void* n = g->nccl_dl_.dl;
   NcclApi& b = g->nccl_;
-  for (Status f : {
-           Find(n, "ncclGetVersion", nccl_name, &b.GetVersion),
-           Find(n, "ncclGetUniqueId", nccl_name, &b.GetUniqueId),
-           Find(n, "ncclCommInitRank", nccl_name, &b.CommInitRank),
-           Find(n, "ncclCommDestroy", nccl_name, &b.CommDestroy),
-           Find(n, "ncclCommAbort", nccl_name, &b.CommAbort),
-           Find(n, "ncclCommGetAsyncError", nccl_name, &b.CommGetAsyncError),
-           Find(n, "ncclGetErrorString", nccl_name, &b.GetErrorString),
-           Find(n, "ncclRedOpCreatePreMulSum", nccl_name,
-                &b.RedOpCreatePreMulSum),
-           Find(n, "ncclRedOpDestroy", nccl_name, &b.RedOpDestroy),
-           Find(n, "ncclAllReduce", nccl_name, &b.AllReduce),
-           Find(n, "ncclBroadcast", nccl_name, &b.Broadcast),
-           Find(n, "ncclReduce", nccl_name, &b.Reduce),
-           Find(n, "ncclAllGather", nccl_name, &b.AllGather),
-           Find(n, "ncclReduceScatter", nccl_name, &b.ReduceScatter),
-           Find(n, "ncclSend", nccl_name, &b.Send),
-           Find(n, "ncclRecv", nccl_name, &b.Recv),
-           Find(n, "ncclGroupStart", nccl_name, &b.GroupStart),
-           Find(n, "ncclGroupEnd", nccl_name, &b.GroupEnd)}) {
+#define HB_FIND_NCCL(field, symbol) Find(n, #symbol, nccl_name, &b.field),
+  for (Status f : {HB_NCCL_ENTRY_POINTS(HB_FIND_NCCL)}) {
     if (!f.ok()) return f;
   }
+#undef HB_FIND_NCCL
   g->cuda_path_ = PathOf(reinterpret_cast<void*>(a.Malloc), cuda_name);
   g->nccl_path_ = PathOf(reinterpret_cast<void*>(b.AllReduce), nccl_name);
   *out = std::move(g);

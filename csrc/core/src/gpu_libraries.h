@@ -19,47 +19,16 @@
 
 namespace hbcore {
 
+// The entry points, one member per line of gpu_abi.h's lists.
+#define HB_DECLARE_ENTRY_POINT(field, symbol) symbol##_fn field = nullptr;
 struct CudaApi {
-  cudaGetDeviceCount_fn GetDeviceCount = nullptr;
-  cudaSetDevice_fn SetDevice = nullptr;
-  cudaGetDevice_fn GetDevice = nullptr;
-  cudaRuntimeGetVersion_fn RuntimeGetVersion = nullptr;
-  cudaMalloc_fn Malloc = nullptr;
-  cudaFree_fn Free = nullptr;
-  cudaMemcpyAsync_fn MemcpyAsync = nullptr;
-  cudaMemsetAsync_fn MemsetAsync = nullptr;
-  cudaStreamCreateWithFlags_fn StreamCreateWithFlags = nullptr;
-  cudaStreamDestroy_fn StreamDestroy = nullptr;
-  cudaStreamSynchronize_fn StreamSynchronize = nullptr;
-  cudaStreamQuery_fn StreamQuery = nullptr;
-  cudaStreamWaitEvent_fn StreamWaitEvent = nullptr;
-  cudaEventCreateWithFlags_fn EventCreateWithFlags = nullptr;
-  cudaEventDestroy_fn EventDestroy = nullptr;
-  cudaEventRecord_fn EventRecord = nullptr;
-  cudaEventQuery_fn EventQuery = nullptr;
-  cudaGetErrorString_fn GetErrorString = nullptr;
+  HB_CUDA_ENTRY_POINTS(HB_DECLARE_ENTRY_POINT)
 };
 
 struct NcclApi {
-  ncclGetVersion_fn GetVersion = nullptr;
-  ncclGetUniqueId_fn GetUniqueId = nullptr;
-  ncclCommInitRank_fn CommInitRank = nullptr;
-  ncclCommDestroy_fn CommDestroy = nullptr;
-  ncclCommAbort_fn CommAbort = nullptr;
-  ncclCommGetAsyncError_fn CommGetAsyncError = nullptr;
-  ncclGetErrorString_fn GetErrorString = nullptr;
-  ncclRedOpCreatePreMulSum_fn RedOpCreatePreMulSum = nullptr;
-  ncclRedOpDestroy_fn RedOpDestroy = nullptr;
-  ncclAllReduce_fn AllReduce = nullptr;
-  ncclBroadcast_fn Broadcast = nullptr;
-  ncclReduce_fn Reduce = nullptr;
-  ncclAllGather_fn AllGather = nullptr;
-  ncclReduceScatter_fn ReduceScatter = nullptr;
-  ncclSend_fn Send = nullptr;
-  ncclRecv_fn Recv = nullptr;
-  ncclGroupStart_fn GroupStart = nullptr;
-  ncclGroupEnd_fn GroupEnd = nullptr;
+  HB_NCCL_ENTRY_POINTS(HB_DECLARE_ENTRY_POINT)
 };
+#undef HB_DECLARE_ENTRY_POINT
 
 class GpuLibraries {
  public:
