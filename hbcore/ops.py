@@ -258,7 +258,20 @@ def synchronize(handle: Handle, timeout: Optional[float] = None) -> Any:
 
 
 def poll(handle: Handle) -> bool:
-    """Returns True when the operation finished (synchronize won't block)."""
+    """Whether the operation finished (``synchronize`` won't block).
+
+    Do not spin on it: a loop of ``poll`` keeps a core busy that the
+    background thread needs to run the collective. With as many ranks as
+    cores (2 ranks on 2 cores) a busy ``while not poll(h): pass`` was
+    measured at 7.7 ms per 4-byte allreduce against tens of microseconds
+    with ``synchronize``. Poll between pieces of real work, or wait.
+
+    Args:
+        handle: from an ``*_async`` call, not yet synchronized.
+
+    Returns:
+        True when the operation finished (successfully or not).
+    """
     return handle.poll()
 
 

@@ -150,6 +150,12 @@ def _make_class(legacy: bool) -> type:
                                weakref.WeakKeyDictionary())
             self._supports_ragged_inputs = True  # tf_keras: keep ragged ids
 
+        if not legacy:
+            @property
+            def embeddings(self) -> Any:
+                """The table's weight (this rank's rows when sharded)."""
+                return self._embeddings
+
         @property
         def shard_info(self) -> Any:
             """This rank's ShardInfo of the table, or None when the table
@@ -169,10 +175,15 @@ def _make_class(legacy: bool) -> type:
                 _compat.tag_slots_of_sharded_tables()
                 local = creating_shards()
             with local:
-                self.embeddings = self.add_weight(
+                weight = self.add_weight(
                     shape=shape, initializer=initializer, name="embeddings",
                     regularizer=self.embeddings_regularizer,
                     constraint=self.embeddings_constraint, trainable=True)
+            # Tracked under the attribute the flavour's Embedding uses, so
+            # object-based checkpoints (tf.train.Checkpoint, tf_keras's TF
+            # format) match keras.layers.Embedding's: Keras 3 keeps the
+            # weight in `_embeddings` behind an `embeddings` property.
+            setattr(self, "embeddings" if legacy else "_embeddings", weight)
             if info is not None:
                 path = getattr(self.embeddings, "path", None) or \
                     self.embeddings.name.split(":")[0]

@@ -35,6 +35,7 @@ CASES = ["fit_sgd", "fit_adagrad", "fit_adam", "fit_adagrad_no_unique",
          "ragged_gradients", "save_sharded_load_plain",
          "save_plain_load_sharded", "save_keras_file_load_model",
          "save_outside_scope", "save_tf_checkpoint_format",
+         "load_plain_tf_checkpoint",
          "get_config_round_trip", "bad_combiner", "export_plain_model",
          "out_of_range_id"]
 V = 11        # table rows (uneven split at 2 and 3 ranks)
@@ -420,22 +421,20 @@ def main():
             os.path.join(folder, "out.weights.h5"), folder, trained))
 
     def save_tf_checkpoint_format():
-        """tf_keras's TensorFlow checkpoint format (save_weights to a path
-        without .h5) of a model trained with Adagrad outside hb.scope (the
-        ranks' Dense weights differ): every rank calls; the checkpoint
+        """TensorFlow checkpoints of a model trained with Adagrad outside
+        hb.scope (the ranks' Dense weights differ): tf_keras's
+        save_weights to a path without .h5, or tf.train.Checkpoint of a
+        Keras 3 model and its optimizer (Keras 3's save_weights has no such
+        format: NotImplementedError). Every rank calls; the checkpoint
         holds the whole table, the whole accumulator slot and rank 0's
-        Dense weights; it loads into a sharded model at this world size
-        and into a plain one-process model. Keras 3 has no such format."""
+        Dense weights; it loads into a sharded model at this world size and
+        into a plain one-process model."""
         from hbcore_tf._data_parallel import _optimizer_variables
 
+        legacy = _compat.use_legacy_keras()
         folder = shared_dir("hb_sk_tfckpt_")
         path = os.path.join(folder, "weights")
         model = model_of(sharded(table=table0(seed=74)), rank)
-        if not _compat.use_legacy_keras():
-            expect_raises(lambda: model.save_weights(path),
-                          NotImplementedError, ".weights.h5")
-            on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
-            return
         model.compile(optimizer=OPTIMIZERS["adagrad"](), loss="mse")
         x, y = my_data(rank)
         model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
@@ -444,20 +443,34 @@ def main():
             model.get_layer("out").get_weights(), 0)
         local = (local_rows(rank, size), D)
         slots = [v for v in _optimizer_variables(model.optimizer)
-                 if tuple(v.shape) == local]
+                 if tuple(v.shape) == local and v is not
+                 model.get_layer("emb").embeddings]
         check(len(slots) == 1, "accumulator slots %s" % slots)
         accumulator = np.concatenate(hbcore.allgather_object(
             np.asarray(slots[0])))
-        model.save_weights(path)
-        stored = dict(tf.train.list_variables(path))
-        # tf_keras keys the optimizer's variables by position.
-        slot_keys = [k for k in stored if k.startswith("optimizer/")
-                     and stored[k] == [V, D]]
-        check(len(slot_keys) == 1, "stored optimizer variables %s" % stored)
-        close(tf.train.load_variable(path, slot_keys[0]), accumulator,
-              "whole accumulator in the checkpoint")
+
+        def read(target):
+            if legacy:
+                return target.load_weights(path)
+            return tf.train.Checkpoint(model=target).read(path)
+
+        if legacy:
+            model.save_weights(path)
+        else:
+            expect_raises(lambda: model.save_weights(path),
+                          NotImplementedError, ".weights.h5")
+            tf.train.Checkpoint(model=model,
+                                optimizer=model.optimizer).write(path)
+        # Whole tensors of the table's shape: the table and its slot
+        # (tf_keras and Keras 3 key the optimizer's variables by position).
+        whole = [tf.train.load_variable(path, name) for name, shape in
+                 tf.train.list_variables(path) if shape == [V, D]]
+        check(len(whole) >= 2, "whole [V, D] tensors stored: %d" % len(whole))
+        for want, what in ((table, "table"), (accumulator, "accumulator")):
+            check(any(np.allclose(w, want, rtol=1e-6) for w in whole),
+                  "the whole %s is not in the checkpoint" % what)
         again = model_of(sharded(table=np.zeros((V, D), np.float32)), rank)
-        again.load_weights(path)
+        read(again).expect_partial()
         close(again.get_layer("emb").full_table(), table,
               "whole table loaded into the sharded model")
         for a, b in zip(again.get_layer("out").get_weights(), dense):
@@ -468,7 +481,7 @@ def main():
             try:
                 plain = model_of(plain_embedding(
                     table=np.zeros((V, D), np.float32)), 1)
-                plain.load_weights(path).expect_partial()
+                read(plain).expect_partial()
                 close(plain.get_layer("emb").get_weights()[0], table,
                       "plain table loaded from the sharded checkpoint")
                 for a, b in zip(plain.get_layer("out").get_weights(), dense):
@@ -476,6 +489,35 @@ def main():
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
         on_rank0(load_plain)
+
+    def load_plain_tf_checkpoint():
+        """A TensorFlow checkpoint of a plain one-process model (rank 0
+        writes it: tf_keras save_weights, Keras 3 tf.train.Checkpoint)
+        loads into the sharded model, each rank reading its rows."""
+        folder = shared_dir("hb_sk_plainckpt_")
+        path = os.path.join(folder, "plain")
+        saved = table0(seed=75)
+
+        def write():
+            plain = model_of(plain_embedding(table=saved), 0)
+            if _compat.use_legacy_keras():
+                plain.save_weights(path)
+            else:
+                tf.train.Checkpoint(model=plain).write(path)
+        on_rank0(write)
+        model = model_of(sharded(table=np.zeros((V, D), np.float32)), rank)
+        if _compat.use_legacy_keras():
+            model.load_weights(path).assert_existing_objects_matched()
+        else:
+            tf.train.Checkpoint(model=model).read(
+                path).assert_existing_objects_matched()
+        begin = row_offset(rank, size)
+        close(np.asarray(model.get_layer("emb").embeddings),
+              saved[begin:begin + local_rows(rank, size)], "this rank's rows")
+        for a, b in zip(model.get_layer("out").get_weights(), dense_init(0)):
+            close(a, b, "dense weights (rank 0's)")
+        hbcore.barrier()  # every rank has read before rank 0 removes
+        on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
 
     def get_config_round_trip():
         cls = hb.keras.layers.ShardedEmbedding
@@ -576,6 +618,7 @@ def main():
         "save_keras_file_load_model": save_keras_file_load_model,
         "save_outside_scope": save_outside_scope,
         "save_tf_checkpoint_format": save_tf_checkpoint_format,
+        "load_plain_tf_checkpoint": load_plain_tf_checkpoint,
         "get_config_round_trip": get_config_round_trip,
         "bad_combiner": bad_combiner,
         "export_plain_model": export_plain_model,
