@@ -50,16 +50,17 @@ def _splat_scalar(tensor: Any) -> Any:
     if tensor.op.type != "Const":
         return None
     proto = tensor.op.get_attr("value")
-    if proto.tensor_content:
-        return None  # explicit values, not one repeated value
+    # A splat holds exactly one value in one typed field. Explicit values
+    # sit in tensor_content; tf.compat.v1's constant([1., 2., 3.],
+    # shape=[n]) holds three values, the last one repeated: not a splat.
+    values = [v for field, v in proto.ListFields()
+              if field.name.endswith("_val")]
+    if proto.tensor_content or len(values) != 1 or len(values[0]) != 1:
+        return None
     scalar = tensor_pb2.TensorProto()
     scalar.CopyFrom(proto)
     scalar.tensor_shape.Clear()
-    try:
-        value = tensor_util.MakeNdarray(scalar)
-    except (TypeError, ValueError):
-        return None  # more than one value given: not a splat
-    return value if value.ndim == 0 else None
+    return tensor_util.MakeNdarray(scalar)
 
 
 def fill_splat_initial_values(next_creator: Callable, **kwargs: Any) -> Any:

@@ -222,19 +222,27 @@ def main():
                     train_op = tf.group([o.minimize(loss) for o in opts])
                     accum = opts[0].get_slot(table, "accumulator")
                     momentum = opts[1].get_slot(table, "momentum")
+                    # Three values, the last repeated (tf.compat.v1's
+                    # constant): not one value, must not be rewritten.
+                    padded = V1.get_variable(
+                        "padded", shape=[1 << 18, 4], use_resource=True,
+                        initializer=V1.constant_initializer([1., 2., 3.]))
                 with V1.Session() as sess:
                     sess.run(V1.global_variables_initializer())
                     before = resident()
                     for _ in range(2):
                         sess.run(train_op)
                     grown = resident() - before
-                    return grown, sess.run([table, accum, momentum])
+                    return grown, sess.run([table, accum, momentum, padded])
 
         grown_plain, expected = train(in_scope=False)
         grown, got = train(in_scope=True)
-        for name, a, b in zip(["table", "accumulator", "momentum"], got,
-                              expected):
+        for name, a, b in zip(["table", "accumulator", "momentum",
+                               "padded"], got, expected):
             close(a, b, name, rtol=1e-6, atol=0)
+        padded = np.full(1 << 20, 3.0, np.float32)
+        padded[:3] = [1.0, 2.0, 3.0]
+        close(got[3], padded.reshape(1 << 18, 4), "padded", rtol=0, atol=0)
         check(expected[1][0, 0] == np.float32(0.1) and
               expected[1][3, 0] > np.float32(0.1),
               "accumulator rows %s" % expected[1][[0, 3], 0])
