@@ -4,9 +4,12 @@ not importable): one hbrun launch per (rank count, Keras) runs every case
 of tests/tf/rank_scripts/sharded_keras.py, where each rank compares with
 plain single-process Keras (keras.layers.Embedding on the whole batch) or
 plain TF lookups on the whole table. The same cases also run in one
-process without a launcher (world size 1, the same code path).
+process without a launcher (world size 1, the same code path). The 2-rank
+launch leaves a TensorFlow checkpoint that the 3-rank launch and the
+one-process run restore (resharding 2 -> 3 and 2 -> 1 across processes).
 """
 import os
+import tempfile
 
 import pytest
 
@@ -23,12 +26,35 @@ NPS = [2, 3]
 CASES = case_names(SCRIPT)
 
 
+_handoff = {}
+
+
+def handoff_dir(flavor):
+    """Where the 2-rank launch of a flavour leaves its TensorFlow
+    checkpoint (case save_tf_checkpoint_format) for the 3-rank launch and
+    the one-process run to restore, resharded (one per session)."""
+    if flavor not in _handoff:
+        _handoff[flavor] = tempfile.mkdtemp(prefix="hb_sk_handoff_")
+    return _handoff[flavor]
+
+
+def handoff_in(flavor):
+    """The environment of a run that restores the 2-rank checkpoint
+    (after that launch ran)."""
+    assert_flavor_ran(flavor_launch(SCRIPT, 2, flavor), flavor)
+    return {"HB_KCKPT_IN": handoff_dir(flavor)}
+
+
 def flavor_launch(script, np_, flavor):
     """The launch of a Keras flavour, with stalls turned into errors
     within seconds (a desynchronised case ends instead of hanging)."""
     env = dict(STALL_FAST_ENV)
     if flavor == "tf_keras":
         env.update(tf_keras_env())
+    if np_ == 2:
+        env["HB_KCKPT_OUT"] = handoff_dir(flavor)
+    else:
+        env.update(handoff_in(flavor))
     return launch(script, np_, env=env, timeout=400)
 
 
@@ -40,6 +66,7 @@ def single_run(flavor):
     if flavor not in _singles:
         env = {"PYTHONPATH": os.pathsep.join(_pythonpath()),
                "TF_CPP_MIN_LOG_LEVEL": "2"}
+        env.update(handoff_in(flavor))
         if flavor == "tf_keras":
             env.update(tf_keras_env())
         _singles[flavor] = run_single(os.path.join(SCRIPTS, SCRIPT),
