@@ -390,9 +390,10 @@ def main() -> int:
             pair = ["sharded", "sparse"] if k % 2 == 0 else ["sparse",
                                                               "sharded"]
             for worker in pair:
+                run = launch(args, worker, 2, directory, args.steps,
+                             "%s2r%d" % (worker, k))
                 results.setdefault(worker + "2", {"rounds": []})[
-                    "rounds"].append(launch(args, worker, 2, directory,
-                                            args.steps, "%s2r%d" % (worker, k)))
+                    "rounds"].append(run)
         # (c) is 50-100x slower per step: fewer steps, one round.
         for worker, np_, steps in (("dense", 2, min(args.steps, 20)),
                                    ("sharded", 1, args.steps),

@@ -298,8 +298,7 @@ def tag_slots_of_sharded_tables() -> None:
     Keras imported later is covered by the next call.
     """
     from hbcore_tf.embedding.scope import creating_shards
-    from hbcore_tf.embedding.table import (give_checkpoint_slice,
-                                           shard_info, tag)
+    from hbcore_tf.embedding.table import make_keras_shard, shard_info
 
     for cls, attr in _slot_factories():
         original = cls.__dict__.get(attr)
@@ -317,8 +316,7 @@ def tag_slots_of_sharded_tables() -> None:
                 slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
                 slot_info = info._replace(name="%s/%s" % (
                     info.name, slot_name.rsplit("/", 1)[-1]))
-                tag(slot, slot_info)
-                give_checkpoint_slice(slot, slot_info)
+                make_keras_shard(slot, slot_info)
                 return slot
             create_slot._hb_slot_tagging = True
             create_slot.__doc__ = original.__doc__

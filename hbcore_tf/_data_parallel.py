@@ -267,7 +267,7 @@ def rank_zero_writes(model: Any, filepath: Any, what: str) -> Iterator[Any]:
 _collective_saving: set = set()
 
 
-def make_saving_collective(model_base: type) -> None:
+def make_saving_collective(model_base: type, tf_keras: bool) -> None:
     """Wraps ``model_base.save`` and ``save_weights`` (once per class) in
     ``rank_zero_writes``: a model holding sharded tables is saved
     collectively, every rank calling, rank 0 alone writing the file; other
@@ -285,12 +285,12 @@ def make_saving_collective(model_base: type) -> None:
 
     Args:
         model_base: ``keras.Model`` of Keras 3 or of tf_keras.
+        tf_keras: whether ``model_base`` is tf_keras's.
     """
     if model_base in _collective_saving:
         return
     _collective_saving.add(model_base)
     plain_save, plain_save_weights = model_base.save, model_base.save_weights
-    tf_keras = model_base.__module__.startswith("tf_keras")
 
     @functools.wraps(plain_save)
     def save(self, filepath, *args, **kwargs):

@@ -22,6 +22,10 @@ behave as the whole table:
   ``tf.compat.v1.train.Saver`` saves and restores it as a slice of the full
   table, and optimizer slots inherit slices of their own (see saving.py);
   its ``_serialize_to_tensors`` gives tf.train.Checkpoint the same slice.
+
+A Keras table (hbcore_tf.keras.layers.ShardedEmbedding) runs its own
+lookup: ``make_keras_shard`` tags it and each of its optimizer slots and
+gives them the same checkpoint slice, without the lookup class.
 """
 from typing import Any, Dict, NamedTuple, Optional
 
@@ -169,16 +173,18 @@ def _set_slice(variable: Any, info: ShardInfo) -> None:
         var_offset=[info.offset, 0], var_shape=[info.rows, info.dim]))
 
 
-def give_checkpoint_slice(variable: Any, info: ShardInfo) -> None:
-    """Makes tf.train.Checkpoint (and so tf_keras's TensorFlow-format
-    save_weights) store ``variable``, a Keras table's shard or a slot of
-    one, as its rows of the full ``[num_rows, dim]`` tensor: the parts the
-    ranks write merge into the whole table (hbcore_tf.embedding.saving),
-    and each rank restores its own rows at any world size. Keras 3
-    variables delegate to the tf.Variable inside. Variables of another
-    shape (a factored slot) are left as they are."""
+def make_keras_shard(variable: Any, info: ShardInfo) -> None:
+    """Marks a Keras table's variable, or an optimizer slot of one, as the
+    local shard described by ``info`` (``tag``) and makes tf.train.Checkpoint
+    (and so tf_keras's TensorFlow-format save_weights) store it as its rows
+    of the full ``[num_rows, dim]`` tensor: the parts the ranks write merge
+    into the whole table (hbcore_tf.embedding.saving), and each rank
+    restores its own rows at any world size. Keras 3 variables delegate
+    checkpointing to the tf.Variable inside, which gets the slice. A slot of
+    another shape (a factored one) is tagged only."""
     from tensorflow.python.ops import resource_variable_ops
 
+    tag(variable, info)
     inner = getattr(variable, "value", None)
     if isinstance(inner, tf.Variable) and inner is not variable:
         variable = inner

@@ -82,7 +82,7 @@ def _make_class(legacy: bool) -> type:
     from hbcore_tf.embedding.exchange import sharded_lookup
     from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
                                            shard_plan)
-    from hbcore_tf.embedding.table import give_checkpoint_slice, tag
+    from hbcore_tf.embedding.table import make_keras_shard
 
     from hbcore_tf._data_parallel import make_saving_collective
 
@@ -92,7 +92,7 @@ def _make_class(legacy: bool) -> type:
     else:
         import keras
         register = keras.saving.register_keras_serializable
-    make_saving_collective(keras.Model)
+    make_saving_collective(keras.Model, tf_keras=legacy)
 
     class ShardedEmbedding(keras.layers.Layer):
         """Embedding layer whose ``[input_dim, output_dim]`` table is split
@@ -188,8 +188,7 @@ def _make_class(legacy: bool) -> type:
                 path = getattr(self.embeddings, "path", None) or \
                     self.embeddings.name.split(":")[0]
                 info = info._replace(name=path)
-                tag(self.embeddings, info)
-                give_checkpoint_slice(self.embeddings, info)
+                make_keras_shard(self.embeddings, info)
             object.__setattr__(self, "_hb_info", info)
             self.built = True
 

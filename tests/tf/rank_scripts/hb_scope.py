@@ -29,7 +29,8 @@ keras = _compat.keras_module()
 
 V1_CASES = ["v1_hb_adagrad_checkpoint", "v1_plain_optimizer_in_scope",
             "mts_arguments", "v1_eager",
-            "hb_train_optimizers", "wraps_v1", "v1_splat_slots_held_once", "function_decorator"]
+            "hb_train_optimizers", "wraps_v1", "v1_splat_slots_held_once",
+            "function_decorator"]
 KERAS_CASES = ["keras_fit", "keras_fit_nbuckets", "keras_fit_empty_batch",
                "keras_subclassed_model", "keras_custom_loop",
                "keras_custom_loop_eager",

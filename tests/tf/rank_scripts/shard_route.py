@@ -4,9 +4,9 @@ contract, written here from the row partition's definition: random ids
 with duplicates and out-of-range ids, 1-4 shards, uneven blocks, with and
 without deduplication, eagerly, in a tf.function and in a tf.compat.v1
 graph; malformed exchange outputs raise typed errors naming the problem.
-The kernels are local to a rank (every rank runs the same checks); their composition with the alltoalls is
-tested at 2 and 3 ranks by sharded_embedding.py. Run by
-tests/tf/test_shard_route.py.
+The kernels are local to a rank (every rank runs the same checks); their
+composition with the alltoalls is tested at 2 and 3 ranks by
+sharded_embedding.py. Run by tests/tf/test_shard_route.py.
 """
 from typing import List, Tuple
 
