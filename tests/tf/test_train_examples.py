@@ -27,7 +27,7 @@ EXAMPLES = {
                         "--eval-every", "10", "--eval-steps", "4"],
     "hb_keras_fit.py": ["--rows", "1500", "--epochs", "2"],
     "smddp_tf2_mnist.py": ["--steps", "10", "--batch-size", "16"],
-    "recsys_sharded.py": ["--steps", "120", "--eval-every", "60",
+    "recsys_sharded.py": ["--steps", "200", "--eval-every", "100",
                           "--eval-steps", "4"],
     "tf2_synthetic_benchmark.py": ["--model", "MobileNetV2", "--image-size",
                                    "32", "--num-classes", "10",
