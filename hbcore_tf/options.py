@@ -125,6 +125,11 @@ OPTIONS: Tuple[Option, ...] = (
     Option("emb_unique", bool, True,
            "sharded embedding: deduplicate ids on each rank before they "
            "are sent to the owning ranks"),
+    Option("emb_checkpoint_block_bytes", int, 64 << 20,
+           "sharded embedding: checkpoints store a tensor larger than this "
+           "as row blocks of at most this size (a restoring rank reads "
+           "only the blocks of its rows); smaller tensors are stored "
+           "whole", _at_least(1)),
     Option("emb_wire_dtype", str, "float32",
            "sharded embedding: dtype of the embedding rows exchanged "
            "between ranks (float32, float16 or bfloat16)",

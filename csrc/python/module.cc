@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common.h"
+#include "crc32c.h"
 #include "gpu_arrays.h"
 #include "hbcore/c_api.h"
 #include "operation.h"
@@ -544,6 +545,7 @@ PYBIND11_MODULE(_core, m) {
     m.add_object(def.ml_name, py::reinterpret_steal<py::object>(fn));
   }
   hbcore_py::RegisterGpuArrays(m);
+  hbcore_py::RegisterCrc32c(m);
   m.def("register_dtypes",
         [](const std::vector<std::pair<py::dtype, int>>& codes) {
           hbcore_py::DtypeTable& table = Dtypes();

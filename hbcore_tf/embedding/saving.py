@@ -32,15 +32,20 @@ variables include sharded tables and the world has more than one rank):
    slices, the checkpoint state file, max_to_keep, the meta graph), then
    merges the parts into ``path`` with TF's MergeV2Checkpoints (which
    merges slices of one tensor across bundles and renames the parts' data
-   files into ``path``'s: no rank ever holds the whole table).
+   files into ``path``'s: no rank ever holds the whole table), and
+   rewrites the result into its canonical form (canonical.py: one data
+   file, every table and slot in id order as one tensor, or as fixed row
+   blocks when larger than ``emb_checkpoint_block_bytes``; streamed, so
+   again no rank holds a whole table).
 5. Handshake 2 (``broadcast_object``): rank 0's result; every rank returns
    ``path`` or raises rank 0's error, and removes a part left over.
 
 The checkpoint directory must therefore be one directory that every rank
 can reach (a shared filesystem, as for TF's parameter-server training);
 restoring needs that anyway, since every rank reads its own rows. The
-bytes on disk hold one slice per rank of the writing world; the logical
-tensors (what every reader returns) are identical whatever the world size.
+checkpoint's files (index and data) are the same bytes whatever the world
+size that wrote them; the Saver's .meta file is not (it is the writing
+rank's graph, whose table variables are that rank's shards).
 
 The companion Saver is built when the user's Saver is built, because
 MonitoredTrainingSession finalizes the graph right after.
@@ -57,7 +62,8 @@ imported, never undone): ``Saver._build`` (adds the companion),
 protocol). Savers and checkpoints are usually built and called outside any
 hb.scope (MonitoredTrainingSession, a training loop), so a scope-bound
 patch would miss them; every patch falls through to TF's code unchanged
-when no sharded table is among the variables saved, or at world size 1.
+when no sharded table is among the variables saved. At world size 1 TF's
+own save writes the checkpoint and the canonical rewrite follows.
 """
 import numbers
 import os
@@ -181,6 +187,17 @@ def merge_parts(path: str, parts: List[str]) -> None:
     tf.io.gfile.rename(staging + ".index", path + ".index", overwrite=True)
 
 
+def write_canonical(path: str) -> None:
+    """Rewrites the checkpoint ``path`` (written by this process alone)
+    into the form whose bytes do not depend on the world size
+    (canonical.py): called by rank 0 after the merge, and at world size 1
+    after TensorFlow's own save."""
+    from hbcore_tf.embedding.canonical import canonicalize
+    from hbcore_tf.options import options
+
+    canonicalize(path, int(options.emb_checkpoint_block_bytes))
+
+
 def _remove_bundle(prefix: str) -> None:
     for name in tf.io.gfile.glob(prefix + ".*"):
         try:
@@ -288,6 +305,7 @@ def collective_write(path: str, tables: List[str],
             value = write_main()
             merge_parts(path, [part_prefix(path, r, size)
                                for r in range(1, size)])
+            write_canonical(path)
             result = ("ok", value)
         except Exception as exc:  # noqa: BLE001 - reported on every rank
             result = ("error", "rank 0: %s: %s" % (type(exc).__name__, exc))
@@ -344,6 +362,10 @@ def _patched_save(self, sess, save_path, global_step=None, *args, **kwargs):
         if context.world_size > 1:
             return collective_save(self, _tf_save, sess, save_path,
                                    global_step, *args, **kwargs)
+        path = _tf_save(self, sess, save_path, global_step, *args, **kwargs)
+        if path is not None:
+            write_canonical(path)
+        return path
     return _tf_save(self, sess, save_path, global_step, *args, **kwargs)
 
 
@@ -356,8 +378,7 @@ def _patched_object_save(self, file_prefix, checkpoint_number=None,
     # sharded tables among the objects make the write collective.
     from hbcore_tf.context import context
 
-    if (not tf.executing_eagerly() or not isinstance(file_prefix, str)
-            or context.world_size == 1):
+    if not tf.executing_eagerly() or not isinstance(file_prefix, str):
         return _tf_object_save(self, file_prefix, checkpoint_number,
                                session, options)
     serialized = self._gather_serialized_tensors(None)[0]
@@ -372,6 +393,11 @@ def _patched_object_save(self, file_prefix, checkpoint_number=None,
                                session, options)
     from tensorflow.python.checkpoint import functional_saver
 
+    if context.world_size == 1:
+        path = _tf_object_save(self, file_prefix, checkpoint_number,
+                               session, options)
+        write_canonical(_as_str(path))
+        return path
     path = file_prefix
     if checkpoint_number:
         path = "%s-%d" % (file_prefix, int(checkpoint_number))
@@ -380,6 +406,14 @@ def _patched_object_save(self, file_prefix, checkpoint_number=None,
         lambda part: functional_saver.MultiDeviceSaver(sharded).save(part),
         lambda: _tf_object_save(self, file_prefix, checkpoint_number,
                                 session, options))
+
+
+def _as_str(path: Any) -> str:
+    """A checkpoint path as TrackableSaver.save returns it (a string, or
+    an eager string tensor), as a str."""
+    if isinstance(path, tf.Tensor):
+        path = path.numpy()
+    return path.decode() if isinstance(path, bytes) else str(path)
 
 
 def install() -> None:

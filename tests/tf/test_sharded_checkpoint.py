@@ -11,7 +11,10 @@ desynchronised collective is an error, not a hang:
    processes; the N=1 plain-variable restore runs in a plain TensorFlow
    subprocess (no hbcore, no launcher) from each launch;
 3. N=2 where only rank 0 calls ``saver.save`` (Horovod style): every rank
-   ends with an error and the stall report names the table's save.
+   ends with an error and the stall report names the table's save;
+4. N=1, 2 and 3 save the same logical state (Saver with the table stored
+   whole and in row blocks, tf.train.Checkpoint): the files are the same
+   bytes at every world size.
 """
 import os
 import tempfile
@@ -72,3 +75,20 @@ def test_rank0_only_save_is_an_error_not_a_hang():
     stall = [line for line in run.rank_lines(0)
              if "Stall: tensor 'hbcore.sharded_save[emb]" in line]
     assert stall, "no stall report names the table's save\n" + run.describe()
+
+
+def test_checkpoint_bytes_do_not_depend_on_the_world_size():
+    env = {"HB_CKPT_CASES": "bytes"}
+    env.update(STALL_FAST_ENV)
+    digests = {}
+    for np_ in (1, 2, 3):
+        run = launch(SCRIPT, np_, timeout=240, env=env)
+        run.assert_cases(["same_bytes_any_world_size"])
+        digests[np_] = run.results[0]["digests"]
+    assert sorted(digests[1]) == [
+        "blocks/.data-00000-of-00001", "blocks/.index",
+        "tf2/.data-00000-of-00001", "tf2/.index",
+        "whole/.data-00000-of-00001", "whole/.index"], digests[1]
+    assert digests[2] == digests[1], (digests[1], digests[2])
+    assert digests[3] == digests[1], (digests[1], digests[3])
+    assert digests[1]["blocks/.index"] != digests[1]["whole/.index"]

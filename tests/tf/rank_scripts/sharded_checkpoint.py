@@ -16,9 +16,11 @@ Environment:
         HB_CKPT_IN_SIZE ranks; without it, the restore cases use the
         checkpoint this launch saved. HB_CKPT_IN_TF2: the same for the
         tf.train.Checkpoint case.
-    HB_CKPT_CASES: "rank0_only" runs RANK0_ONLY_CASES instead of CASES.
+    HB_CKPT_CASES: "rank0_only" runs RANK0_ONLY_CASES instead of CASES;
+        "bytes" runs BYTES_CASES (and reports the files' digests).
 """
 import glob
+import hashlib
 import json
 import os
 import shutil
@@ -39,6 +41,11 @@ CASES = ["save_collective", "restore_any_world_size",
          "restore_into_one_plain_process", "plain_checkpoint_to_sharded",
          "resume_with_monitored_session", "export", "tf2_checkpoint"]
 RANK0_ONLY_CASES = ["rank0_only_save_fails"]
+BYTES_CASES = ["same_bytes_any_world_size"]
+# The bytes case's table: 13 rows (uneven blocks at 2 and 3 ranks), and a
+# block size of 3 rows, so that block boundaries fall inside the ranks'
+# shards, not on them.
+BYTES_ROWS, BYTES_BLOCK_ROWS = 13, 3
 B, D, BATCH, STEPS, LR = 11, 3, 4, 3, 0.1
 V1 = tf.compat.v1
 TABLE0 = (np.arange(B * D, dtype=np.float32).reshape(B, D) - 15.0) / 20.0
@@ -369,6 +376,93 @@ def main():
                     shutil.copy(f, out)
         hbcore.barrier()
 
+    def same_bytes_any_world_size():
+        # The same logical state saved at any world size gives the same
+        # checkpoint files, byte for byte: tf.compat.v1 Saver (table,
+        # Adagrad slot, a dense variable) stored whole and in row blocks,
+        # and tf.train.Checkpoint. The digests are reported and compared
+        # across launches at 1, 2 and 3 ranks by the pytest side; here
+        # every rank checks that each checkpoint restores its rows.
+        from hbcore_tf.embedding import bundle
+        from hbcore_tf.options import options
+
+        table = (np.arange(BYTES_ROWS * D, dtype=np.float32)
+                 .reshape(BYTES_ROWS, D) / 7.0 - 2.0)
+        block_bytes = BYTES_BLOCK_ROWS * D * 4
+        digests = {}
+
+        def record(name, path):
+            data = sorted(glob.glob(path + ".data-*"))
+            check([os.path.basename(f) for f in data] ==
+                  [os.path.basename(path) + ".data-00000-of-00001"],
+                  "%s: data files %s" % (name, data))
+            for f in [path + ".index"] + data:
+                with open(f, "rb") as handle:
+                    digests["%s/%s" % (name, f[len(path):])] = (
+                        hashlib.sha256(handle.read()).hexdigest())
+
+        with tf.Graph().as_default():
+            with hb.scope():
+                with hb.embedding_scope():
+                    emb = V1.get_variable(
+                        "bytes_emb", shape=[BYTES_ROWS, D],
+                        initializer=V1.constant_initializer(table))
+                w = V1.get_variable("bytes_w", initializer=tf.constant(W0))
+                ids = V1.placeholder(tf.int64, [None])
+                V1.train.AdagradOptimizer(LR).minimize(tf.reduce_sum(
+                    tf.matmul(tf.nn.embedding_lookup(emb, ids), w)))
+            info = shard_info(emb)
+            check(info is not None, "bytes_emb is not sharded")
+            slot = [v for v in V1.global_variables()
+                    if v.op.name == "bytes_emb/Adagrad"]
+            saver = V1.train.Saver()
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                whole = saver.save(sess, os.path.join(shared, "whole", "ck"),
+                                   write_meta_graph=False, write_state=False)
+                with options.scope(emb_checkpoint_block_bytes=block_bytes):
+                    blocks = saver.save(
+                        sess, os.path.join(shared, "blocks", "ck"),
+                        write_meta_graph=False, write_state=False)
+                for path in (whole, blocks):
+                    sess.run([v.initializer for v in V1.global_variables()
+                              if v.op.name != "bytes_w"])
+                    sess.run(emb.assign(tf.zeros_like(emb)))
+                    saver.restore(sess, path)
+                    close(sess.run(emb), local_rows(table, info),
+                          "rows restored from %s" % path, rtol=0, atol=0)
+                    close(sess.run(slot[0]), np.full(
+                        (info.rows, D), 0.1, np.float32),
+                        "slot rows restored from %s" % path, rtol=0, atol=0)
+        for path in (whole, blocks):
+            close(tf.train.load_variable(path, "bytes_emb"), table,
+                  "%s: whole table" % path, rtol=0, atol=0)
+        entry = bundle.Entry.FromString(
+            bundle.read_index(blocks)[b"bytes_emb"])
+        starts = [bundle.proto_extents(s_)[0] for s_ in entry.slices]
+        check(starts == [(r, min(BYTES_BLOCK_ROWS, BYTES_ROWS - r)) for r in
+                         range(0, BYTES_ROWS, BYTES_BLOCK_ROWS)],
+              "blocks of bytes_emb: %s" % starts)
+        entry = bundle.Entry.FromString(bundle.read_index(whole)[b"bytes_emb"])
+        check(not entry.slices, "bytes_emb stored as slices %s" % (
+            entry.slices,))
+        record("whole", whole)
+        record("blocks", blocks)
+
+        with hb.scope():
+            with hb.embedding_scope():
+                eager_emb = V1.get_variable(
+                    "bytes_tf2_emb", shape=[BYTES_ROWS, D],
+                    initializer=V1.zeros_initializer())
+        eager_emb.assign(local_rows(table, shard_info(eager_emb)))
+        ckpt = tf.train.Checkpoint(emb=eager_emb, w=tf.Variable(W0))
+        path = ckpt.save(os.path.join(shared, "tf2", "ck"))
+        close(tf.train.load_variable(path, "emb/.ATTRIBUTES/VARIABLE_VALUE"),
+              table, "tf.train.Checkpoint table", rtol=0, atol=0)
+        record("tf2", path)
+        state["digests"] = digests
+        hbcore.barrier()
+
     def rank0_only_save_fails():
         # Horovod style: only rank 0 saves. The other ranks wait in a
         # barrier; the stall check reports the table's save and the stall
@@ -390,6 +484,12 @@ def main():
         report_errors.append(errors[0])
 
     report_errors = []
+    if os.environ.get("HB_CKPT_CASES") == "bytes":
+        run_table(checker, {"same_bytes_any_world_size":
+                            same_bytes_any_world_size}, BYTES_CASES)
+        report({"rank": rank, "size": size, "ok": checker.all_ok,
+                "digests": state.get("digests")})
+        return
     if os.environ.get("HB_CKPT_CASES") == "rank0_only":
         run_table(checker, {"rank0_only_save_fails": rank0_only_save_fails},
                   RANK0_ONLY_CASES)
