@@ -211,9 +211,12 @@ def has_sharded_weights(model: Any) -> bool:
 
 
 # The Keras file formats that save a layer through its own
-# save_own_variables (Keras 3's saving_lib, also tf_keras'); the others
-# read weights directly and would store one rank's rows.
+# save_own_variables (Keras 3's saving_lib, also tf_keras'), and tf_keras's
+# legacy HDF5 files, whose writer hbcore_tf.keras.legacy_h5 makes store
+# whole tables; the others (a tf_keras SavedModel) read weights directly
+# and would store one rank's rows.
 _COLLECTIVE_FORMATS = (".weights.h5", ".keras")
+_TF_KERAS_LEGACY_H5 = (".h5", ".hdf5")
 # tf_keras's HDF5 suffixes (saving_utils.is_hdf5_filepath): save_weights to
 # any other path, save_format None or "tf", writes a TensorFlow checkpoint.
 _TF_KERAS_H5_SUFFIXES = (".h5", ".keras", ".hdf5")
@@ -228,7 +231,8 @@ def writes_tf_checkpoint(filepath: Any, save_format: Any) -> bool:
 
 
 @contextlib.contextmanager
-def rank_zero_writes(model: Any, filepath: Any, what: str) -> Iterator[Any]:
+def rank_zero_writes(model: Any, filepath: Any, what: str,
+                     tf_keras: bool = False) -> Iterator[Any]:
     """The path a rank saves ``model`` to: ``filepath`` on rank 0 and for
     models without sharded tables; for a model with sharded tables on
     other ranks, a file of the same name in a temporary directory removed
@@ -236,22 +240,30 @@ def rank_zero_writes(model: Any, filepath: Any, what: str) -> Iterator[Any]:
     collective). All ranks leave together (a barrier after rank 0 closed
     the file), so any rank may read the file next.
 
+    Args:
+        model: the model saved.
+        filepath: where the caller saves it.
+        what: the method's name, for messages.
+        tf_keras: the model is tf_keras's (legacy .h5 files are then
+            collective too).
+
     Raises:
         NotImplementedError: a model with sharded tables saved in a format
-            that bypasses the layers' save_own_variables (legacy .h5 or
-            SavedModel formats).
+            that would store one rank's rows (a tf_keras SavedModel; with
+            Keras 3 any other suffix).
     """
     if not has_sharded_weights(model):
         yield filepath
         return
     name = os.path.basename(os.fspath(filepath))
-    if not name.endswith(_COLLECTIVE_FORMATS):
+    formats = _COLLECTIVE_FORMATS + (_TF_KERAS_LEGACY_H5 if tf_keras else ())
+    if not name.endswith(formats):
         raise NotImplementedError(
             "%s(%r): a model with sharded embedding tables saves to "
             ".weights.h5 (save_weights) or .keras (save) files, or with "
-            "tf_keras to a TensorFlow checkpoint (save_weights to a path "
-            "without .h5); the other formats would store one rank's rows "
-            "of each table. Export a serving model with "
+            "tf_keras to .h5 files or a TensorFlow checkpoint (save_weights "
+            "to a path without .h5); the other formats would store one "
+            "rank's rows of each table. Export a serving model with "
             "hb.keras.layers.export_plain_model." % (what, name))
     import hbcore
 
@@ -290,11 +302,15 @@ def make_saving_collective(model_base: type, tf_keras: bool) -> None:
     if model_base in _collective_saving:
         return
     _collective_saving.add(model_base)
+    if tf_keras:
+        from hbcore_tf.keras import legacy_h5
+
+        legacy_h5.install()
     plain_save, plain_save_weights = model_base.save, model_base.save_weights
 
     @functools.wraps(plain_save)
     def save(self, filepath, *args, **kwargs):
-        with rank_zero_writes(self, filepath, "save") as path:
+        with rank_zero_writes(self, filepath, "save", tf_keras) as path:
             return plain_save(self, path, *args, **kwargs)
 
     @functools.wraps(plain_save_weights)
@@ -303,7 +319,8 @@ def make_saving_collective(model_base: type, tf_keras: bool) -> None:
                                  args[1] if len(args) > 1 else None)
         if tf_keras and writes_tf_checkpoint(filepath, save_format):
             return plain_save_weights(self, filepath, *args, **kwargs)
-        with rank_zero_writes(self, filepath, "save_weights") as path:
+        with rank_zero_writes(self, filepath, "save_weights",
+                              tf_keras) as path:
             return plain_save_weights(self, path, *args, **kwargs)
 
     model_base.save = save

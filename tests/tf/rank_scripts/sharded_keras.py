@@ -35,7 +35,7 @@ CASES = ["fit_sgd", "fit_adagrad", "fit_adam", "fit_adagrad_no_unique",
          "ragged_gradients", "save_sharded_load_plain",
          "save_plain_load_sharded", "save_keras_file_load_model",
          "save_outside_scope", "save_tf_checkpoint_format",
-         "load_plain_tf_checkpoint",
+         "load_plain_tf_checkpoint", "legacy_h5_files",
          "get_config_round_trip", "bad_combiner", "export_plain_model",
          "out_of_range_id"]
 V = 11        # table rows (uneven split at 2 and 3 ranks)
@@ -400,9 +400,6 @@ def main():
         emb = loaded.get_layer("emb")
         check(emb.shard_info is not None, "loaded table not sharded")
         close(emb.full_table(), saved, "loaded whole table")
-        expect_raises(lambda: model.save_weights(
-            os.path.join(folder, "legacy.h5")), NotImplementedError,
-            ".weights.h5")
         on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
 
     def save_outside_scope():
@@ -540,6 +537,96 @@ def main():
         hbcore.barrier()  # every rank has read before rank 0 removes
         on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
 
+    def legacy_h5_files():
+        """tf_keras's legacy HDF5 files (save_weights / save to .h5):
+        collective, rank 0 writes the whole table (and with save, the whole
+        accumulator slot) as a plain Embedding model's file holds it; the
+        file loads into a plain one-process model, a plain model's file
+        into the sharded one, and load_model restores every rank's rows of
+        the table and of its slot. Keras 3 has no such format: a model with
+        sharded tables refuses it (NotImplementedError)."""
+        from hbcore_tf._data_parallel import _optimizer_variables
+
+        folder = shared_dir("hb_sk_legacy_h5_")
+        weights_path = os.path.join(folder, "w.h5")
+        trained = table0(seed=76)
+        with hb.scope():
+            model = model_of(sharded(table=trained), rank)
+        if not _compat.use_legacy_keras():
+            expect_raises(lambda: model.save_weights(weights_path),
+                          NotImplementedError, ".weights.h5")
+            expect_raises(lambda: model.save(os.path.join(folder, "m.h5")),
+                          NotImplementedError, ".keras")
+            on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
+            return
+        import h5py
+
+        model.save_weights(weights_path)  # every rank; rank 0 writes
+        check(os.listdir(folder) == ["w.h5"], "files %s" % os.listdir(folder))
+        hbcore.barrier()
+        on_rank0(lambda: load_into_plain_model(
+            weights_path, os.path.join(folder, "unused"), trained))
+
+        plain_path = os.path.join(folder, "plain.h5")
+        saved = table0(seed=77)
+        on_rank0(lambda: model_of(plain_embedding(table=saved),
+                                  0).save_weights(plain_path))
+        model.load_weights(plain_path)
+        begin = row_offset(rank, size)
+        close(np.asarray(model.get_layer("emb").embeddings),
+              saved[begin:begin + local_rows(rank, size)],
+              "this rank's rows of a plain model's .h5 file")
+
+        # save / load_model: a model whose config tf_keras can read back
+        # from an .h5 file (no numpy values in initializers).
+        local = (local_rows(rank, size), D)
+        with hb.scope():
+            ids = keras.Input((F,), dtype="int64")
+            layer = hb.keras.layers.ShardedEmbedding(
+                V, D, embeddings_initializer="zeros", name="emb")
+            model = keras.Model(ids, keras.layers.Dense(1, name="out")(
+                keras.layers.Flatten()(layer(ids))))
+        layer.embeddings.assign(trained[begin:begin + local[0]])
+        model.compile(optimizer=OPTIMIZERS["adagrad"](), loss="mse")
+        x, y = my_data(rank)
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+        table = layer.full_table()
+        slots = [v for v in _optimizer_variables(model.optimizer)
+                 if tuple(v.shape) == local and v is not layer.embeddings]
+        check(len(slots) == 1, "accumulator slots %s" % slots)
+        accumulator = np.concatenate(hbcore.allgather_object(
+            np.asarray(slots[0])))
+        model_path = os.path.join(folder, "m.h5")
+        model.save(model_path)  # every rank; rank 0 writes
+
+        def check_file():
+            with h5py.File(model_path, "r") as f:
+                stored = []
+                f.visititems(lambda name, item: stored.append(
+                    np.asarray(item)) if isinstance(item, h5py.Dataset)
+                    and item.shape == (V, D) else None)
+            check(len(stored) == 2, "[V, D] datasets in the file: %d"
+                  % len(stored))
+            for want, what in ((table, "table"), (accumulator, "slot")):
+                check(any(np.allclose(w, want, rtol=1e-6) for w in stored),
+                      "the whole %s is not in the .h5 file" % what)
+        on_rank0(check_file)
+
+        with hb.scope():
+            loaded = keras.models.load_model(model_path)
+        emb = loaded.get_layer("emb")
+        check(emb.shard_info is not None, "loaded table not sharded")
+        close(emb.full_table(), table, "loaded whole table")
+        loaded_slots = [v for v in _optimizer_variables(loaded.optimizer)
+                        if tuple(v.shape) == local and v is not
+                        emb.embeddings]
+        check(len(loaded_slots) == 1, "loaded slots %s" % loaded_slots)
+        close(np.asarray(loaded_slots[0]),
+              accumulator[begin:begin + local[0]],
+              "this rank's rows of the loaded accumulator")
+        hbcore.barrier()  # every rank has read before rank 0 removes
+        on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
+
     def get_config_round_trip():
         cls = hb.keras.layers.ShardedEmbedding
         layer = cls(V, D, embeddings_initializer=keras.initializers
@@ -640,6 +727,7 @@ def main():
         "save_outside_scope": save_outside_scope,
         "save_tf_checkpoint_format": save_tf_checkpoint_format,
         "load_plain_tf_checkpoint": load_plain_tf_checkpoint,
+        "legacy_h5_files": legacy_h5_files,
         "get_config_round_trip": get_config_round_trip,
         "bad_combiner": bad_combiner,
         "export_plain_model": export_plain_model,
