@@ -198,7 +198,7 @@ def test_settings_that_must_agree_across_hosts():
 
 PIPELINE_CASES = ["pipeline/" + c for c in ("fused-group", "multi-piece",
                                               "mixed", "half", "lone-burst",
-                                              "joined")]
+                                              "joined", "lone-dtypes")]
 
 
 @pytest.mark.parametrize("layout,env", [

@@ -17,6 +17,10 @@ rank-seeded data):
                   in reverse order on odd ranks.
   joined          rank 0 joins at once while the others reduce 2 MiB
                   tensors: the result sums the other ranks only.
+  lone-dtypes     lone tensors of 256 Ki elements (over the size at which
+                  a lone tensor reduces in node shared memory on one host,
+                  fusion.h) of every kind of dtype with every reduce op,
+                  in place and out of place.
 """
 import os
 import sys
@@ -108,6 +112,28 @@ def main() -> None:
         if last == 0 and size > 1:
             raise CaseFailure("rank 0 joined first but join() says it was last")
     checker.run("pipeline/joined", joined)
+
+    def lone_dtypes():
+        n = 256 * 1024
+        for k, (dtype, ops) in enumerate([
+                ("float32", ["Average", "Sum", "Min", "Max", "Product"]),
+                ("float16", ["Sum", "Max"]), ("float64", ["Min"]),
+                ("int8", ["Sum", "Min", "Product"]), ("int32", ["Average"]),
+                ("uint8", ["Max"]), ("bool", ["Sum", "Min"])]):
+            for j, op in enumerate(ops):
+                kind = "positive" if op == "Product" else "any"
+                inputs = all_rank_data(300 + 10 * k + j, size, (n,), dtype,
+                                       kind)
+                expected = reduce_expected(inputs, dtype, op)
+                what = "lone %s %s" % (dtype, op)
+                got = hb.allreduce(inputs[rank], op=getattr(hb, op),
+                                   name="lone.%s.%s" % (dtype, op))
+                assert_close(got, expected, dtype, what)
+                x = inputs[rank].copy()
+                hb.allreduce_(x, op=getattr(hb, op),
+                              name="lone_.%s.%s" % (dtype, op))
+                assert_close(x, expected, dtype, what + " in place")
+    checker.run("pipeline/lone-dtypes", lone_dtypes)
 
     hb.barrier()
     report({"ok": checker.all_ok}, rank)

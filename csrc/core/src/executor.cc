@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fusion.h"
 #include "logging.h"
 
 namespace hbcore {
@@ -92,8 +93,8 @@ void Executor::Record(const std::vector<const Response*>& responses,
 bool Executor::Pipelined(const Batch& batch) const {
   // Fused allreduces go through the pipeline's fusion buffers unless the
   // backend reduces them where they are (node shared memory). Lone tensors
-  // keep the blocking allreduce, in place or straight into the output:
-  // started together they were slower on one host (MPICH's shared-memory
+  // never do (see fusion.h for how they run): started together as
+  // Iallreduces they were slower on one host (MPICH's shared-memory
   // Iallreduce) and no faster across emulated hosts (benchmarks/allreduce.py,
   // gradient step).
   const Response& head = *batch.responses.front();
@@ -227,10 +228,12 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
                            Backend* backend) {
   const Response& head = *responses.front();
   const ReduceOp op = BackendOp(head.reduce_op, backend);
-  if (responses.size() == 1) {
+  if (responses.size() == 1 &&
+      !(backend->AllreducesLayouts() && ResponseBytes(head) >= kLoneLayoutBytes)) {
     return AllreduceAlone(head, entries[0], op, backend, responses);
   }
-  // Fused batches of other backends went through the pipeline (Run).
+  // Fused batches of other backends went through the pipeline (Run); a
+  // lone tensor reduced where it is is a batch of one (see fusion.h).
   HB_CHECK(backend->AllreducesLayouts(),
            "fused allreduce outside the pipeline on backend " << backend->name());
   const std::unique_ptr<FusedLayout> layout = Layout(responses, entries);

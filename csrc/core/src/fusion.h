@@ -11,11 +11,18 @@
 //
 // Tensors of kDirectTensorBytes or more also run alone. Through the fusion
 // buffer, packing copies each byte in and out, which for a large tensor
-// costs about as much as the collective itself; and even where a batch is
-// reduced in place (node shared memory), MPI's own in-place allreduce of a
-// large tensor moves fewer bytes (measured 10-20% faster at 4 MiB), while
-// the per-collective latency that fusion saves is negligible next to its
-// transfer time.
+// costs about as much as the collective itself, while the per-collective
+// latency that fusion saves is negligible next to its transfer time.
+//
+// How a lone allreduce runs (Executor::Allreduce): where the backend
+// reduces batches where they are (node shared memory, also within each
+// host of a hierarchical job), a lone tensor of kLoneLayoutBytes or more
+// goes that way too, as a batch of one; else, and for smaller tensors,
+// straight through MPI's allreduce. Measured at 2 ranks on one host
+// (benchmarks/allreduce.py, alternating builds, 2026-11-26): in place, the
+// shared-memory path took 34 against 54 us at 256 KiB, 250 against 500 us
+// at 4 MiB, 5.5 against 23 ms at 64 MiB; at 64 KiB and below MPI was
+// faster (31 against 37 us: the shared path's two barriers).
 #ifndef HBCORE_FUSION_H_
 #define HBCORE_FUSION_H_
 
@@ -29,6 +36,7 @@ namespace hbcore {
 using FusionBatch = std::vector<size_t>;  // indices into the response list
 
 constexpr int64_t kDirectTensorBytes = int64_t{1} << 20;
+constexpr int64_t kLoneLayoutBytes = int64_t{128} << 10;
 
 std::vector<FusionBatch> PlanFusion(const std::vector<Response>& responses,
                                     int64_t threshold_bytes);
