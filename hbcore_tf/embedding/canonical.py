@@ -54,7 +54,9 @@ def _row_pieces(name: bytes, entry: bundle.Entry,
     """The stored pieces of a numeric tensor of rank >= 1 that tile its
     rows in order, or None when it is stored any other way."""
     shape = _shape(entry)
-    if not shape or entry.dtype == tf.string.as_datatype_enum:
+    dtype = tf.dtypes.as_dtype(entry.dtype)
+    if not shape or dtype in (tf.string, tf.variant, tf.resource) \
+            or dtype.size == 0:
         return None
     if not entry.slices:
         return [_Piece(0, shape[0], entry.shard_id, entry.offset)]

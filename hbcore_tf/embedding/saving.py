@@ -74,7 +74,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import tensorflow as tf
 
-from hbcore_tf.embedding.table import shard_info
+from hbcore_tf.embedding.table import any_sharded_tables, shard_info
 
 _COMPANION = "_hb_sharded_companion"
 _PART = "_hbpart-%05d-of-%05d"
@@ -378,7 +378,8 @@ def _patched_object_save(self, file_prefix, checkpoint_number=None,
     # sharded tables among the objects make the write collective.
     from hbcore_tf.context import context
 
-    if not tf.executing_eagerly() or not isinstance(file_prefix, str):
+    if (not tf.executing_eagerly() or not isinstance(file_prefix, str)
+            or not any_sharded_tables()):
         return _tf_object_save(self, file_prefix, checkpoint_number,
                                session, options)
     serialized = self._gather_serialized_tensors(None)[0]

@@ -37,6 +37,14 @@ _SHARD_ATTR = "_hb_shard_info"
 # Checkpoint names of the sharded tables made in this process (their slots'
 # slice infos are named "<table>/<slot>", see is_rank_local).
 _table_names: set = set()
+# Whether any variable was tagged as a shard in this process (tables of
+# every kind, and Keras slots): savers skip their checks while it is not.
+_tagged = [False]
+
+
+def any_sharded_tables() -> bool:
+    """Whether this process has made a sharded table (v1 or Keras)."""
+    return _tagged[0]
 
 
 class ShardInfo(NamedTuple):
@@ -104,6 +112,7 @@ def is_rank_local(variable: Any) -> bool:
 def tag(variable: Any, info: ShardInfo) -> None:
     """Marks ``variable`` (and the tf.Variable inside a Keras 3 variable)
     as the local shard described by ``info``."""
+    _tagged[0] = True
     object.__setattr__(variable, _SHARD_ATTR, info)
     inner = getattr(variable, "value", None)
     if isinstance(inner, tf.Variable) and inner is not variable:
