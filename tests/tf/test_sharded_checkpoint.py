@@ -13,8 +13,8 @@ desynchronised collective is an error, not a hang:
 3. N=2 where only rank 0 calls ``saver.save`` (Horovod style): every rank
    ends with an error and the stall report names the table's save;
 4. N=1, 2 and 3 save the same logical state (Saver with the table stored
-   whole and in row blocks, tf.train.Checkpoint): the files are the same
-   bytes at every world size.
+   whole and in row blocks, tf.train.Checkpoint, a Keras .weights.h5
+   file): the files are the same bytes at every world size.
 """
 import os
 import tempfile
@@ -87,6 +87,7 @@ def test_checkpoint_bytes_do_not_depend_on_the_world_size():
         digests[np_] = run.results[0]["digests"]
     assert sorted(digests[1]) == [
         "blocks/.data-00000-of-00001", "blocks/.index",
+        "keras/m.weights.h5",
         "tf2/.data-00000-of-00001", "tf2/.index",
         "whole/.data-00000-of-00001", "whole/.index"], digests[1]
     assert digests[2] == digests[1], (digests[1], digests[2])

@@ -380,7 +380,7 @@ def main():
         # The same logical state saved at any world size gives the same
         # checkpoint files, byte for byte: tf.compat.v1 Saver (table,
         # Adagrad slot, a dense variable) stored whole and in row blocks,
-        # and tf.train.Checkpoint. The digests are reported and compared
+        # tf.train.Checkpoint, and a Keras .weights.h5 file. The digests are reported and compared
         # across launches at 1, 2 and 3 ranks by the pytest side; here
         # every rank checks that each checkpoint restores its rows.
         from hbcore_tf.embedding import bundle
@@ -460,6 +460,25 @@ def main():
         close(tf.train.load_variable(path, "emb/.ATTRIBUTES/VARIABLE_VALUE"),
               table, "tf.train.Checkpoint table", rtol=0, atol=0)
         record("tf2", path)
+
+        # A Keras weights file (rank 0 writes the whole table).
+        from hbcore_tf import _compat
+
+        keras = _compat.keras_module()
+        with hb.scope():
+            model = keras.Sequential([
+                keras.Input((2,), dtype="int64"),
+                hb.keras.layers.ShardedEmbedding(
+                    BYTES_ROWS, D, name="bytes_keras_emb",
+                    embeddings_initializer=keras.initializers.Constant(table)),
+                keras.layers.Flatten(),
+                keras.layers.Dense(1, kernel_initializer="ones")])
+        keras_path = os.path.join(shared, "keras", "m.weights.h5")
+        os.makedirs(os.path.dirname(keras_path), exist_ok=True)
+        model.save_weights(keras_path)
+        with open(keras_path, "rb") as handle:
+            digests["keras/m.weights.h5"] = hashlib.sha256(
+                handle.read()).hexdigest()
         state["digests"] = digests
         hbcore.barrier()
 
