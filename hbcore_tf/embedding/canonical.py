@@ -235,10 +235,3 @@ def _moved(entry: bundle.Entry, writer: _Writer) -> bytes:
     moved.offset = writer.offset
     writer.copy(entry.shard_id, entry.offset, entry.size, 0)
     return moved.SerializeToString()
-
-
-def checkpoint_files(prefix: str) -> List[str]:
-    """The files of bundle ``prefix`` (index and data), sorted."""
-    return sorted(tf.io.gfile.glob(prefix + ".index") +
-                  tf.io.gfile.glob(prefix + ".data-*"))
-
