@@ -1,4 +1,6 @@
-"""TensorFlow's V2 checkpoint bundle format, read and written without TF.
+"""TensorFlow's V2 checkpoint bundle format, read and written without TF's
+bundle reader and writer (files through tf.io.gfile, so any filesystem TF
+reaches).
 
 A bundle ``PREFIX`` is ``PREFIX.index`` plus data files
 ``PREFIX.data-<shard>-of-<num_shards>``. The index is a LevelDB-style
@@ -25,6 +27,7 @@ as TensorFlow writes them (tsl/lib/io/format.cc, tensor_bundle.cc).
 import struct
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+import tensorflow as tf
 from tensorflow.core.framework import tensor_slice_pb2
 from tensorflow.core.protobuf import tensor_bundle_pb2
 
@@ -196,8 +199,6 @@ def read_index(prefix: str) -> Dict[bytes, bytes]:
         ValueError: the file is not a bundle index this module can read.
         OSError: it cannot be read.
     """
-    import tensorflow as tf
-
     path = prefix + ".index"
     with tf.io.gfile.GFile(path, "rb") as f:
         data = f.read()
@@ -267,8 +268,6 @@ def write_index(path: str, entries: Sequence[Tuple[bytes, bytes]]) -> None:
     Raises:
         ValueError: the keys are not strictly increasing.
     """
-    import tensorflow as tf
-
     out = bytearray()
     index = _BlockBuilder()
 
