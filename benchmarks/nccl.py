@@ -86,7 +86,10 @@ class RawNccl:
         if self.rank == 0:
             check("ncclGetUniqueId", lib.ncclGetUniqueId(ctypes.byref(uid)),
                   nccl=True)
-        uid.internal = comm.bcast(bytes(uid.internal), root=0)
+        # All 128 bytes travel: the id is binary, and ``uid.internal`` (a
+        # c_char array) would stop at its first zero byte.
+        raw_id = comm.bcast(bytes(uid), root=0)
+        ctypes.memmove(ctypes.addressof(uid), raw_id, ctypes.sizeof(uid))
         handle = ctypes.c_void_p()
         lib.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p),
                                          ctypes.c_int, NcclUniqueId,
