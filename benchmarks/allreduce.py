@@ -40,7 +40,12 @@ Rows:
                           output array per tensor) vs 200
                           comm.Allreduce(src, dst) into reused outputs.
   gradient step           the same 200 tensors plus 4 of 4 MiB (one after
-                          every 50 small ones), against the same references.
+                          every 50 small ones), against the same references,
+                          and against hbcore's own plan run by MPI alone
+                          (one comm.Allreduce(IN_PLACE) of a 3.2 MB buffer,
+                          one per 4 MiB tensor: fusion.h runs those alone),
+                          which is the step without fusion copies or
+                          negotiation.
   allgather per rank      jobs across hosts only: hb.allgather of 4 KiB,
                           256 KiB and 4 MiB per rank (hierarchical when the
                           layout line says so) vs comm.Allgatherv into a
@@ -276,10 +281,24 @@ def step_rows(comm: MPI.Intracomm, section: str, with_large: bool,
     def run_one_buffer_in_place() -> None:
         comm.Allreduce(MPI.IN_PLACE, flat_zeros)
 
-    times = measure(comm, [run_hb_in_place, run_hb_out_of_place,
-                           run_per_tensor_in_place, run_per_tensor,
-                           run_one_buffer, run_one_buffer_in_place],
-                    s.reps_small, warmup=s.warmup)
+    # hbcore's own plan done by MPI alone, no copies: one allreduce of a
+    # buffer as large as the fused small tensors, one per large tensor (they
+    # run alone: fusion.h). What the gradient step can get to without
+    # moving the large tensors through a fusion buffer.
+    small_zeros = np.zeros(sum(z.size for z in zeros if z.nbytes <= SMALL_BYTES),
+                           FLOAT32)
+    large_zeros = [z for z in zeros if z.nbytes > SMALL_BYTES]
+
+    def run_hbcore_plan_in_mpi() -> None:
+        comm.Allreduce(MPI.IN_PLACE, small_zeros)
+        for z in large_zeros:
+            comm.Allreduce(MPI.IN_PLACE, z)
+
+    fns = [run_hb_in_place, run_hb_out_of_place, run_per_tensor_in_place,
+           run_per_tensor, run_one_buffer, run_one_buffer_in_place]
+    if with_large:
+        fns.append(run_hbcore_plan_in_mpi)
+    times = measure(comm, fns, s.reps_small, warmup=s.warmup)
     check("mpi4py " + section, outs + [flat_out], expected_sum(size))
     label = "%d x %s" % (SMALL_COUNT, format_bytes(SMALL_BYTES))
     if with_large:
@@ -291,9 +310,10 @@ def step_rows(comm: MPI.Intracomm, section: str, with_large: bool,
 def judge_step(section: str, nbytes: int, size: int, with_large: bool,
                hb_in_s: float, hb_out_s: float, per_in_s: float,
                per_out_s: float, one_oop_s: float,
-               one_inp_s: float) -> List[Row]:
+               one_inp_s: float, plan_s: Optional[float] = None) -> List[Row]:
     """The rows of a step: in place vs per-tensor MPI and vs the one-buffer
-    floor (the rows with targets), then out of place vs per-tensor MPI."""
+    floor (the rows with targets), then out of place vs per-tensor MPI, and
+    (gradient step) in place vs hbcore's plan run by MPI alone."""
     one_s = min(one_oop_s, one_inp_s)  # in place is usually the faster
 
     def row(case: str, hb_s: float, mpi_s: float, **extra: object) -> Row:
@@ -315,7 +335,11 @@ def judge_step(section: str, nbytes: int, size: int, with_large: bool,
     else:
         judge(vs_per, vs_per.ratio >= TARGET_SMALL_SPEEDUP,
               "ratio >= %.1f" % TARGET_SMALL_SPEEDUP)
-    return [vs_per, vs_one, out_vs_per]
+    rows = [vs_per, vs_one, out_vs_per]
+    if plan_s is not None:
+        rows.append(row("in place vs its plan in MPI (1+%d)" % LARGE_COUNT,
+                        hb_in_s, plan_s))
+    return rows
 
 
 # --- allgather across hosts -----------------------------------------------

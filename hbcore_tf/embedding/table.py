@@ -29,6 +29,7 @@ gives them the same checkpoint slice, without the lookup class.
 """
 from typing import Any, Dict, NamedTuple, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from hbcore_tf.embedding.partition import RowPartition
@@ -39,12 +40,12 @@ _SHARD_ATTR = "_hb_shard_info"
 _table_names: set = set()
 # Whether any variable was tagged as a shard in this process (tables of
 # every kind, and Keras slots): savers skip their checks while it is not.
-_tagged = [False]
+_any_tagged = False
 
 
 def any_sharded_tables() -> bool:
     """Whether this process has made a sharded table (v1 or Keras)."""
-    return _tagged[0]
+    return _any_tagged
 
 
 class ShardInfo(NamedTuple):
@@ -86,6 +87,32 @@ def shard_info(variable: Any) -> Optional[ShardInfo]:
     return info
 
 
+def whole_value(variable: Any) -> np.ndarray:
+    """The whole value of ``variable`` in id order: for a sharded table or
+    slot the rows of every rank, allgathered (collective: every rank calls
+    it, in the same order, and each gets the whole table); else its value.
+
+    Args:
+        variable: a tf.Variable, or a Keras variable wrapping one.
+
+    Returns:
+        A numpy array.
+    """
+    from hbcore_tf._compat import unwrap_variable
+
+    info = shard_info(variable)
+    local = tf.convert_to_tensor(unwrap_variable(variable))
+    if info is None or info.rows == info.num_rows:
+        return local.numpy()
+    from hbcore_tf.mpi_ops import allgather
+
+    # One name per variable (a table and each of its slots), the same on
+    # every rank.
+    key = getattr(variable, "path", None) or variable.name
+    return allgather(local, name="hbcore.whole_value." +
+                     key.replace(":", "_")).numpy()
+
+
 def is_sharded(variable: Any) -> bool:
     """Whether ``variable`` is (a wrapper of) a sharded table's shard."""
     return shard_info(variable) is not None
@@ -112,7 +139,8 @@ def is_rank_local(variable: Any) -> bool:
 def tag(variable: Any, info: ShardInfo) -> None:
     """Marks ``variable`` (and the tf.Variable inside a Keras 3 variable)
     as the local shard described by ``info``."""
-    _tagged[0] = True
+    global _any_tagged
+    _any_tagged = True
     object.__setattr__(variable, _SHARD_ATTR, info)
     inner = getattr(variable, "value", None)
     if isinstance(inner, tf.Variable) and inner is not variable:

@@ -82,7 +82,7 @@ def _make_class(legacy: bool) -> type:
     from hbcore_tf.embedding.exchange import sharded_lookup
     from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
                                            shard_plan)
-    from hbcore_tf.embedding.table import make_keras_shard
+    from hbcore_tf.embedding.table import make_keras_shard, whole_value
 
     from hbcore_tf._data_parallel import make_saving_collective
 
@@ -300,14 +300,7 @@ def _make_class(legacy: bool) -> type:
             Returns:
                 A numpy array.
             """
-            if self.shard_info is None:
-                return np.asarray(tf.convert_to_tensor(self.embeddings))
-            from hbcore_tf.mpi_ops import allgather
-
-            local = tf.convert_to_tensor(
-                _compat.unwrap_variable(self.embeddings))
-            return allgather(local, name=self.shard_info.name.replace(
-                "/", "_") + "_full_table").numpy()
+            return whole_value(self.embeddings)
 
         def save_own_variables(self, store: Any) -> None:
             """Writes the whole table as ``store["0"]`` (collective when

@@ -26,24 +26,10 @@ create different numbers of layers, as for the other formats).
 from typing import Any, List, Sequence
 
 import numpy as np
-import tensorflow as tf
 
-from hbcore_tf.embedding.table import shard_info
+from hbcore_tf.embedding.table import shard_info, whole_value
 
 _installed = False
-
-
-def _whole_value(variable: Any) -> np.ndarray:
-    """The value a file stores for ``variable``: the whole table for a
-    sharded table or slot (collective), else its value."""
-    info = shard_info(variable)
-    value = tf.convert_to_tensor(variable)
-    if info is None or info.rows == info.num_rows:
-        return value.numpy()
-    from hbcore_tf.mpi_ops import allgather
-
-    name = "hbcore.legacy_h5." + variable.name.replace(":", "_")
-    return allgather(value, name=name).numpy()
 
 
 def _local_value(variable: Any, value: Any) -> Any:
@@ -91,7 +77,7 @@ def install() -> None:
         if not any(shard_info(w) is not None for w in weights):
             return plain_subset(f, weights)
         _write_values(f, [w.name.encode("utf8") for w in weights],
-                      [_whole_value(w) for w in weights],
+                      [whole_value(w) for w in weights],
                       hdf5_format.save_attributes_to_hdf5_group)
 
     def save_optimizer_weights_to_hdf5_group(hdf5_group, optimizer):
@@ -103,7 +89,7 @@ def install() -> None:
             return plain_optimizer(hdf5_group, optimizer)
         _write_values(hdf5_group.create_group("optimizer_weights"),
                       [str(w.name).encode("utf8") for w in weights],
-                      [_whole_value(w) for w in weights],
+                      [whole_value(w) for w in weights],
                       hdf5_format.save_attributes_to_hdf5_group)
 
     def preprocess_weights_for_loading(layer, weights, *args, **kwargs):
