@@ -217,9 +217,10 @@ def has_sharded_weights(model: Any) -> bool:
 # and would store one rank's rows.
 _COLLECTIVE_FORMATS = (".weights.h5", ".keras")
 _TF_KERAS_LEGACY_H5 = (".h5", ".hdf5")
-# tf_keras's HDF5 suffixes (saving_utils.is_hdf5_filepath): save_weights to
-# any other path, save_format None or "tf", writes a TensorFlow checkpoint.
-_TF_KERAS_H5_SUFFIXES = (".h5", ".keras", ".hdf5")
+# The suffixes tf_keras does not write as a TensorFlow checkpoint
+# (saving_utils.is_hdf5_filepath): save_weights to any other path,
+# save_format None or "tf", writes one.
+_TF_KERAS_H5_SUFFIXES = _TF_KERAS_LEGACY_H5 + (".keras",)
 
 
 def writes_tf_checkpoint(filepath: Any, save_format: Any) -> bool:

@@ -176,6 +176,12 @@ def _block_entries(block: bytes) -> Iterator[Tuple[bytes, bytes]]:
         pos += size
 
 
+def _block_checksum(contents: bytes, compression: int) -> int:
+    """The masked CRC-32C in a block's trailer: of the block's contents
+    and its compression type byte."""
+    return mask(crc32c(bytes([compression]), crc32c(contents)))
+
+
 def _read_block(data: bytes, handle: bytes, what: str) -> bytes:
     offset, pos = _get_varint(handle, 0)
     size, _ = _get_varint(handle, pos)
@@ -187,7 +193,7 @@ def _read_block(data: bytes, handle: bytes, what: str) -> bytes:
         raise ValueError("%s: compressed index blocks are not supported"
                          % what)
     stored = struct.unpack_from("<I", trailer, 1)[0]
-    if stored != mask(crc32c(trailer[:1], crc32c(block))):
+    if stored != _block_checksum(block, trailer[0]):
         raise ValueError("%s: index block checksum mismatch" % what)
     return block
 
@@ -276,8 +282,8 @@ def write_index(path: str, entries: Sequence[Tuple[bytes, bytes]]) -> None:
         handle = _handle(len(out), len(contents))
         out.extend(contents)
         out.append(_NO_COMPRESSION)
-        out.extend(struct.pack("<I", mask(crc32c(bytes([_NO_COMPRESSION]),
-                                                 crc32c(contents)))))
+        out.extend(struct.pack("<I", _block_checksum(contents,
+                                                     _NO_COMPRESSION)))
         return handle
 
     block = _BlockBuilder()

@@ -84,7 +84,7 @@ def install() -> None:
         if isinstance(optimizer, optimizer_module.Optimizer):
             weights = optimizer.variables
         else:
-            weights = getattr(optimizer, "weights")
+            weights = optimizer.weights
         if not any(shard_info(w) is not None for w in weights):
             return plain_optimizer(hdf5_group, optimizer)
         _write_values(hdf5_group.create_group("optimizer_weights"),
