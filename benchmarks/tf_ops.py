@@ -37,6 +37,11 @@ after a barrier; the rows of one job are interleaved):
   4 B eager allreduce       one ``hvd.allreduce`` of a 4-byte tensor,
                             eagerly, right after a barrier; numpy API and
                             mpi4py the same way.
+  204 x 4 B                 the step's 204 tensors with one element each,
+                            through the same tf.function without and with
+                            ``grouped_allreduce``, and (hbcore) through
+                            ``hbcore.grouped_allreduce_``: what each path
+                            costs per tensor when there is no data to move.
 
 Columns: ``x floor`` is the row's time over the floor; ``added`` is what
 the collective adds to the step, (row - no-collective row) / floor, which
@@ -135,6 +140,26 @@ def run_worker(args: argparse.Namespace) -> None:
     def per_tensor():
         return sink(per_tensor_values())
 
+    # The same 204 tensors with one element each: what the path costs per
+    # tensor, with no data to move.
+    tiny_variables = [tf.Variable([float(rank + 1)]) for _ in sizes]
+
+    def tiny_gradients():
+        return [tf.negative(v) for v in tiny_variables]
+
+    @tf.function
+    def tiny_tf_only():
+        return sink(tf.raw_ops.IdentityN(input=tiny_gradients()))
+
+    @tf.function
+    def tiny_grouped():
+        return sink(hvd.grouped_allreduce(tiny_gradients(), op=hvd.Sum))
+
+    got = float(tiny_grouped())
+    if got != -expected * len(sizes):
+        raise AssertionError("tiny grouped step: %r, expected %r" % (
+            got, -expected * len(sizes)))
+
     for values in (tf.function(grouped_values), tf.function(per_tensor_values)):
         for got in values():
             if not np.all(got.numpy() == -expected):
@@ -188,6 +213,18 @@ def run_worker(args: argparse.Namespace) -> None:
     keys = list(latency)
     result.update(zip(keys, measure(comm, [latency[k] for k in keys],
                                     args.latency_reps, warmup=args.warmup)))
+
+    # Timed apart from the latencies, which a 204-op function run just
+    # before would disturb.
+    tiny_arrays = [np.ones(1, np.float32) for _ in sizes]
+    tiny = {"tiny_tf_only": lambda: tiny_tf_only().numpy(),
+            "tiny_grouped": lambda: tiny_grouped().numpy()}
+    if args.worker == "hbcore":
+        tiny["tiny_numpy"] = lambda: hbcore.grouped_allreduce_(
+            tiny_arrays, op=hbcore.Sum, name="bench.tiny")
+    keys = list(tiny)
+    result.update(zip(keys, measure(comm, [tiny[k] for k in keys],
+                                    args.reps, warmup=args.warmup)))
     got = float(hvd.allreduce(one, op=hvd.Sum)[0])
     if got != size:
         raise AssertionError("eager allreduce: %r, expected %r" % (got, size))
@@ -267,6 +304,9 @@ def table(args: argparse.Namespace, results: Dict[str, List[dict]]
     latency_row("4 B eager allreduce", "eager4")
     latency_row("4 B numpy API allreduce", "numpy4")
     latency_row("4 B mpi4py Allreduce", "mpi4")
+    latency_row("204 x 4 B: tf.function, no collective", "tiny_tf_only")
+    latency_row("204 x 4 B: grouped_allreduce in it", "tiny_grouped")
+    latency_row("204 x 4 B: numpy grouped_allreduce_", "tiny_numpy")
 
     hb = "hbcore"
 
