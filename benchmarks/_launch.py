@@ -18,14 +18,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+_dropped_named = False  # whether worker_env said what it does not pass on
+
+
 def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """Returns the environment of one worker process.
 
     Args:
         extra: variables set on top (e.g. HB_TIMELINE, TF_CONFIG).
     """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HB_", "HOROVOD_", "TF_CONFIG"))}
+    global _dropped_named
+    dropped = sorted(k for k in os.environ
+                     if k.startswith(("HB_", "HOROVOD_", "TF_CONFIG")))
+    if dropped and not _dropped_named:
+        # Said once: a knob set for an experiment would otherwise be
+        # ignored without a word.
+        _dropped_named = True
+        print("benchmark workers run with the default settings; not passed "
+              "on: %s" % ", ".join(dropped), file=sys.stderr)
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     paths = [ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     env.update({"PYTHONPATH": os.pathsep.join(paths),
                 "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1",

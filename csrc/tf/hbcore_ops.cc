@@ -1,7 +1,8 @@
 // TensorFlow front end of the core: AsyncOpKernels that enqueue into
 // libhbcore through its C API and return at once. TF's thread never waits
-// for other ranks; the core's background thread fills the outputs and calls
-// `done`. Outputs whose size depends on other ranks are allocated from the
+// for other ranks; the core's background thread fills the outputs and
+// completes the kernel (see Invocation for the thread `done` runs on).
+// Outputs whose size depends on other ranks are allocated from the
 // core's allocator callback, once the negotiation knows their shape.
 //
 // Tensor names arrive as a string input (not an attribute), so eager calls
