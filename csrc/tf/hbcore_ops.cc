@@ -92,10 +92,10 @@ int ToHbDtype(DataType dt) {
 // own consumer, measured 43 pool-thread sleeps and wake-ups per step and
 // 1.25 ms a step (2 ranks on 2 cores; 0.37 ms without the collective). Run
 // on a pool thread, the same consumers go to that thread's own queue and
-// run there in turn: 2 sleeps and 0.72 ms a step. Eager
-// kernels keep calling `done` at once: their caller waits on it
-// (AwaitEager), and one more hand-off would only add latency; so do join
-// and barrier, which have at most one output.
+// run there in turn: 2 sleeps and 0.72 ms a step. Eager kernels keep
+// calling `done` at once: their caller waits on it (AwaitEager), and one
+// more hand-off would only add latency; so do join and barrier, which have
+// at most one output.
 class Invocation {
  public:
   // `via_runner`: hand `done` to the executor's runner (graph kernels with
