@@ -46,8 +46,21 @@ def broadcast_object(obj: Any, root_rank: int = 0,
 def allgather_object(obj: Any, name: Optional[str] = None,
                      process_set: ProcessSet = global_process_set
                      ) -> List[Any]:
-    """Returns the list of every rank's ``obj`` (of ``process_set``), in
-    rank order."""
+    """Returns the list of every rank's ``obj`` (of ``process_set``).
+
+    Args:
+        obj: any cloudpickle-able object.
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        The members' objects, unpickled, in rank order.
+
+    Raises:
+        ValueError: ``process_set`` is not registered.
+        InvalidArgumentError: this rank is not a member of ``process_set``.
+        TypeError, pickle.PicklingError: ``obj`` cannot be pickled.
+    """
     name = ops.auto_name("allgather_object", name,
                          process_set_id(process_set))
     payload = _to_bytes(obj)

@@ -95,11 +95,23 @@ Handle = core.Handle
 
 def auto_name(prefix: str, name: Optional[str] = None,
               process_set_id: int = 0) -> str:
-    """``name``, or ``<prefix>.noname.<n>`` from a per-prefix counter (shared
-    by hbcore_tf's eager calls); rank-consistent only when every rank makes
-    its unnamed calls in the same order, as in Horovod. Each process set
-    counts on its own (``<prefix>.ps<id>.noname.<n>``), so calls on a set
-    that some ranks are not in leave the others' names in step."""
+    """Returns ``name``, or ``<prefix>.noname.<n>`` from a counter.
+
+    The per-prefix counter is shared by hbcore_tf's eager calls; the names
+    are rank-consistent only when every rank makes its unnamed calls in the
+    same order, as in Horovod. Each process set counts on its own
+    (``<prefix>.ps<id>.noname.<n>``), so calls on a set that some ranks
+    are not in leave the others' names in step.
+
+    Args:
+        prefix: the operation, e.g. ``"allreduce"``.
+        name: the caller's name; returned unchanged when not None.
+        process_set_id: the core's id of the process set (default 0, the
+            global set, adds no ``.ps<id>`` part).
+
+    Returns:
+        The tensor name to submit.
+    """
     if name is not None:
         return name
     if process_set_id:
@@ -186,11 +198,21 @@ def _finish_all(tensors: Sequence[Any], arrays: Sequence[_dlpack.Input]
 
 
 def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
-    """Horovod's handling of the deprecated ``average`` argument (shared by
-    hbcore_tf).
+    """Horovod's handling of the deprecated ``average`` argument.
+
+    Shared by hbcore_tf. A given ``average`` warns (DeprecationWarning)
+    and means Average when true, Sum when false.
+
+    Args:
+        average: deprecated; None when not given.
+        op: a ReduceOp or its int value; None means Average.
+
+    Returns:
+        The ReduceOp to submit.
 
     Raises:
-        ValueError: both ``average`` and ``op`` were given.
+        ValueError: both ``average`` and ``op`` were given, or ``op`` is
+            not a ReduceOp value.
     """
     if average is None:  # the common cases, fast
         if type(op) is ReduceOp:
@@ -282,7 +304,33 @@ def allreduce_async(tensor: Any, average: Optional[bool] = None,
                     prescale_factor: float = 1.0,
                     postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts an allreduce of ``tensor`` into a new array; see allreduce."""
+    """Starts an allreduce of ``tensor`` into a new array; see allreduce.
+
+    Args:
+        tensor: array of the same shape and dtype on every rank (as
+            allreduce).
+        average: deprecated; use ``op``.
+        name: name matched across ranks (auto-generated when None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns what allreduce returns and
+        raises the errors found during the collective (MismatchError,
+        ShutdownError).
+
+    Raises:
+        ValueError: both ``average`` and ``op`` were given, or
+            ``process_set`` is not registered.
+        InvalidArgumentError: as allreduce, checked here before any
+            communication; DuplicateNameError (a subclass) when a tensor
+            of that name is still in flight on this rank.
+        UnsupportedError: as allreduce, or the Adasum op.
+        NotInitializedError: before init.
+        ShutdownError: the runtime has already shut down.
+    """
     reduce_op = resolve_op(average, op)
     set_id = _set_id(process_set)
     array = _as_input(tensor, "allreduce")
@@ -341,7 +389,26 @@ def allreduce_async_(tensor: np.ndarray, average: Optional[bool] = None,
                      prescale_factor: float = 1.0,
                      postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts an in-place allreduce of ``tensor``; see allreduce_."""
+    """Starts an in-place allreduce of ``tensor``; see allreduce_.
+
+    Args:
+        tensor: the array the result is written into (as allreduce_).
+        average: deprecated; use ``op``.
+        name: name matched across ranks (auto-generated when None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns ``tensor`` itself.
+
+    Raises:
+        InvalidArgumentError: as allreduce_async, or ``tensor`` cannot be
+            written in place (see allreduce_).
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     reduce_op = resolve_op(average, op)
     set_id = _set_id(process_set)
     array = _as_inplace(tensor, "allreduce_")
@@ -360,6 +427,24 @@ def allreduce_(tensor: np.ndarray, average: Optional[bool] = None,
     ``tensor`` is a C-contiguous, writeable numpy array or a DLPack tensor
     whose memory hbcore may write (host memory numpy can view writeable,
     or CUDA memory not flagged read-only).
+
+    Args:
+        tensor: the input, overwritten with the result.
+        average: deprecated; use ``op``.
+        name: name matched across ranks (auto-generated when None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        ``tensor``, holding the reduced values.
+
+    Raises:
+        InvalidArgumentError: as allreduce, or ``tensor`` is neither a
+            numpy array nor a DLPack tensor, is not C-contiguous or is not
+            writeable.
+        MismatchError, UnsupportedError: as allreduce.
     """
     return synchronize(allreduce_async_(tensor, average, name, op,
                                         prescale_factor, postscale_factor,
@@ -373,7 +458,29 @@ def grouped_allreduce_async(tensors: Sequence[Any],
                             prescale_factor: float = 1.0,
                             postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts an allreduce of several tensors negotiated together."""
+    """Starts an allreduce of several tensors negotiated together.
+
+    Args:
+        tensors: the tensors, all in host memory or all on GPUs (each as
+            for allreduce).
+        average: deprecated; use ``op``.
+        name: base name; tensor i is ``<name>.<i>`` (auto-generated when
+            None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the inputs before the reduction.
+        postscale_factor: multiplies the results after the reduction.
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns what grouped_allreduce
+        returns.
+
+    Raises:
+        InvalidArgumentError: as allreduce_async, or the group mixes host
+            and GPU tensors.
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     reduce_op = resolve_op(average, op)
     set_id = _set_id(process_set)
     base = auto_name("grouped_allreduce", name, set_id)
@@ -392,6 +499,17 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None,
         process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
     """Allreduces a list of tensors as one group: they are announced in the
     same negotiation cycle and fused together.
+
+    Args:
+        tensors: the tensors, all in host memory or all on GPUs (each as
+            for allreduce).
+        average: deprecated; use ``op``.
+        name: base name; tensor i is ``<name>.<i>`` (auto-generated when
+            None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the inputs before the reduction.
+        postscale_factor: multiplies the results after the reduction.
+        process_set: the ranks it runs over (default: all).
 
     Returns:
         A list of reduced arrays, in input order (GPU inputs: as
@@ -413,7 +531,28 @@ def grouped_allreduce_async_(tensors: Sequence[np.ndarray],
                              prescale_factor: float = 1.0,
                              postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """In-place twin of grouped_allreduce_async."""
+    """In-place twin of grouped_allreduce_async.
+
+    Args:
+        tensors: the tensors written in place (each as for allreduce_),
+            all in host memory or all on GPUs.
+        average: deprecated; use ``op``.
+        name: base name; tensor i is ``<name>.<i>`` (auto-generated when
+            None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the inputs before the reduction.
+        postscale_factor: multiplies the results after the reduction.
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns the list of ``tensors``.
+
+    Raises:
+        InvalidArgumentError: as grouped_allreduce_async, or a tensor
+            cannot be written in place (see allreduce_).
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     reduce_op = resolve_op(average, op)
     set_id = _set_id(process_set)
     base = auto_name("grouped_allreduce", name, set_id)
@@ -431,7 +570,26 @@ def grouped_allreduce_(tensors: Sequence[np.ndarray],
                        prescale_factor: float = 1.0,
                        postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
-    """In-place twin of grouped_allreduce."""
+    """In-place twin of grouped_allreduce.
+
+    Args:
+        tensors: the tensors, overwritten with the results (each as for
+            allreduce_), all in host memory or all on GPUs.
+        average: deprecated; use ``op``.
+        name: base name; tensor i is ``<name>.<i>`` (auto-generated when
+            None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the inputs before the reduction.
+        postscale_factor: multiplies the results after the reduction.
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        The list of ``tensors``, holding the reduced values.
+
+    Raises:
+        InvalidArgumentError: as grouped_allreduce_async_.
+        MismatchError, UnsupportedError: as allreduce.
+    """
     return synchronize(grouped_allreduce_async_(
         tensors, average, name, op, prescale_factor, postscale_factor,
         process_set))
@@ -441,7 +599,22 @@ def grouped_allreduce_(tensors: Sequence[np.ndarray],
 
 def allgather_async(tensor: Any, name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts an allgather; see allgather."""
+    """Starts an allgather; see allgather.
+
+    Args:
+        tensor: array with at least one dimension (as allgather).
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns what allgather returns.
+
+    Raises:
+        InvalidArgumentError: ``tensor`` is a scalar, or as
+            allreduce_async.
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     set_id = _set_id(process_set)
     array = _as_input(tensor, "allgather")
     return _submit_one(auto_name("allgather", name, set_id), _ALLGATHER, Sum,
@@ -454,6 +627,13 @@ def allgather(tensor: Any, name: Optional[str] = None,
     """Concatenates ``tensor`` from every rank along the first dimension.
 
     The first dimension may differ across ranks; the others must match.
+
+    Args:
+        tensor: array with at least one dimension: numpy, anything
+            numpy.asarray reads, or a DLPack tensor (as allreduce).
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member.
 
     Returns:
         An array with the rows of rank 0, then rank 1, and so on (the
@@ -470,7 +650,24 @@ def allgather(tensor: Any, name: Optional[str] = None,
 def broadcast_async(tensor: Any, root_rank: int,
                     name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts a broadcast into a new array; see broadcast."""
+    """Starts a broadcast into a new array; see broadcast.
+
+    Args:
+        tensor: array of the same shape and dtype on every rank (as
+            broadcast).
+        root_rank: global rank whose ``tensor`` is sent.
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns what broadcast returns.
+
+    Raises:
+        InvalidArgumentError: as broadcast (``root_rank``), or as
+            allreduce_async.
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     set_id = _set_id(process_set)
     array = _as_input(tensor, "broadcast")
     out = _empty_like(array)
@@ -486,6 +683,17 @@ def broadcast(tensor: Any, root_rank: int,
     ``process_set``; ``root_rank`` is a global rank, as in Horovod), as a
     new array (GPU inputs: as allreduce).
 
+    Args:
+        tensor: array of the same shape and dtype on every rank (only the
+            root's values are used); as for allreduce.
+        root_rank: global rank whose ``tensor`` is sent.
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member.
+
+    Returns:
+        A new array holding the root's values.
+
     Raises:
         InvalidArgumentError: ``root_rank`` is not in [0, size()) or not a
             member of ``process_set``.
@@ -497,7 +705,24 @@ def broadcast(tensor: Any, root_rank: int,
 def broadcast_async_(tensor: np.ndarray, root_rank: int,
                      name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts an in-place broadcast; see broadcast_."""
+    """Starts an in-place broadcast; see broadcast_.
+
+    Args:
+        tensor: the array overwritten with the root's values (as for
+            allreduce_).
+        root_rank: global rank whose ``tensor`` is sent.
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns ``tensor`` itself.
+
+    Raises:
+        InvalidArgumentError: as broadcast_async, or ``tensor`` cannot be
+            written in place (see allreduce_).
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     set_id = _set_id(process_set)
     array = _as_inplace(tensor, "broadcast_")
     return _submit_one(auto_name("broadcast", name, set_id), _BROADCAST, Sum,
@@ -508,8 +733,24 @@ def broadcast_async_(tensor: np.ndarray, root_rank: int,
 def broadcast_(tensor: np.ndarray, root_rank: int,
                name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> np.ndarray:
-    """Overwrites ``tensor`` with ``root_rank``'s values and returns it
-    (``tensor`` as for allreduce_)."""
+    """Overwrites ``tensor`` with ``root_rank``'s values and returns it.
+
+    Args:
+        tensor: C-contiguous, writeable array or DLPack tensor (as for
+            allreduce_), of the same shape and dtype on every rank.
+        root_rank: global rank whose ``tensor`` is sent.
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member.
+
+    Returns:
+        ``tensor``, holding the root's values.
+
+    Raises:
+        InvalidArgumentError: as broadcast, or ``tensor`` cannot be
+            written in place (see allreduce_).
+        MismatchError: as broadcast.
+    """
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -518,7 +759,23 @@ def broadcast_(tensor: np.ndarray, root_rank: int,
 def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
                    name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts an alltoall; see alltoall."""
+    """Starts an alltoall; see alltoall.
+
+    Args:
+        tensor: array with at least one dimension (as alltoall).
+        splits: rows sent to each rank, or None to split evenly (as
+            alltoall).
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns what alltoall returns.
+
+    Raises:
+        InvalidArgumentError: as alltoall, or as allreduce_async.
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     set_id = _set_id(process_set)
     array = _as_input(tensor, "alltoall")
     if splits is None:
@@ -543,6 +800,9 @@ def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
         splits: rows sent to each rank (sums to ``tensor.shape[0]``); when
             None the first dimension is split evenly. In a process set, one
             entry per member, in rank order.
+        name: name matched across ranks (auto-generated when None).
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member.
 
     Returns:
         The received array (GPU inputs: as allreduce); with ``splits``, a
@@ -560,7 +820,25 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None,
                         op: int = Average, prescale_factor: float = 1.0,
                         postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> Handle:
-    """Starts a reducescatter; see reducescatter."""
+    """Starts a reducescatter; see reducescatter.
+
+    Args:
+        tensor: array with at least one dimension (as reducescatter).
+        name: name matched across ranks (auto-generated when None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A Handle; synchronize(handle) returns what reducescatter returns.
+
+    Raises:
+        InvalidArgumentError: ``tensor`` is a scalar, Average of a bool
+            tensor, or as allreduce_async.
+        ValueError, UnsupportedError, NotInitializedError, ShutdownError:
+            as allreduce_async.
+    """
     set_id = _set_id(process_set)
     array = _as_input(tensor, "reducescatter")
     return _submit_one(auto_name("reducescatter", name, set_id),
@@ -578,8 +856,23 @@ def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
     r < n % s (in a process set: s members, r the set rank). GPU inputs:
     as allreduce.
 
+    Args:
+        tensor: array with at least one dimension, of the same shape and
+            dtype on every rank (as for allreduce).
+        name: name matched across ranks (auto-generated when None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member.
+
+    Returns:
+        This rank's block of the reduced rows, as a new array.
+
     Raises:
         MismatchError: shape, dtype or op differ across ranks.
+        InvalidArgumentError: ``tensor`` is a scalar, Average of a bool
+            tensor, or as allreduce.
     """
     return synchronize(reducescatter_async(tensor, name, op, prescale_factor,
                                            postscale_factor, process_set))
@@ -589,8 +882,27 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
                           op: int = Average, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0,
         process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
-    """Reducescatters a list of tensors announced together (all host or
-    all GPU tensors; see reducescatter)."""
+    """Reducescatters a list of tensors announced together.
+
+    Args:
+        tensors: the tensors, all in host memory or all on GPUs (each as
+            for reducescatter).
+        name: base name; tensor i is ``<name>.<i>`` (auto-generated when
+            None).
+        op: Average (default), Sum, Min, Max or Product.
+        prescale_factor: multiplies the inputs before the reduction.
+        postscale_factor: multiplies the results after the reduction.
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member.
+
+    Returns:
+        A list of this rank's blocks (see reducescatter), in input order.
+
+    Raises:
+        InvalidArgumentError: as reducescatter, or the group mixes host
+            and GPU tensors.
+        MismatchError: as reducescatter.
+    """
     set_id = _set_id(process_set)
     base = auto_name("grouped_reducescatter", name, set_id)
     arrays = _group_inputs(tensors, "grouped_reducescatter")
@@ -605,8 +917,24 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
 def grouped_allgather(tensors: Sequence[Any],
                       name: Optional[str] = None,
         process_set: ProcessSet = global_process_set) -> List[np.ndarray]:
-    """Allgathers a list of tensors announced together (all host or all
-    GPU tensors; see allgather)."""
+    """Allgathers a list of tensors announced together.
+
+    Args:
+        tensors: the tensors, all in host memory or all on GPUs (each as
+            for allgather).
+        name: base name; tensor i is ``<name>.<i>`` (auto-generated when
+            None).
+        process_set: the ranks it runs over (default: all); this rank must
+            be a member.
+
+    Returns:
+        A list of gathered arrays (see allgather), in input order.
+
+    Raises:
+        InvalidArgumentError: as allgather, or the group mixes host and
+            GPU tensors.
+        MismatchError: as allgather.
+    """
     set_id = _set_id(process_set)
     base = auto_name("grouped_allgather", name, set_id)
     arrays = _group_inputs(tensors, "grouped_allgather")
@@ -619,7 +947,18 @@ def grouped_allgather(tensors: Sequence[Any],
 # --- synchronisation -------------------------------------------------------
 
 def barrier(process_set: ProcessSet = global_process_set) -> None:
-    """Blocks until every rank (of ``process_set``) reached the barrier."""
+    """Blocks until every rank (of ``process_set``) reached the barrier.
+
+    Args:
+        process_set: the ranks that wait for each other (default: all).
+
+    Raises:
+        ValueError: ``process_set`` is not registered.
+        InvalidArgumentError: this rank is not a member of
+            ``process_set``.
+        NotInitializedError: before init.
+        ShutdownError: the runtime shut down before every rank arrived.
+    """
     set_id = _set_id(process_set)
     synchronize(_submit_one(auto_name("barrier", None, set_id), _BARRIER, Sum,
                             None, None, 0, 1.0, 1.0, None, False, _NOTHING,

@@ -127,8 +127,13 @@ global_process_set.process_set_id = 0
 
 
 def process_set_id(process_set: Optional[ProcessSet]) -> int:
-    """The core's id of ``process_set`` (None means the global set), for
-    the ``process_set=`` argument of the collectives.
+    """The core's id of ``process_set``, for the collectives' ``process_set=``.
+
+    Args:
+        process_set: a registered ProcessSet; None means the global set.
+
+    Returns:
+        The set's id: 0 for the global set (or None).
 
     Raises:
         ValueError: the set was never registered (pass it to init or
@@ -146,11 +151,21 @@ def process_set_id(process_set: Optional[ProcessSet]) -> int:
 
 
 def process_set_by_id(set_id: int) -> ProcessSet:
-    """A registered ProcessSet for ``set_id`` (the global set for 0), e.g.
-    for the gradient of an op that recorded only the id.
+    """A registered ProcessSet for ``set_id`` (the global set for 0).
+
+    Used e.g. for the gradient of an op that recorded only the id.
+
+    Args:
+        set_id: the core's id of the set.
+
+    Returns:
+        ``global_process_set`` for 0; otherwise a new ProcessSet object
+        with the set's ranks and ``process_set_id``.
 
     Raises:
         ValueError: no set has that id.
+        NotInitializedError: ``set_id`` is not 0 and hbcore is not
+            initialized.
     """
     if set_id == 0:
         return global_process_set
@@ -260,8 +275,15 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int], Any]
 
 
 def remove_process_set(process_set: ProcessSet) -> bool:
-    """Removes a process set; collective over every rank. Collectives still
-    pending on it fail. On success the object is invalidated.
+    """Removes a process set; collective over every rank.
+
+    Collectives still pending on it fail. Once the core answered, the
+    object is invalidated (``process_set_id`` becomes None), also when the
+    core no longer knew the set.
+
+    Args:
+        process_set: the set to remove (registered by init or
+            add_process_set).
 
     Returns:
         True if it was removed; False for the global set, for a set that
@@ -270,6 +292,8 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     Raises:
         ValueError: (InvalidArgumentError) dynamic process sets are not
             enabled ("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 ...").
+        NotInitializedError: a registered set, but hbcore is not
+            initialized.
     """
     set_id = process_set.process_set_id
     if set_id is None or set_id == 0:
@@ -294,7 +318,12 @@ def process_sets() -> List[ProcessSet]:
 
 
 def set_world_ranks(world_ranks: Optional[List[int]]) -> None:
-    """Records which MPI_COMM_WORLD rank each hbcore rank is (init)."""
+    """Records which MPI_COMM_WORLD rank each hbcore rank is (init).
+
+    Args:
+        world_ranks: entry i is the MPI_COMM_WORLD rank of hbcore rank i;
+            None when the two numberings agree.
+    """
     global _world_ranks
     _world_ranks = world_ranks
 

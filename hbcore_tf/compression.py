@@ -15,12 +15,34 @@ class Compressor:
 
     @staticmethod
     def compress(tensor: tf.Tensor) -> Tuple[tf.Tensor, Any]:
-        """Returns (the tensor to send, a context for decompress)."""
+        """Returns (the tensor to send, a context for decompress).
+
+        Args:
+            tensor: the tensor the caller passed to the collective.
+
+        Returns:
+            A pair: the tensor handed to the collective and a context
+            (anything) that :meth:`decompress` needs to restore it.
+
+        Raises:
+            NotImplementedError: always; subclasses override it.
+        """
         raise NotImplementedError
 
     @staticmethod
     def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
-        """Returns the received tensor restored with ``ctx``."""
+        """Returns the received tensor restored with ``ctx``.
+
+        Args:
+            tensor: the collective's result.
+            ctx: the context :meth:`compress` returned for the input.
+
+        Returns:
+            The result in the form the caller expects (e.g. its dtype).
+
+        Raises:
+            NotImplementedError: always; subclasses override it.
+        """
         raise NotImplementedError
 
 
@@ -29,10 +51,21 @@ class NoneCompressor(Compressor):
 
     @staticmethod
     def compress(tensor: tf.Tensor) -> Tuple[tf.Tensor, Any]:
+        """Returns ``(tensor, None)``: the tensor is sent as it is.
+
+        Args:
+            tensor: the tensor to send.
+        """
         return tensor, None
 
     @staticmethod
     def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
+        """Returns ``tensor`` unchanged.
+
+        Args:
+            tensor: the collective's result.
+            ctx: the context from :meth:`compress` (None; ignored).
+        """
         return tensor
 
 
@@ -43,6 +76,16 @@ class FP16Compressor(Compressor):
 
     @staticmethod
     def compress(tensor: tf.Tensor) -> Tuple[tf.Tensor, Any]:
+        """Casts a floating-point tensor to float16.
+
+        Args:
+            tensor: the tensor to send (anything tf.convert_to_tensor
+                accepts).
+
+        Returns:
+            The tensor to send (float16 for floating dtypes, else the input
+            converted to a tensor) and the original dtype as the context.
+        """
         tensor = tf.convert_to_tensor(tensor)
         if tensor.dtype.is_floating and tensor.dtype != tf.float16:
             return tf.cast(tensor, tf.float16), tensor.dtype
@@ -50,6 +93,16 @@ class FP16Compressor(Compressor):
 
     @staticmethod
     def decompress(tensor: tf.Tensor, ctx: Any) -> tf.Tensor:
+        """Casts ``tensor`` back to ``ctx``, the original floating dtype.
+
+        Args:
+            tensor: the collective's result.
+            ctx: the original dtype, as :meth:`compress` returned it.
+
+        Returns:
+            ``tensor`` cast to ``ctx`` when that is a floating dtype other
+            than the tensor's; otherwise ``tensor`` unchanged.
+        """
         if ctx is not None and ctx.is_floating and tensor.dtype != ctx:
             return tf.cast(tensor, ctx)
         return tensor

@@ -75,18 +75,23 @@ class Context:
 
     @property
     def rank(self) -> int:
+        """This process's rank (initialises hbcore on first use)."""
         return int(self._core().rank())
 
     @property
     def world_size(self) -> int:
+        """The number of ranks in the job (initialises hbcore on first
+        use)."""
         return int(self._core().size())
 
     @property
     def local_rank(self) -> int:
+        """This process's rank among the ranks on its host."""
         return int(self._core().local_rank())
 
     @property
     def local_world_size(self) -> int:
+        """The number of ranks on this process's host."""
         return int(self._core().local_size())
 
     @property
@@ -101,6 +106,7 @@ class Context:
 
     @property
     def task_id(self) -> int:
+        """This rank's task index in the ``worker`` job: the rank."""
         return self.rank
 
     # -- devices ---------------------------------------------------------
@@ -113,6 +119,7 @@ class Context:
 
     @property
     def has_gpu(self) -> bool:
+        """True when this process sees at least one GPU."""
         return self.num_gpus > 0
 
     def _gpu_index(self) -> Optional[int]:
@@ -128,6 +135,7 @@ class Context:
 
     @property
     def default_device(self) -> str:
+        """This rank's placement string, as :meth:`current_device`."""
         return self.current_device()
 
     def _peer_table(self) -> List[Dict[str, Any]]:
@@ -187,11 +195,23 @@ class Context:
 
     @property
     def local_cpu_device(self) -> str:
+        """This rank's CPU device name (no collective)."""
         return self._name(self.rank, None)
 
     def rank_at(self, device_or_index: Union[str, int]) -> int:
         """The rank that owns a device name (``.../task:<r>/...``) or the
         rank of an index into ``devices``.
+
+        The first call (of this or of ``devices``, ``local_devices``,
+        ``cpu_devices``) is a collective: every rank must make it.
+
+        Args:
+            device_or_index: a device name of this job, such as
+                ``/job:worker/replica:0/task:3/device:GPU:0``, or an int
+                index into ``devices`` (a bool is not an index).
+
+        Returns:
+            The rank that owns the device; for an index, the index itself.
 
         Raises:
             ValueError: not a device of this job, or an index out of range.
@@ -241,6 +261,11 @@ class Context:
         """Registers a tf.compat.v1.train.CheckpointSaverListener under a
         name (a second one with the same name replaces the first).
 
+        Args:
+            name: key of the listener; reusing it replaces the listener
+                registered before under that name.
+            listener: the tf.compat.v1.train.CheckpointSaverListener.
+
         Raises:
             TypeError: ``listener`` is not a CheckpointSaverListener.
         """
@@ -277,6 +302,16 @@ class Context:
         not need it). As HybridBackend: the first worker host is the
         chief, the others are workers; ``has_evaluator`` adds an evaluator
         task on the last worker host.
+
+        Args:
+            task_type: this process's task: ``"chief"``, ``"worker"``,
+                ``"ps"`` or ``"evaluator"``.
+            task_id: this process's index within ``task_type``.
+            worker_hosts: ``host:port`` of every worker; the first becomes
+                the chief.
+            ps_hosts: ``host:port`` of the parameter servers, if any.
+            has_evaluator: add an ``evaluator`` task on the last worker
+                host.
 
         Returns:
             The dict written.

@@ -53,12 +53,17 @@ def broadcast_global_variables(root_rank: int) -> tf.Operation:
     from ``root_rank``, except sharded embedding tables and their slots
     (each rank holds its own rows of those).
 
+    Args:
+        root_rank: rank whose variable values are kept.
+
     Returns:
         The op to run (e.g. in a tf.compat.v1.Session).
 
     Raises:
         RuntimeError: called in eager mode (use broadcast_variables with the
             model's and optimizer's variables instead).
+        ValueError: hbcore is not initialized.
+        tf.errors.InvalidArgumentError: ``root_rank`` is out of range.
     """
     if tf.executing_eagerly():
         raise RuntimeError(
@@ -95,7 +100,19 @@ def broadcast_object_fn(root_rank: int = 0, session: Any = None,
                         process_set: ProcessSet = global_process_set
                         ) -> Callable[[Any], Any]:
     """Returns a function ``f(obj)`` that broadcasts ``obj`` from
-    ``root_rank`` (Horovod's helper for repeated broadcasts)."""
+    ``root_rank`` (Horovod's helper for repeated broadcasts).
+
+    Args:
+        root_rank: rank whose object each call sends.
+        session: ignored (no graph is needed).
+        name: name matched across ranks, used by every call of ``f``
+            (auto-generated per call when None).
+        process_set: the ranks it runs over (default: all).
+
+    Returns:
+        A function taking ``obj`` and returning the root's object, as
+        :func:`broadcast_object` with the arguments given here.
+    """
     def _broadcast(obj: Any) -> Any:
         return broadcast_object(obj, root_rank, session, name, process_set)
     return _broadcast

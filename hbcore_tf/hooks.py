@@ -27,6 +27,7 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         self.bcast_op: Optional[tf.Operation] = None
 
     def begin(self) -> None:
+        """Builds the broadcast op in the current default graph."""
         # begin() runs once per graph the hook is used with; build the
         # broadcast in the current default graph (again if it changed).
         graph = tf.compat.v1.get_default_graph()
@@ -35,4 +36,10 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
                 self.bcast_op = broadcast_global_variables(self.root_rank)
 
     def after_create_session(self, session: Any, coord: Any) -> None:
+        """Runs the broadcast op in the new session.
+
+        Args:
+            session: the tf.compat.v1.Session just created.
+            coord: the session's Coordinator (unused).
+        """
         session.run(self.bcast_op)

@@ -151,7 +151,16 @@ def _squeeze_last(predictions: tf.Tensor, labels: tf.Tensor
 
 def auc_thresholds(num_thresholds: int) -> List[float]:
     """The thresholds tf.compat.v1.metrics.auc uses: just below 0, the
-    num_thresholds - 2 evenly spaced points inside (0, 1), just above 1."""
+    num_thresholds - 2 evenly spaced points inside (0, 1), just above 1.
+
+    Args:
+      num_thresholds: number of thresholds, end points included (> 1;
+        smaller values give just the two end points).
+
+    Returns:
+      ``num_thresholds`` floats in increasing order, from ``-1e-7`` to
+      ``1 + 1e-7``.
+    """
     epsilon = 1e-7
     inner = [(i + 1) * 1.0 / (num_thresholds - 1)
              for i in range(num_thresholds - 2)]

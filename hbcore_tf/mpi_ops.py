@@ -438,8 +438,25 @@ def grouped_allgather(tensors: Sequence[TensorLike],
                       ) -> List[tf.Tensor]:
     """Allgathers a list of tensors announced together (one op).
 
+    Args:
+        tensors: tensors of at least 1-D; for each, the first dimension
+            may differ across ranks, the others must match.
+        name: base name: several tensors are named ``<name>.<i>``, a
+            single one ``<name>`` (derived from the graph when None).
+        ignore_name_scope: leave enclosing name scopes out of the name.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
+
     Returns:
-        One gathered tensor per input, in input order.
+        One gathered tensor per input, in input order (an empty list for
+        no tensors).
+
+    Raises:
+        ValueError: hbcore is not initialized, or ``process_set`` is not
+            registered.
+        tf.errors.FailedPreconditionError: dtype or trailing dimensions
+            differ across ranks.
+        tf.errors.InvalidArgumentError: a tensor is a scalar.
     """
     _check_initialized()
     set_id = _check_process_set(process_set)
@@ -452,7 +469,20 @@ def broadcast(tensor: TensorLike, root_rank: int, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
     """Returns ``root_rank``'s ``tensor`` on every rank.
 
+    Args:
+        tensor: same shape and dtype on every rank.
+        root_rank: rank whose value is sent to all others.
+        name: name matched across ranks (derived from the graph when None).
+        ignore_name_scope: leave enclosing name scopes out of the name.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
+
+    Returns:
+        A tensor of the same shape and dtype holding ``root_rank``'s value.
+
     Raises:
+        ValueError: hbcore is not initialized, or ``process_set`` is not
+            registered.
         tf.errors.InvalidArgumentError: ``root_rank`` is not in [0, size()).
         tf.errors.FailedPreconditionError: shape, dtype or root differ
             across ranks.
@@ -581,8 +611,28 @@ def grouped_reducescatter(tensors: Sequence[TensorLike],
                           ignore_name_scope: bool = False) -> List[tf.Tensor]:
     """Reducescatters a list of tensors announced together (one op).
 
+    Args:
+        tensors: tensors of at least 1-D, each with the same shape and
+            dtype on every rank.
+        device_dense: device for the op ('' = default placement).
+        compression: Compression.none or Compression.fp16.
+        op: Average (default), Sum, Min, Max or Product.
+        process_set: the ranks it runs over (default: all); this rank
+            must be a member.
+        prescale_factor, postscale_factor: as in :func:`allreduce`.
+        name: base name: several tensors are named ``<name>.<i>``, a
+            single one ``<name>`` (derived from the graph when None).
+        ignore_name_scope: leave enclosing name scopes out of the name.
+
     Returns:
-        This rank's block of each reduced tensor, in input order.
+        This rank's block of each reduced tensor, in input order (an empty
+        list for no tensors).
+
+    Raises:
+        ValueError: hbcore is not initialized, ``process_set`` is not
+            registered, or ``op`` is not a reduce op.
+        NotImplementedError: op is Adasum.
+        tf.errors.FailedPreconditionError: ranks disagree on a tensor.
     """
     _check_initialized()
     set_id = _check_process_set(process_set)
@@ -619,8 +669,17 @@ def barrier(process_set: ProcessSet = global_process_set,
             name: Optional[str] = None) -> Optional[tf.Operation]:
     """Waits until every rank reached the barrier.
 
+    Args:
+        process_set: the ranks that wait for each other (default: all);
+            this rank must be a member.
+        name: name matched across ranks (derived from the graph when None).
+
     Returns:
         None eagerly; in a graph, the op to run.
+
+    Raises:
+        ValueError: hbcore is not initialized, or ``process_set`` is not
+            registered.
     """
     _check_initialized()
     set_id = _check_process_set(process_set)
@@ -638,8 +697,17 @@ def size_op(process_set_id: int = 0, name: Optional[str] = None) -> tf.Tensor:
     a process set other than the global one: its size when the op is
     created).
 
+    Args:
+        process_set_id: id of the process set (0, the default: the global
+            set).
+        name: name of the op in the graph.
+
+    Returns:
+        An int32 scalar tensor.
+
     Raises:
-        ValueError: ``process_set_id`` is not a registered set.
+        ValueError: ``process_set_id`` is not a registered set, or it is
+            not 0 and hbcore is not initialized.
     """
     if process_set_id != 0:
         return tf.constant(_process_set_info(process_set_id)[0], tf.int32,
@@ -657,17 +725,38 @@ def _process_set_info(process_set_id: int) -> tuple:
 
 
 def local_size_op(name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: the number of ranks on this host."""
+    """An int32 scalar op: the number of ranks on this host.
+
+    Args:
+        name: name of the op in the graph.
+
+    Returns:
+        An int32 scalar tensor, read when the op runs.
+    """
     return _lib.hbcore_topology(what="local_size", name=name)
 
 
 def rank_op(name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: this process's rank, read at execution time."""
+    """An int32 scalar op: this process's rank, read at execution time.
+
+    Args:
+        name: name of the op in the graph.
+
+    Returns:
+        An int32 scalar tensor, read when the op runs.
+    """
     return _lib.hbcore_topology(what="rank", name=name)
 
 
 def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: this process's rank on its host."""
+    """An int32 scalar op: this process's rank on its host.
+
+    Args:
+        name: name of the op in the graph.
+
+    Returns:
+        An int32 scalar tensor, read when the op runs.
+    """
     return _lib.hbcore_topology(what="local_rank", name=name)
 
 
@@ -676,8 +765,17 @@ def process_set_included_op(process_set_id: int = 0,
     """An int32 scalar op: 1 if this rank belongs to the process set, else 0
     (as of when the op is created).
 
+    Args:
+        process_set_id: id of the process set (0, the default: the global
+            set).
+        name: name of the op in the graph.
+
+    Returns:
+        An int32 scalar constant tensor.
+
     Raises:
-        ValueError: ``process_set_id`` is not a registered set.
+        ValueError: hbcore is not initialized, or ``process_set_id`` is not
+            a registered set.
     """
     info = _process_set_info(process_set_id)
     return tf.constant(1 if info[1] >= 0 else 0, tf.int32, name=name)

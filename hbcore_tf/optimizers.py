@@ -120,11 +120,19 @@ def apply_bucket_cap_mb(bucket_cap_mb: float, bucketed: bool = False) -> int:
     (``bucketed``: no explicit groups); otherwise it warns when the running
     threshold differs.
 
+    Args:
+        bucket_cap_mb: the bucket size in MiB (0 or more).
+        bucketed: whether the caller reduces the gradients in buckets (no
+            explicit ``groups``/``num_groups``); only used after init.
+
     Returns:
-        The bucket size in bytes for the gradient reducer (0: none).
+        The bucket size in bytes for the gradient reducer (0: none; at
+        least 1 when hbcore is initialized and ``bucketed``).
 
     Raises:
         ValueError: bucket_cap_mb is negative.
+        hbcore.exceptions.ConfigError: before init, the resulting fusion
+            threshold is outside the knob's range (over 2**40 bytes).
     """
     if bucket_cap_mb < 0:
         raise ValueError("bucket_cap_mb must be >= 0, got %r" % bucket_cap_mb)

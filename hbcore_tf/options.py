@@ -62,6 +62,7 @@ class Option(NamedTuple):
 
     @property
     def env(self) -> str:
+        """The environment variable of the option: ``HB_<NAME>``."""
         return "HB_" + self.name.upper()
 
 
@@ -161,8 +162,18 @@ def _unknown(name: str) -> str:
 def validate(name: str, value: Any) -> Any:
     """Checks ``value`` for option ``name`` and returns the value to store.
 
+    Args:
+        name: the option's name (e.g. ``"grad_nbuckets"``).
+        value: the candidate value; an int is accepted (as a float) for a
+            float option, a bool is not accepted for an int option.
+
+    Returns:
+        The value to store: ``value``, converted to float for a float
+        option, or normalized by the option's check (e.g. upper-cased).
+
     Raises:
-        ValueError: unknown option, or a value outside the option's domain.
+        ValueError: unknown option, or a value outside the option's domain
+            (e.g. ``comm_default="NCCL"`` in a build without NCCL).
         TypeError: a value of the wrong type.
     """
     option = _BY_NAME.get(name)
@@ -182,6 +193,14 @@ def validate(name: str, value: Any) -> Any:
 
 def parse_env_value(option: Option, text: str) -> Any:
     """Parses the text of ``HB_<NAME>`` for ``option``.
+
+    Args:
+        option: the option the variable belongs to.
+        text: the variable's text; surrounding whitespace is ignored, and
+            a bool accepts 1/true/yes/on and 0/false/no/off (any case).
+
+    Returns:
+        The validated value, as :func:`validate` returns it.
 
     Raises:
         ValueError: the text is not a value of the option's type (the

@@ -214,6 +214,15 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
     scope is active while the python function runs, i.e. while tracing
     under tf.function).
 
+    Args:
+        fn: the function to decorate (``@hb.function``), or None when the
+            decorator is called with options (``@hb.function(...)``).
+        **kwargs: option values for the scope (hbcore_tf.options).
+
+    Returns:
+        With ``fn``, the wrapped function; without it, a decorator that
+        wraps a function.
+
     Raises:
         ValueError: an unknown option or a value outside its domain.
         TypeError: an option value of the wrong type.

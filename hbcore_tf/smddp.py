@@ -149,24 +149,70 @@ def oob_allreduce(tensor: Any, compression: Any = Compression.none,
 
 
 def broadcast(tensor: Any, root_rank: int) -> Any:
-    """``tensor`` of ``root_rank`` on every process."""
+    """``tensor`` of ``root_rank`` on every process.
+
+    Args:
+      tensor: the tf.Tensor; same shape and dtype on every rank.
+      root_rank: rank whose value is sent to all others.
+
+    Returns:
+      A tensor of the same shape and dtype holding ``root_rank``'s value.
+
+    Raises:
+      ValueError: hbcore is not initialized.
+      tf.errors.InvalidArgumentError: ``root_rank`` is out of range.
+      tf.errors.FailedPreconditionError: shape, dtype or root differ
+        across ranks.
+    """
     return mpi_ops.broadcast(tensor, root_rank)
 
 
 def broadcast_variables(variables: Any, root_rank: int) -> Any:
-    """Assigns ``root_rank``'s values to ``variables`` on every process."""
+    """Assigns ``root_rank``'s values to ``variables`` on every process.
+
+    Args:
+      variables: iterable of tf.Variable / Keras variables, the same list
+        (order, shapes, dtypes) on every rank.
+      root_rank: rank whose values are kept.
+
+    Returns:
+      None eagerly (the variables are already updated); in a graph, the op
+      that performs the broadcast when run.
+
+    Raises:
+      ValueError: hbcore is not initialized.
+      tf.errors.InvalidArgumentError: ``root_rank`` is out of range.
+    """
     return _broadcast_variables(list(variables), root_rank)
 
 
 def broadcast_global_variables(root_rank: int) -> Any:
-    """Broadcasts every global variable (tf.compat.v1 graphs)."""
+    """Broadcasts every global variable (tf.compat.v1 graphs).
+
+    Args:
+      root_rank: rank whose variable values are kept.
+
+    Returns:
+      The op to run (e.g. in a tf.compat.v1.Session).
+
+    Raises:
+      RuntimeError: called in eager mode.
+      ValueError: hbcore is not initialized.
+    """
     return _broadcast_globals(root_rank)
 
 
 def overlap(tensor: Any) -> Any:
     """Identity. In smddp it marks a point for overlapping the backward pass
     with the allreduce under XLA; hbcore overlaps by negotiating tensors as
-    they become ready, so nothing is needed here."""
+    they become ready, so nothing is needed here.
+
+    Args:
+      tensor: any tensor.
+
+    Returns:
+      ``tf.identity(tensor)``.
+    """
     return tf.identity(tensor)
 
 
@@ -217,9 +263,20 @@ def DistributedGradientTape(gradtape: tf.GradientTape,  # noqa: N802
                             op: Any = ReduceOp.AVERAGE) -> Any:
     """A tape whose ``gradient()`` averages the gradients over processes.
 
+    Args:
+      gradtape: the tf.GradientTape to wrap (typically after its ``with``
+        block).
+      device_dense, device_sparse: not supported (as in smddp).
+      compression: Compression.none or Compression.fp16.
+      op: ReduceOp.AVERAGE only.
+
+    Returns:
+      A tape of a subclass of ``type(gradtape)`` sharing its state.
+
     Raises:
       NotImplementedError: device_dense or device_sparse.
-      ValueError: op is not AVERAGE.
+      ValueError: op is not AVERAGE, or ``gradtape`` is not a
+        tf.GradientTape.
     """
     _refuse("device_dense", device_dense, "")
     _refuse("device_sparse", device_sparse, "")

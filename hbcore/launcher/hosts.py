@@ -89,10 +89,24 @@ def parse_hostfile(path: str) -> List[Host]:
 
 
 def total_slots(hosts: List[Host]) -> int:
-    """Returns the number of slots over all hosts."""
+    """Returns the number of slots over all hosts.
+
+    Args:
+        hosts: As returned by parse_hosts or parse_hostfile.
+
+    Returns:
+        The sum of the hosts' slot counts (0 for no hosts).
+    """
     return sum(host.slots for host in hosts)
 
 
 def hydra_hosts_arg(hosts: List[Host]) -> str:
-    """Formats hosts for hydra's ``-hosts`` option (``h1:2,h2:2``)."""
+    """Formats hosts for hydra's ``-hosts`` option.
+
+    Args:
+        hosts: As returned by parse_hosts or parse_hostfile.
+
+    Returns:
+        The ``name:slots`` entries joined by commas, e.g. ``"h1:2,h2:2"``.
+    """
     return ",".join("%s:%d" % (host.name, host.slots) for host in hosts)

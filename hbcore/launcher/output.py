@@ -70,6 +70,13 @@ class OutputRelay(threading.Thread):
         self._quiet = quiet or threading.Event()
 
     def run(self) -> None:
+        """Relays the pipe until EOF; the thread's body.
+
+        Lines that parse as rank statuses go to ``on_status``; the others
+        go to the sink, except lines without a rank prefix while ``quiet``
+        is set. OSError and ValueError (the pipe closed during teardown)
+        end the relay silently.
+        """
         try:
             for line in iter(self._pipe.readline, b""):
                 if line.startswith(STATUS_MARKER):

@@ -84,6 +84,13 @@ class LinePump(threading.Thread):
     when the pipe reaches EOF.  If ``out_fd`` breaks (hbrun went away), the
     pump keeps draining the pipe so the child never blocks on a full pipe,
     and keeps writing the optional raw copy ``tee``.
+
+    Args:
+        pipe: The child's stdout or stderr (binary, read until EOF).
+        out_fd: The file descriptor the prefixed lines are written to.
+        prefix: Put in front of every line, e.g. from line_prefix.
+        tee: Optional binary file that gets the raw output (no prefix);
+            closed at EOF.
     """
 
     def __init__(self, pipe: BinaryIO, out_fd: int, prefix: bytes,
@@ -110,6 +117,11 @@ class LinePump(threading.Thread):
                 self._out_ok = False
 
     def run(self) -> None:
+        """Pumps the pipe until EOF; the thread's body.
+
+        A read error counts as EOF. A write error on ``out_fd`` or ``tee``
+        stops writing there only; the pipe is still drained.
+        """
         fd = self._pipe.fileno()
         pending = b""
         while True:

@@ -22,7 +22,15 @@ FN_FILE = "fn.pkl"
 
 
 def result_file(workdir: str, rank: int) -> str:
-    """Returns the path of a rank's result file."""
+    """Returns the path of a rank's result file.
+
+    Args:
+        workdir: The work directory of the ``hbcore.run`` call.
+        rank: The rank whose result it holds.
+
+    Returns:
+        ``workdir/result.<rank>.pkl``.
+    """
     return os.path.join(workdir, "result.%d.pkl" % rank)
 
 

@@ -89,9 +89,16 @@ def to_sparse(features: Any) -> Any:
 def as_dict(fields: Any) -> Dict[str, "DataFrame.Field"]:
     """Normalises ``fields`` (names or Fields) to an ordered dict by name.
 
+    Args:
+      fields: an iterable of column names and hb.data.DataFrame.Field.
+
+    Returns:
+      A dict from column name to DataFrame.Field, in the given order (a
+      name becomes an untyped Field).
+
     Raises:
       TypeError: an entry is neither a string nor a DataFrame.Field.
-      ValueError: a column is named twice.
+      ValueError: a column is named twice, or a name is empty.
     """
     out: Dict[str, DataFrame.Field] = {}
     for field in fields:

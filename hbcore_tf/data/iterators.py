@@ -31,9 +31,18 @@ class SyncIterator:
     def get_next(self, name: Optional[str] = None) -> Any:
         """The next batch; registers its weight in the graph.
 
+        Args:
+          name: the name of the iterator's get_next op.
+
+        Returns:
+          The batch: a nested structure of tensors, as the dataset's
+          elements.
+
         Raises:
           ValueError: the graph already has a data-sync step weight (a
             second get_next, or a second data-sync iterator).
+          tf.errors.OutOfRangeError: (when run) the synchronized dataset
+            is exhausted, on every rank at the same step.
         """
         batch = self._iterator.get_next(name=name)
         _step_weight.register_in_graph(_step_weight.batch_weight(batch))
@@ -98,6 +107,13 @@ def make_iterator(ds: tf.data.Dataset,
                   drop_remainder: Optional[bool] = None) -> SyncIterator:
     """HybridBackend's ``make_iterator``: a one-shot iterator over
     ``synchronized(ds, drop_remainder)``.
+
+    Args:
+      ds: a batched dataset (see ``synchronized``).
+      drop_remainder: see ``synchronized`` (None: the option).
+
+    Returns:
+      A SyncIterator.
 
     Raises:
       RuntimeError: called eagerly.

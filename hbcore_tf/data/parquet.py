@@ -306,6 +306,7 @@ class ParquetDataset(tf.data.Dataset):
 
     @property
     def element_spec(self) -> Any:
+        """The elements' structure: a dict of one spec per column."""
         return self._dataset.element_spec
 
     @property
@@ -321,6 +322,21 @@ def read_parquet(batch_size: int = 1, fields: Any = None,
                  num_sequential_reads: int = 1) -> Any:
     """``filenames_dataset.apply(hb.data.read_parquet(...))``: as
     ParquetDataset(filenames_dataset, ...) (see there for the arguments).
+
+    Args:
+      batch_size: rows per batch (the last batch of a file may be short).
+      fields: every column to read, as hb.data.DataFrame.Field with dtype
+        and ragged_rank (required with a dataset of filenames).
+      partition_count: how many readers share the files (split by files).
+      partition_index: which of them this one is.
+      drop_remainder: drop each file's last batch when it is short.
+      num_parallel_reads: files read at the same time; None: one.
+      num_sequential_reads: consecutive batches taken from one file before
+        moving to the next when reading in parallel.
+
+    Returns:
+      A function from a tf.data.Dataset of file paths to the
+      ParquetDataset; it raises as ParquetDataset does.
     """
     def apply(filenames: tf.data.Dataset) -> ParquetDataset:
         return ParquetDataset(filenames, batch_size, fields, partition_count,

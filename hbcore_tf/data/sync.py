@@ -71,8 +71,17 @@ def _default_drop_remainder() -> bool:
 def resolve_drop_remainder(drop_remainder: Optional[bool]) -> bool:
     """``drop_remainder`` itself when given, else the option's value.
 
+    Args:
+      drop_remainder: True, False, or None (the
+        ``data_sync_drop_remainder`` option).
+
+    Returns:
+      The drop_remainder to use.
+
     Raises:
       TypeError: ``drop_remainder`` is neither None nor a bool.
+      ValueError: (None only) HB_DATA_SYNC_DROP_REMAINDER is not a
+        boolean.
     """
     if drop_remainder is None:
         return _default_drop_remainder()

@@ -49,12 +49,27 @@ Header = tensor_bundle_pb2.BundleHeaderProto
 # --- checksums ------------------------------------------------------------------
 
 def crc32c(data: bytes, crc: int = 0) -> int:
-    """The CRC-32C of ``data`` extending ``crc`` (unmasked)."""
+    """The CRC-32C of ``data`` extending ``crc`` (unmasked).
+
+    Args:
+        data: the bytes to checksum.
+        crc: the CRC-32C of the bytes before ``data`` (0 to start).
+
+    Returns:
+        The unmasked CRC-32C, a 32-bit unsigned integer.
+    """
     return core.crc32c(data, crc)
 
 
 def mask(crc: int) -> int:
-    """TensorFlow's masked CRC (crc32c::Mask): what bundles store."""
+    """TensorFlow's masked CRC (crc32c::Mask): what bundles store.
+
+    Args:
+        crc: an unmasked CRC-32C.
+
+    Returns:
+        The masked CRC, a 32-bit unsigned integer.
+    """
     return ((((crc >> 15) | (crc << 17)) & 0xffffffff) + _MASK_DELTA) \
         & 0xffffffff
 
@@ -143,7 +158,15 @@ def slice_key(name: str, extents: Sequence[Tuple[int, int]]) -> bytes:
 
 def slice_proto(extents: Sequence[Tuple[int, int]]
                 ) -> tensor_slice_pb2.TensorSliceProto:
-    """A TensorSliceProto; a whole dimension is an empty extent."""
+    """A TensorSliceProto; a whole dimension is an empty extent.
+
+    Args:
+        extents: (start, length) per dimension; a length of -1 is the
+            whole dimension.
+
+    Returns:
+        The TensorSliceProto, one extent per dimension.
+    """
     proto = tensor_slice_pb2.TensorSliceProto()
     for start, length in extents:
         extent = proto.extent.add()
@@ -155,7 +178,15 @@ def slice_proto(extents: Sequence[Tuple[int, int]]
 
 def proto_extents(proto: tensor_slice_pb2.TensorSliceProto
                   ) -> List[Tuple[int, int]]:
-    """(start, length) per dimension of a TensorSliceProto ((0, -1): all)."""
+    """(start, length) per dimension of a TensorSliceProto ((0, -1): all).
+
+    Args:
+        proto: a slice, as listed in a BundleEntryProto.
+
+    Returns:
+        One (start, length) pair per dimension; (0, -1) for a whole
+        dimension.
+    """
     return [(e.start, e.length if e.HasField("length") else -1)
             for e in proto.extent]
 
@@ -201,9 +232,19 @@ def _read_block(data: bytes, handle: bytes, what: str) -> bytes:
 def read_index(prefix: str) -> Dict[bytes, bytes]:
     """Every (key, value) of ``prefix.index``, in key order.
 
+    Args:
+        prefix: the bundle's prefix (the file read is ``prefix.index``).
+
+    Returns:
+        A dict from key to value (a serialized BundleHeaderProto under
+        ``HEADER_KEY``, else a serialized BundleEntryProto), iterating in
+        the file's key order.
+
     Raises:
-        ValueError: the file is not a bundle index this module can read.
-        OSError: it cannot be read.
+        ValueError: the file is not a bundle index this module can read
+            (no table magic; a truncated, compressed or corrupt block).
+        tf.errors.NotFoundError: the file does not exist.
+        tf.errors.OpError: it cannot be read otherwise.
     """
     path = prefix + ".index"
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -310,5 +351,15 @@ def write_index(path: str, entries: Sequence[Tuple[bytes, bytes]]) -> None:
 
 
 def data_file(prefix: str, shard: int, num_shards: int) -> str:
-    """The name of data file ``shard`` of a bundle."""
+    """The name of data file ``shard`` of a bundle.
+
+    Args:
+        prefix: the bundle's prefix.
+        shard: the data file's index, in [0, num_shards).
+        num_shards: the bundle's number of data files.
+
+    Returns:
+        ``prefix.data-<shard>-of-<num_shards>``, both numbers written
+        with five digits.
+    """
     return "%s.data-%05d-of-%05d" % (prefix, shard, num_shards)

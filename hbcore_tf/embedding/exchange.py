@@ -114,7 +114,19 @@ def _alltoall(tensor: tf.Tensor, splits: tf.Tensor, name: str,
 def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
               exact_names: bool = False) -> RoutedIds:
     """Stages 1 and the owner's half of 2: route each distinct id to its
-    owner, alltoall, and index what arrived."""
+    owner, alltoall, and index what arrived.
+
+    Args:
+        info: the table.
+        ids: flat int64 ids (ids outside [0, num_rows) are routed as id 0
+            and kept in ``invalid``).
+        name: prefix of the collective's name (``name + "_ids"``).
+        exact_names: name the alltoall exactly, whatever the enclosing
+            name scopes (see ``sharded_lookup``).
+
+    Returns:
+        The RoutedIds of this lookup.
+    """
     send, send_splits, restore, invalid = _lib.hbcore_shard_route(
         ids, _step_flag(), num_rows=info.num_rows,
         num_shards=info.partition.num_shards, unique=options.emb_unique)
@@ -135,7 +147,17 @@ def _scale_gradient(rows: tf.Tensor, factor: tf.Tensor) -> Any:
 
 def lookup_local(read_rows: Callable[[tf.Tensor], tf.Tensor],
                  routed: RoutedIds) -> tf.Tensor:
-    """Stage 2: this rank's rows for the ids it received, in order."""
+    """Stage 2: this rank's rows for the ids it received, in order.
+
+    Args:
+        read_rows: gathers rows of this rank's shard by local row index.
+        routed: what ``route_ids`` returned.
+
+    Returns:
+        One row per received id, in the order received. In the backward
+        pass the rows' gradient is divided by the number of ranks that
+        had data this step.
+    """
     rows = read_rows(routed.distinct)
     rows = _scale_gradient(
         rows, 1.0 / tf.maximum(routed.senders_with_data, 1.0))
@@ -145,7 +167,21 @@ def lookup_local(read_rows: Callable[[tf.Tensor], tf.Tensor],
 def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
                 name: str, exact_names: bool = False) -> tf.Tensor:
     """Stage 3: rows back to their senders; one row per flat id, in the
-    senders' original order."""
+    senders' original order.
+
+    Args:
+        rows: ``lookup_local``'s rows, one per received id (sent in the
+            ``emb_wire_dtype`` when floating).
+        routed: what ``route_ids`` returned.
+        dtype: the table's dtype, which the returned rows are cast to.
+        name: prefix of the collective's name (``name + "_rows"``; its
+            gradient's is ``name + "_rows_grad"`` with ``exact_names``).
+        exact_names: name the alltoall exactly, whatever the enclosing
+            name scopes (see ``sharded_lookup``).
+
+    Returns:
+        A ``[number of flat ids, dim]`` tensor of ``dtype``.
+    """
     wire = tf.as_dtype(options.emb_wire_dtype)
     if wire != rows.dtype and rows.dtype.is_floating:
         rows = tf.cast(rows, wire)
@@ -185,6 +221,7 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
         A tensor of shape ``ids.shape + [dim]``.
 
     Raises:
+        TypeError: ``ids`` are not integers.
         tf.errors.InvalidArgumentError: (when run) an id outside
             [0, num_rows); the message names the table and the ids.
     """

@@ -26,11 +26,26 @@ class RowPartition(NamedTuple):
     num_shards: int
 
     def rows(self, shard: int) -> int:
-        """Rows held by ``shard``."""
+        """Rows held by ``shard``.
+
+        Args:
+            shard: a rank in [0, num_shards).
+
+        Returns:
+            ``num_rows // num_shards``, plus one for each of the first
+            ``num_rows % num_shards`` shards.
+        """
         q, rem = divmod(self.num_rows, self.num_shards)
         return q + (1 if shard < rem else 0)
 
     def offset(self, shard: int) -> int:
-        """Global id of ``shard``'s first row."""
+        """Global id of ``shard``'s first row.
+
+        Args:
+            shard: a rank in [0, num_shards).
+
+        Returns:
+            The number of rows held by the shards before ``shard``.
+        """
         q, rem = divmod(self.num_rows, self.num_shards)
         return shard * q + min(shard, rem)

@@ -147,7 +147,17 @@ def _table_names(variables: Iterable[Any]) -> List[str]:
 # --- the collective save -------------------------------------------------------
 
 def part_prefix(path: str, rank: int, size: int) -> str:
-    """Where rank ``rank`` writes its slices of the checkpoint ``path``."""
+    """Where rank ``rank`` writes its slices of the checkpoint ``path``.
+
+    Args:
+        path: the checkpoint prefix.
+        rank: the writing rank.
+        size: the world size.
+
+    Returns:
+        The part's prefix, ``path + "_hbpart-<rank>-of-<size>"`` (numbers
+        written with five digits).
+    """
     return path + _PART % (rank, size)
 
 
@@ -191,7 +201,18 @@ def write_canonical(path: str) -> None:
     """Rewrites the checkpoint ``path`` (written by this process alone)
     into the form whose bytes do not depend on the world size
     (canonical.py): called by rank 0 after the merge, and at world size 1
-    after TensorFlow's own save."""
+    after TensorFlow's own save.
+
+    Row blocks are at most the ``emb_checkpoint_block_bytes`` option.
+
+    Args:
+        path: a V2 checkpoint prefix.
+
+    Raises:
+        ValueError: the bundle is malformed or uses a feature canonical.py
+            does not read (compressed index blocks).
+        tf.errors.OpError: its files cannot be read or written.
+    """
     from hbcore_tf.embedding.canonical import canonicalize
     from hbcore_tf.options import options
 
@@ -435,7 +456,15 @@ def install() -> None:
 
 def graph_has_sharded_tables(graph: Optional[Any] = None) -> bool:
     """Whether ``graph`` (default: the default graph) holds a sharded
-    table among its global variables."""
+    table among its global variables.
+
+    Args:
+        graph: a tf.Graph; None: the default graph.
+
+    Returns:
+        True when a global variable of ``graph`` is a sharded table's
+        shard.
+    """
     graph = graph or _V1.get_default_graph()
     with graph.as_default():
         return any(shard_info(v) is not None for v in _V1.global_variables())
@@ -477,6 +506,8 @@ class CollectiveCheckpointSaverHook(_V1.train.CheckpointSaverHook):
         self._hb_by_secs = kwargs.get("save_secs") is not None
 
     def begin(self) -> None:
+        """Sets the hook up; a non-writer only reads the global step and
+        gets a summary writer that writes nothing."""
         if self._hb_writer:
             super().begin()
             return
@@ -488,6 +519,15 @@ class CollectiveCheckpointSaverHook(_V1.train.CheckpointSaverHook):
             training_util._get_or_create_global_step_read())  # noqa: SLF001
 
     def after_create_session(self, session: Any, coord: Any) -> None:
+        """Saves the initial checkpoint (collective: on every rank).
+
+        The writer also writes the graph and meta graph, as
+        CheckpointSaverHook does.
+
+        Args:
+            session: the session just created.
+            coord: its coordinator (passed on by the writer only).
+        """
         if self._hb_writer:
             super().after_create_session(session, coord)
             return
@@ -496,6 +536,14 @@ class CollectiveCheckpointSaverHook(_V1.train.CheckpointSaverHook):
         self._timer.update_last_triggered_step(step)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
+        """Saves when due; with ``save_secs``, as rank 0's timer decides.
+
+        Args:
+            run_context: the step's SessionRunContext (its session saves;
+                a listener may request a stop through it).
+            run_values: the step's SessionRunValues (the global step read
+                before the step; used without ``save_secs`` only).
+        """
         if not self._hb_by_secs:
             super().after_run(run_context, run_values)
             return

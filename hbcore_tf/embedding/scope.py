@@ -61,7 +61,19 @@ def creating_shards() -> Iterator[None]:
 
 def shard_plan(name: str, shape: Any) -> Optional[ShardInfo]:
     """The ShardInfo for a table of ``shape`` on this rank, or None when it
-    stays replicated (not 2-D, not fully defined, or too few rows)."""
+    stays replicated (not 2-D, not fully defined, or too few rows).
+
+    A table is sharded when it has at least ``max(world size,
+    emb_min_rows_to_shard)`` rows.
+
+    Args:
+        name: the table's name (the ShardInfo's, and so the checkpoint's).
+        shape: the requested shape (anything tf.TensorShape accepts).
+
+    Returns:
+        A ShardInfo over the current world (``hb.context``) holding this
+        rank's block, or None.
+    """
     from hbcore_tf.context import context
 
     shape = tf.TensorShape(shape)
@@ -86,7 +98,26 @@ def _constant_value(initializer: Any) -> Optional[np.ndarray]:
 
 
 def local_initializer(initializer: Any, info: ShardInfo) -> Callable:
-    """An initializer for this rank's rows of ``info``'s table."""
+    """An initializer for this rank's rows of ``info``'s table.
+
+    A constant initializer holding the whole table is sliced to this
+    rank's rows. Any other initializer is called for the local shape with
+    TF's partition info (full shape, this rank's row offset), or without
+    it when it takes none (TF2 and Keras initializers).
+
+    Args:
+        initializer: the initializer requested for the whole table (v1,
+            TF2 or Keras).
+        info: the table's ShardInfo on this rank.
+
+    Returns:
+        A callable ``init(shape, dtype=None, partition_info=None)`` for
+        tf.compat.v1.get_variable.
+
+    Raises:
+        ValueError: a constant initializer whose value is not of the
+            table's shape ``[num_rows, dim]``.
+    """
     from tensorflow.python.ops.variable_scope import _PartitionInfo
 
     begin, end = info.offset, info.offset + info.rows

@@ -65,20 +65,33 @@ class ShardInfo(NamedTuple):
 
     @property
     def num_rows(self) -> int:
+        """Rows of the whole table."""
         return self.partition.num_rows
 
     @property
     def rows(self) -> int:
+        """Rows this rank holds (its block)."""
         return self.partition.rows(self.shard)
 
     @property
     def offset(self) -> int:
+        """Global id of this rank's first row."""
         return self.partition.offset(self.shard)
 
 
 def shard_info(variable: Any) -> Optional[ShardInfo]:
     """The ShardInfo of a sharded table (a tf.Variable, or a Keras variable
-    wrapping one), else None."""
+    wrapping one), else None.
+
+    Args:
+        variable: a tf.Variable, a Keras variable wrapping one, or any
+            other object.
+
+    Returns:
+        The ShardInfo that ``tag`` attached to ``variable`` (or to the
+        tf.Variable inside it), or None when it is not a sharded table's
+        shard.
+    """
     info = getattr(variable, _SHARD_ATTR, None)
     if info is None:
         inner = getattr(variable, "value", None)
@@ -114,7 +127,15 @@ def whole_value(variable: Any) -> np.ndarray:
 
 
 def is_sharded(variable: Any) -> bool:
-    """Whether ``variable`` is (a wrapper of) a sharded table's shard."""
+    """Whether ``variable`` is (a wrapper of) a sharded table's shard.
+
+    Args:
+        variable: a tf.Variable, a Keras variable wrapping one, or any
+            other object.
+
+    Returns:
+        True when ``variable`` carries a ShardInfo (see ``shard_info``).
+    """
     return shard_info(variable) is not None
 
 
@@ -124,6 +145,13 @@ def is_rank_local(variable: Any) -> bool:
     the table's checkpoint slice as ``<table>/<slot>``; Keras slots are
     tagged when the optimizer builds them). Broadcasts skip such variables:
     rank 0's rows are not the other ranks' rows.
+
+    Args:
+        variable: a tf.Variable, or a Keras variable wrapping one.
+
+    Returns:
+        True for a sharded table's shard or an optimizer slot of one,
+        else False.
     """
     if is_sharded(variable):
         return True
@@ -138,7 +166,14 @@ def is_rank_local(variable: Any) -> bool:
 
 def tag(variable: Any, info: ShardInfo) -> None:
     """Marks ``variable`` (and the tf.Variable inside a Keras 3 variable)
-    as the local shard described by ``info``."""
+    as the local shard described by ``info``.
+
+    From then on ``any_sharded_tables()`` is true in this process.
+
+    Args:
+        variable: a tf.Variable, or a Keras variable wrapping one.
+        info: the table and this rank's block of its rows.
+    """
     global _any_tagged
     _any_tagged = True
     object.__setattr__(variable, _SHARD_ATTR, info)
@@ -218,7 +253,13 @@ def make_keras_shard(variable: Any, info: ShardInfo) -> None:
     into the whole table (hbcore_tf.embedding.saving), and each rank
     restores its own rows at any world size. Keras 3 variables delegate
     checkpointing to the tf.Variable inside, which gets the slice. A slot of
-    another shape (a factored one) is tagged only."""
+    another shape (a factored one) is tagged only.
+
+    Args:
+        variable: the Keras table's variable, or one of its optimizer
+            slots (a Keras variable or a tf.Variable).
+        info: the table's ShardInfo on this rank.
+    """
     from tensorflow.python.ops import resource_variable_ops
 
     tag(variable, info)
@@ -238,6 +279,16 @@ def make_sharded(variable: Any, info: ShardInfo) -> Any:
     """Turns a resource variable holding this rank's rows into the sharded
     table's shard: tags it, gives it the lookup class and the checkpoint
     slice of the full table.
+
+    Args:
+        variable: this rank's rows, a resource variable of shape
+            ``[info.rows, info.dim]``.
+        info: the table's ShardInfo on this rank (``info.name`` is the
+            full table's checkpoint name).
+
+    Returns:
+        ``variable`` itself, now the shard (its class is swapped in
+        place).
 
     Raises:
         TypeError: not a resource variable (create tables with

@@ -48,12 +48,41 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
     """Wraps a Keras optimizer so that it averages gradients over all ranks
     (see hbcore_tf.DistributedOptimizer for every argument).
 
+    Args:
+        optimizer: a Keras 3 or tf_keras (current or legacy) optimizer.
+        name: prefix of the allreduce ops' names (default
+            "Distributed" + class name).
+        device_dense: device for dense gradient allreduces.
+        device_sparse: device for sparse (IndexedSlices) gradient
+            allreduces.
+        compression: Compression.none or Compression.fp16.
+        sparse_as_dense: convert IndexedSlices gradients to dense tensors
+            before reducing.
+        gradient_predivide_factor: with Average, divide gradients by this
+            before the sum and by size/factor after it.
+        op: Average (default) or Sum.
+        backward_passes_per_step: gradients of this many passes are summed
+            locally and reduced once.
+        average_aggregated_gradients: with backward_passes_per_step > 1,
+            divide the locally summed gradients by N.
+        num_groups: deprecated alias of ``groups`` as an integer.
+        groups: None (one fused collective per step), an integer k, or a
+            list of lists of variables (one collective per list).
+        process_set: the ranks gradients are reduced over (default: all).
+        scale_local_gradients: divide gradients of variables registered
+            with ``register_local_var`` by size().
+        bucket_cap_mb: SageMaker alias of the fusion threshold / bucket
+            size in MiB (see hbcore_tf.optimizers.apply_bucket_cap_mb).
+
     Returns:
         An instance of a subclass of the optimizer's class with the same
         name (saved models record the plain Keras class).
 
     Raises:
-        ValueError: ``optimizer`` is not a Keras optimizer.
+        ValueError: ``optimizer`` is not a Keras optimizer (a
+            tf.compat.v1.train.Optimizer included), or an invalid
+            argument (as hbcore_tf.DistributedOptimizer).
+        NotImplementedError: op=Adasum or a non-global process set.
     """
     family = _compat.optimizer_family(optimizer)
     if not _compat.is_keras_family(family):
@@ -125,8 +154,16 @@ def broadcast_global_variables(root_rank: int) -> Any:
     ``root_rank`` (tf_keras in graph mode only; in eager mode use
     callbacks.BroadcastGlobalVariablesCallback or hvd.broadcast_variables).
 
+    Args:
+        root_rank: rank whose variable values are kept.
+
+    Returns:
+        What the Keras session's ``run`` returns for the broadcast op
+        (None: the op is a group of assigns).
+
     Raises:
         RuntimeError: in eager mode (as horovod.tensorflow.keras does).
+        ValueError: hbcore is not initialized.
     """
     op = _functions.broadcast_global_variables(root_rank)
     return _compat.keras_module().backend.get_session().run(op)
@@ -143,8 +180,23 @@ def allreduce(value: Any, name: Optional[str] = None,
               compression: Any = Compression.none) -> Any:
     """Allreduces a value (numpy array, number or tensor) over all ranks.
 
+    Args:
+        value: a numpy array, number, tf.Tensor or tf.Variable; same shape
+            and dtype on every rank.
+        name: name matched across ranks (derived from the graph when None).
+        average: deprecated; use ``op``.
+        prescale_factor: multiplies the input before the reduction.
+        postscale_factor: multiplies the result after the reduction.
+        op: Average (default), Sum, Min, Max or Product.
+        compression: Compression.none or Compression.fp16.
+
     Returns:
         A tensor with the reduced value (use ``.numpy()``).
+
+    Raises:
+        ValueError: hbcore is not initialized, or both average and op given.
+        NotImplementedError: op is Adasum.
+        tf.errors.FailedPreconditionError: ranks disagree on the value.
     """
     return _mpi_ops.allreduce(_as_tensor(value), average=average,
                               compression=compression, op=op,
@@ -153,12 +205,43 @@ def allreduce(value: Any, name: Optional[str] = None,
 
 
 def allgather(value: Any, name: Optional[str] = None) -> Any:
-    """Concatenates a value from every rank along the first dimension."""
+    """Concatenates a value from every rank along the first dimension.
+
+    Args:
+        value: a numpy array, tf.Tensor or tf.Variable of at least 1-D; the
+            first dimension may differ across ranks, the others must match.
+        name: name matched across ranks (derived from the graph when None).
+
+    Returns:
+        A tensor with the rows of rank 0, then rank 1, and so on.
+
+    Raises:
+        ValueError: hbcore is not initialized.
+        tf.errors.FailedPreconditionError: dtype or trailing dimensions
+            differ across ranks.
+        tf.errors.InvalidArgumentError: ``value`` is a scalar.
+    """
     return _mpi_ops.allgather(_as_tensor(value), name=name)
 
 
 def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> Any:
-    """Returns ``root_rank``'s value on every rank."""
+    """Returns ``root_rank``'s value on every rank.
+
+    Args:
+        value: a numpy array, number, tf.Tensor or tf.Variable; same shape
+            and dtype on every rank.
+        root_rank: rank whose value is sent to all others.
+        name: name matched across ranks (derived from the graph when None).
+
+    Returns:
+        A tensor holding ``root_rank``'s value.
+
+    Raises:
+        ValueError: hbcore is not initialized.
+        tf.errors.InvalidArgumentError: ``root_rank`` is out of range.
+        tf.errors.FailedPreconditionError: shape, dtype or root differ
+            across ranks.
+    """
     return _mpi_ops.broadcast(_as_tensor(value), root_rank, name=name)
 
 

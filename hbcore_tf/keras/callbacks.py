@@ -120,10 +120,26 @@ class BroadcastGlobalVariablesCallback(_Callback):
         return True
 
     def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+        """Broadcasts the variables if every rank already holds the same
+        ones (skips quietly otherwise).
+
+        Args:
+            logs: unused.
+        """
         self._broadcast(required=False)
 
     def on_batch_end(self, batch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
+        """After the first batch only: broadcasts the variables (slots
+        included).
+
+        Args:
+            batch: index of the batch that ended (unused).
+            logs: unused.
+
+        Raises:
+            ValueError: the ranks hold different model/optimizer variables.
+        """
         if self.broadcast_done:
             return
         self._broadcast(required=True)
@@ -167,6 +183,13 @@ class MetricAverageCallback(_Callback):
 
     def on_epoch_end(self, epoch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
+        """Replaces the numeric entries of ``logs`` by their average over
+        the process set's ranks.
+
+        Args:
+            epoch: index of the epoch that ended (unused).
+            logs: the epoch's metrics, updated in place.
+        """
         self._average_metrics_in_place(logs)
 
 
@@ -260,15 +283,37 @@ class LearningRateScheduleCallback(_Callback):
         return new_lr
 
     def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+        """Autodetects steps_per_epoch when a per-batch schedule needs it.
+
+        Args:
+            logs: unused.
+
+        Raises:
+            ValueError: steps_per_epoch is needed but cannot be detected.
+        """
         if self.steps_per_epoch is None and not self.staircase:
             self.steps_per_epoch = self._autodetect_steps_per_epoch()
 
     def on_epoch_begin(self, epoch: int,
                        logs: Optional[Dict[str, Any]] = None) -> None:
+        """Records ``epoch`` as the current epoch for the batch hooks.
+
+        Args:
+            epoch: index of the epoch that begins.
+            logs: unused.
+        """
         self.current_epoch = epoch
 
     def on_batch_begin(self, batch: int,
                        logs: Optional[Dict[str, Any]] = None) -> None:
+        """Sets the learning rate for this batch when the current epoch is
+        in [start_epoch, end_epoch): at batch 0 with ``staircase``, at
+        every batch otherwise.
+
+        Args:
+            batch: index of the batch within the epoch.
+            logs: unused.
+        """
         if self.current_epoch is None or not self._in_range(self.current_epoch):
             return
         if self.staircase:
@@ -280,6 +325,13 @@ class LearningRateScheduleCallback(_Callback):
 
     def on_epoch_end(self, epoch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
+        """Records the optimizer's learning rate as ``logs["lr"]`` (not
+        for a learning-rate schedule).
+
+        Args:
+            epoch: index of the epoch that ended (unused).
+            logs: the epoch's logs, updated in place (None: nothing done).
+        """
         if logs is not None:
             try:
                 logs["lr"] = _compat.get_learning_rate(self.model.optimizer)
@@ -322,6 +374,13 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
+        """Records ``logs["lr"]`` and, with ``verbose``, prints a line
+        after the last warmup epoch.
+
+        Args:
+            epoch: index of the epoch that ended.
+            logs: the epoch's logs, updated in place.
+        """
         super().on_epoch_end(epoch, logs)
         if epoch == self.warmup_epochs - 1 and self.verbose > 0:
             print("\nEpoch %d: finished gradual learning rate warmup to %g." % (

@@ -74,6 +74,12 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
         self._writer = None
 
     def begin(self) -> None:
+        """Calls ``fn`` to build the metrics and the ops that reset them.
+
+        Raises:
+          ValueError: ``fn`` does not return a dict of (value, update_op)
+            pairs.
+        """
         graph = tf.compat.v1.get_default_graph()
         first_op = len(graph.get_operations())
         local_before = set(id(v) for v in tf.compat.v1.local_variables())
@@ -98,6 +104,13 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
                 self._summary_dir)
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
+        """Counts the training step; evaluates every ``every_n_iter``.
+
+        Args:
+          run_context: the SessionRunContext (its session runs the
+            evaluation).
+          run_values: the step's SessionRunValues (unused).
+        """
         self._step += 1
         if self._step % self._every_n_iter == 0:
             self.evaluate(run_context.session)
@@ -106,8 +119,18 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
     def evaluate(self, session: Any) -> Dict[str, Any]:
         """Runs one evaluation now (every rank must call it together).
 
+        Resets the metric variables (and initializable iterators) ``fn``
+        created, runs the update ops up to ``steps`` times (stopping early
+        at the end of this rank's data), then fetches the values once;
+        rank 0 logs them and writes the summaries, and ``history`` gets
+        them appended.
+
+        Args:
+          session: a session of the graph ``begin()`` built the metrics in.
+
         Returns:
-          The values by name, plus "step".
+          The values by name, plus "step" (the global step when the graph
+          has one, else this hook's count of training steps).
         """
         session.run(self._reset)
         for _ in range(self._steps):
@@ -135,6 +158,12 @@ class EvaluationHook(tf.compat.v1.train.SessionRunHook):
         return results
 
     def end(self, session: Any) -> None:
+        """Runs a last evaluation unless the last step was just evaluated,
+        then flushes the summary writer.
+
+        Args:
+          session: the session that is ending.
+        """
         # MonitoredSession calls end() on every rank when training stops
         # normally; every rank stopped after the same step (data sync), so
         # the decision below is the same everywhere.
