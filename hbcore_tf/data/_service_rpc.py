@@ -18,7 +18,11 @@ authentication with the key): one request, one reply, per round trip.
     ("wait_shutdown", seconds)            -> True once shutdown was asked,
                                              False when seconds passed first
     ("shutdown",)                         -> True; every wait_shutdown returns
-    ("ping",)                             -> True
+                                             (the training job asks)
+    ("shutdown", False)                   -> the same, from a compute rank
+                                             stopping on a signal
+    ("ping",)                             -> True, or False once the
+                                             training job asked to stop
 
 The server answers each connection in its own thread; waits are on one
 condition variable, never busy. A client that cannot reach the server
@@ -58,7 +62,9 @@ class ComputeServiceServer:
         self._dispatchers: Dict[int, str] = {}
         self._workers: Dict[int, int] = {}
         self._shutdown = False
+        self._stop_asked_by_training = False
         self._closed = False
+        self._conns: set = set()  # open connections, closed by close()
         self._thread = threading.Thread(target=self._accept, daemon=True,
                                         name="hbcore-compute-service")
         self._thread.start()
@@ -78,12 +84,21 @@ class ComputeServiceServer:
             self._cond.notify_all()
 
     def close(self) -> None:
+        """Stops answering: the listener and every open connection close
+        (clients then get ConnectionError, as when the process is gone)."""
         self._closed = True
         self.request_shutdown()
         try:
             self._listener.close()
         except OSError:
             pass
+        with self._cond:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            try:
+                conn.close()
+            except OSError:
+                pass
 
     def _accept(self) -> None:
         while not self._closed:
@@ -93,12 +108,17 @@ class ComputeServiceServer:
                 if self._closed:
                     return
                 continue  # a client that failed authentication
+            with self._cond:
+                if self._closed:
+                    conn.close()
+                    return
+                self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn,),
                              daemon=True).start()
 
     def _serve(self, conn: Any) -> None:
         with conn:
-            while True:
+            while not self._closed:
                 try:
                     request = conn.recv()
                 except (EOFError, OSError):
@@ -135,10 +155,17 @@ class ComputeServiceServer:
                                            float(request[1]))
             if kind == "shutdown":
                 self._shutdown = True
+                # ("shutdown", False): a compute rank stopping on a signal,
+                # not the training job's request.
+                if len(request) < 2 or request[1]:
+                    self._stop_asked_by_training = True
                 self._cond.notify_all()
                 return True
             if kind == "ping":
-                return True
+                # False once the training job asked the compute job to
+                # stop: its readers' watchdogs then stand down (an ending
+                # compute job is not a lost one).
+                return not self._stop_asked_by_training
         raise ValueError("unknown compute service request %r" % (kind,))
 
 

@@ -82,6 +82,7 @@ class TfDataServiceConfig:
         self.round_robin = bool(round_robin)
 
     def to_dict(self) -> Dict[str, Any]:
+        """The config as a JSON-serializable dict (the file's contents)."""
         return {"dispatchers": self.dispatchers,
                 "workers_per_dispatcher": self.workers_per_dispatcher,
                 "dispatcher_side": self.dispatcher_side,
@@ -91,10 +92,27 @@ class TfDataServiceConfig:
 
     @staticmethod
     def from_dict(config: Dict[str, Any]) -> "TfDataServiceConfig":
+        """The config that ``to_dict`` turned into ``config``.
+
+        Args:
+          config: the constructor's arguments by name.
+
+        Raises:
+          ValueError: bad counts or dispatcher side.
+          TypeError: an unknown or missing argument.
+        """
         return TfDataServiceConfig(**config)
 
     def write(self, filename: str) -> None:
-        """Writes the config file atomically (readers never see half)."""
+        """Writes the config file atomically (readers never see half).
+
+        Args:
+          filename: the file to write (a temporary file beside it is
+            renamed over it).
+
+        Raises:
+          OSError: the file cannot be written.
+        """
         tmp = "%s.%d.tmp" % (filename, os.getpid())
         with open(tmp, "w") as f:
             json.dump(self.to_dict(), f)
@@ -110,9 +128,15 @@ class TfDataServiceConfig:
           wait_for_file_creation: wait for the compute job to write it.
           timeout: seconds to wait for it.
 
+        Returns:
+          The TfDataServiceConfig in the file.
+
         Raises:
           FileNotFoundError: the file does not exist (and no wait).
           TimeoutError: it did not appear within ``timeout`` seconds.
+          ValueError: the file is not valid JSON, or holds bad counts or
+            a bad dispatcher side.
+          TypeError: the file lacks an entry or has an unknown one.
         """
         deadline = time.monotonic() + timeout
         pause = 0.05
@@ -134,7 +158,14 @@ class TfDataServiceConfig:
             return TfDataServiceConfig.from_dict(json.load(f))
 
     def compute_client(self, verbose: bool = False) -> "ComputeClient":
-        """A client of the compute job's service; ``shutdown()`` ends it."""
+        """A client of the compute job's service; ``shutdown()`` ends it.
+
+        Args:
+          verbose: print a line about every second while a wait goes on.
+
+        Returns:
+          A ComputeClient (it connects on its first call).
+        """
         return ComputeClient(self, verbose=verbose)
 
     def __repr__(self) -> str:
@@ -157,23 +188,62 @@ class ComputeClient:
                                          verbose)
 
     def register_dispatcher(self, dispatcher_id: int, address: str) -> None:
+        """Tells the compute service where dispatcher ``dispatcher_id`` is.
+
+        Args:
+          dispatcher_id: the dispatcher's index.
+          address: its host:port (without ``grpc://``).
+
+        Raises:
+          ConnectionError: the compute job cannot be reached.
+        """
         self._rpc.call("register_dispatcher", dispatcher_id, address)
 
     def wait_for_dispatcher_registration(self, dispatcher_id: int,
                                          timeout: Optional[float] = None
                                          ) -> str:
-        """The address of dispatcher ``dispatcher_id`` once registered."""
+        """The address of dispatcher ``dispatcher_id`` once registered.
+
+        Args:
+          dispatcher_id: the dispatcher's index.
+          timeout: seconds to wait; None: the config's ``timeout``.
+
+        Returns:
+          The host:port it registered.
+
+        Raises:
+          TimeoutError: it did not register within ``timeout`` seconds.
+          ConnectionError: the compute job cannot be reached.
+        """
         return self._rpc.wait_for(
             ("wait_dispatcher", dispatcher_id),
             "dispatcher %d to register" % dispatcher_id,
             self.config.timeout if timeout is None else timeout)
 
     def register_worker_for_dispatcher(self, dispatcher_id: int) -> None:
+        """Counts one more tf.data worker of dispatcher ``dispatcher_id``.
+
+        Args:
+          dispatcher_id: the dispatcher the worker serves.
+
+        Raises:
+          ConnectionError: the compute job cannot be reached.
+        """
         self._rpc.call("register_worker", dispatcher_id)
 
     def wait_for_dispatcher_worker_registration(
             self, dispatcher_id: int, timeout: Optional[float] = None) -> None:
-        """Returns once all workers of dispatcher ``dispatcher_id`` joined."""
+        """Returns once all workers of dispatcher ``dispatcher_id`` joined.
+
+        Args:
+          dispatcher_id: the dispatcher's index.
+          timeout: seconds to wait; None: the config's ``timeout``.
+
+        Raises:
+          TimeoutError: fewer than ``workers_per_dispatcher`` workers
+            registered within ``timeout`` seconds.
+          ConnectionError: the compute job cannot be reached.
+        """
         self._rpc.wait_for(
             ("wait_workers", dispatcher_id,
              self.config.workers_per_dispatcher),
@@ -182,10 +252,20 @@ class ComputeClient:
             self.config.timeout if timeout is None else timeout)
 
     def ping(self) -> None:
+        """Checks that the compute service answers.
+
+        Raises:
+          ConnectionError: the compute job cannot be reached.
+        """
         self._rpc.call("ping")
 
     def shutdown(self) -> None:
-        """Tells the compute job to stop (it then exits cleanly)."""
+        """Tells the compute job to stop (it then exits cleanly).
+
+        This process's reader watchdog stands down first: the compute job
+        going away is expected from here on.
+        """
+        _Watchdog.stop_watching()
         self._rpc.call("shutdown")
         self._rpc.close()
 
@@ -210,15 +290,26 @@ def _dispatcher_id(config: TfDataServiceConfig, rank: int,
     return rank
 
 
+# How often a reader's watchdog pings the compute service (seconds). The
+# compute job keeps its service up for longer than that after it was told
+# to stop (compute_worker.py), so that every watchdog sees the request.
+WATCH_INTERVAL_S = 2.0
+
+
 class _Watchdog:
     """Ends this process if the compute job goes away while it is read.
 
     The tf.data service client retries an unreachable dispatcher for a
     long time inside a TF op; a job whose compute side died would hang
     there. One daemon thread per process pings the compute service every
-    few seconds; when it cannot be reached twice in a row, it prints why
-    and exits the process with status 1 (hbrun then stops the other
-    ranks). ``stop()`` ends the watch (before the normal shutdown).
+    WATCH_INTERVAL_S; when it cannot be reached twice in a row, it prints
+    why and exits the process with status 1 (hbrun then stops the other
+    ranks). The watch ends without a word when ``stop_watching()`` is
+    called (leaving ``tf_data_service``; asking the compute job to stop
+    from this process) or when a ping answers that the training job asked
+    the compute job to stop: a compute job that ends on request is not a
+    lost one, and readers that used ``send_to_data_service`` outside
+    ``tf_data_service`` keep running after it.
     """
 
     _lock = threading.Lock()
@@ -245,9 +336,10 @@ class _Watchdog:
 
     def _run(self) -> None:
         failures = 0
-        while not self._stop.wait(2.0):
+        while not self._stop.wait(WATCH_INTERVAL_S):
             try:
-                self._client.call("ping")
+                if not self._client.call("ping"):
+                    return  # the compute job was asked to stop
                 failures = 0
             except ConnectionError as exc:
                 failures += 1
@@ -266,6 +358,10 @@ def tf_data_service(compute_config: TfDataServiceConfig, rank: int
     process (started here, registered with the compute job, stopped at
     exit; with one shared dispatcher, rank 0 runs it); otherwise it is the
     compute job's. Waits until the dispatcher's workers registered.
+
+    Args:
+      compute_config: the compute job's TfDataServiceConfig.
+      rank: this training rank.
 
     Yields:
       The dispatcher's address ("grpc://host:port").
@@ -307,7 +403,9 @@ def send_to_data_service(dataset: tf.data.Dataset,
     (``ds.send_to_data_service(config, rank, size)``).
 
     Processing mode ``distributed_epoch``: each epoch every element is
-    produced once, and goes to one reader of the dispatcher's job.
+    produced once, and goes to one reader of the dispatcher's job. With
+    ``round_robin`` the mode is ``parallel_epochs``, read in turns by the
+    ``size`` training ranks.
 
     Args:
       dataset: the dataset whose pipeline the compute job runs.
@@ -327,7 +425,8 @@ def send_to_data_service(dataset: tf.data.Dataset,
       The dataset read from the tf.data service.
 
     Raises:
-      ValueError: the training size does not match the dispatchers.
+      ValueError: the training size does not match the dispatchers, or
+        ``round_robin`` with more than one dispatcher or without ``size``.
       TimeoutError, ConnectionError: see tf_data_service.
     """
     config = compute_config

@@ -26,7 +26,8 @@ import tensorflow as tf
 import hbcore
 from hbcore_tf.data._service_rpc import (ComputeServiceServer, advertised_host,
                                          new_key)
-from hbcore_tf.data.compute_service import (DISPATCHER_SIDES, ComputeClient,
+from hbcore_tf.data.compute_service import (DISPATCHER_SIDES,
+                                            WATCH_INTERVAL_S, ComputeClient,
                                             TfDataServiceConfig)
 
 
@@ -34,6 +35,17 @@ HEARTBEAT_MS = 500
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    """Parses the compute worker's command line.
+
+    Args:
+      argv: the arguments after the program name; None: ``sys.argv[1:]``.
+
+    Returns:
+      The parsed arguments.
+
+    Raises:
+      SystemExit: bad arguments, or ``--help`` (argparse).
+    """
     parser = argparse.ArgumentParser(
         prog="python -m hbcore_tf.data.compute_worker",
         description="Runs tf.data service workers (and dispatchers) for a "
@@ -58,6 +70,15 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs this rank of the compute job until shutdown or a signal.
+
+    Args:
+      argv: the arguments after the program name; None: ``sys.argv[1:]``.
+
+    Returns:
+      The exit status: 0, or 2 when the number of ranks is not a
+      multiple of ``--dispatchers``.
+    """
     args = parse_args(argv)
     hbcore.init()
     rank, size = hbcore.rank(), hbcore.size()
@@ -134,7 +155,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         # the others wait for the shutdown flag, then for this rank in the
         # barrier below.
         try:
-            rpc.call("shutdown")
+            rpc.call("shutdown", False)
         except ConnectionError:
             pass
     if worker is not None:
@@ -143,6 +164,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         dispatcher._stop()  # pylint: disable=protected-access
     hbcore.barrier()
     if server is not None:
+        if not stop.is_set():
+            # Asked to stop by the training job: readers' watchdogs ping
+            # every WATCH_INTERVAL_S and stand down once they see that;
+            # stay reachable until each had its chance, so none takes the
+            # end of this job for a lost compute job.
+            stop.wait(WATCH_INTERVAL_S + 1.0)
         server.close()
     hbcore.shutdown()
     return 0

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -258,3 +259,73 @@ def test_training_ends_when_the_compute_job_dies(tmp_path):
     assert train.returncode != 0, out
     assert "cannot be reached" in err, err[-3000:]
     assert leftovers(config) == []
+
+
+def _watchdog_threads():
+    return [t for t in threading.enumerate()
+            if t.name == "hbcore-data-service-watchdog" and t.is_alive()]
+
+
+def _await(condition, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("who", ["training", "compute rank", "this process"])
+def test_watchdog_tells_a_requested_stop_from_a_lost_job(monkeypatch, who):
+    """A reader's watchdog stands down when the training job asked the
+    compute job to stop (from another process: the service says so; from
+    this one: shutdown() stops it first), so a reader that used
+    send_to_data_service outside tf_data_service is not killed when the
+    job it read from ends on request. A compute job that stops on its own
+    (a signal to one of its ranks) still counts as lost: the watchdog ends
+    the process once the service is gone."""
+    from hbcore_tf.data import compute_service
+    from hbcore_tf.data._service_rpc import (ComputeServiceClient,
+                                             ComputeServiceServer, new_key)
+
+    exits = []
+
+    def fake_exit(code):
+        # Called on the watchdog's thread: record, and end its loop.
+        exits.append(code)
+        compute_service._Watchdog.stop_watching()
+
+    monkeypatch.setattr(compute_service, "WATCH_INTERVAL_S", 0.05)
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    key = new_key()
+    server = ComputeServiceServer(key)
+    config = compute_service.TfDataServiceConfig(
+        1, 1, "compute", [server.address], key)
+    assert _watchdog_threads() == []
+    compute_service._Watchdog.watch(config)
+    try:
+        assert len(_watchdog_threads()) == 1
+        if who == "this process":
+            config.compute_client().shutdown()
+        else:
+            other = ComputeServiceClient(server.address, key)
+            assert other.call("ping") is True
+            if who == "training":
+                other.call("shutdown")
+                assert other.call("ping") is False
+            else:
+                other.call("shutdown", False)
+                assert other.call("ping") is True
+            other.close()
+        if who == "compute rank":
+            server.close()
+            _await(lambda: exits, "the watchdog did not end the process "
+                   "after the compute job stopped on its own")
+            assert exits == [1]
+        else:
+            _await(lambda: not _watchdog_threads(),
+                   "the watchdog still runs after a requested stop")
+            server.close()
+            assert exits == []
+    finally:
+        compute_service._Watchdog.stop_watching()
+        server.close()
+        _await(lambda: not _watchdog_threads(), "watchdog left running")
