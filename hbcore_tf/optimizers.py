@@ -400,19 +400,20 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         ValueError: an unsupported optimizer type or invalid argument.
         NotImplementedError: op=Adasum or a non-global process set.
     """
-    bucket_bytes = 0
-    if bucket_cap_mb is not None:
-        bucket_bytes = apply_bucket_cap_mb(
-            bucket_cap_mb, bucketed=not num_groups and groups is None)
     family = _compat.optimizer_family(optimizer)
     settings = _Settings(name, compression, sparse_as_dense,
                          backward_passes_per_step, op,
                          gradient_predivide_factor,
                          average_aggregated_gradients, num_groups, groups,
                          device_dense, device_sparse, process_set,
-                         scale_local_gradients, bucket_bytes)
+                         scale_local_gradients)
     # Validate the reduction arguments now, not at the first step.
     settings.reducer("validation")
+    if bucket_cap_mb is not None:
+        # Last: before init it defers a setting to the next init(), which
+        # a call that fails on another argument must not leave behind.
+        settings.bucket_bytes = apply_bucket_cap_mb(
+            bucket_cap_mb, bucketed=not num_groups and groups is None)
     if family == _compat.V1:
         return _DistributedV1Optimizer(optimizer, settings, use_locking)
     return _wrap_keras(optimizer, family, settings)

@@ -433,20 +433,21 @@ def send_to_data_service(dataset: tf.data.Dataset,
     dispatcher_id = _dispatcher_id(config, rank, size)
     reuse = config.reuse_dataset if reuse_dataset is None else reuse_dataset
     rr = config.round_robin if round_robin is None else round_robin
-    address = config.compute_client().wait_for_dispatcher_registration(
-        dispatcher_id)
-    _Watchdog.watch(config)
+    # Arguments first: a mistake is named before any wait on the job.
     if rr and config.dispatchers != 1:
         raise ValueError("round_robin needs one shared dispatcher, the "
                          "compute job runs %d" % config.dispatchers)
+    if rr and size is None:
+        raise ValueError("round_robin needs the training size")
+    address = config.compute_client().wait_for_dispatcher_registration(
+        dispatcher_id)
+    _Watchdog.watch(config)
     shared = config.dispatchers == 1 and (reuse or rr)
     # A shared job is named, so every rank joins it; a rank's own job is
     # anonymous, so each pass over the dataset (epoch) starts a fresh job.
     job_name = "hbcore_data_service" if shared else None
     kwargs: Dict[str, Any] = {}
     if rr:
-        if size is None:
-            raise ValueError("round_robin needs the training size")
         kwargs.update(consumer_index=rank, num_consumers=size)
     mode = "distributed_epoch" if not rr else "parallel_epochs"
     return dataset.apply(tf.data.experimental.service.distribute(

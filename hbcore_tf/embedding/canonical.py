@@ -24,7 +24,12 @@ The rewrite streams bytes from the old data files to the new one in
 chunks of at most ``block_bytes``, so it needs no more memory than one
 chunk. Crash safety follows TF's own writer: the new data file and index
 are written under a staging prefix and renamed, the index last; only then
-are the old data files removed.
+are the old data files removed. A bundle written by one rank already has
+the canonical data file's name, so there the new data file replaces the
+old one before the new index replaces the old index: a crash between the
+two renames leaves an index that does not match its data, which a restore
+reports (the entries' checksums fail) rather than misreads. TF's own
+writer has the same window when it saves over an existing prefix.
 """
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 

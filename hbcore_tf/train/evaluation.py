@@ -1,7 +1,10 @@
 """``hb.train.EvaluationHook``: periodic evaluation with global metrics.
 
     def eval_fn():
-        features, labels = hb.data.make_one_shot_iterator(eval_ds).get_next()
+        # Initializable: the hook re-initializes it before each evaluation
+        # (a one-shot iterator would go on where the last one stopped).
+        features, labels = hb.data.make_initializable_iterator(
+            eval_ds).get_next()
         probs = model(features)
         return {"auc": hb.metrics.auc(labels, probs)}
 

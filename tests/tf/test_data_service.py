@@ -197,8 +197,8 @@ def run_code(code, cwd, timeout=120):
 
 def test_errors_without_a_compute_job(tmp_path):
     """A config file that never appears times out; a training size that
-    does not match the dispatchers and an unreachable compute job raise,
-    naming what is wrong."""
+    does not match the dispatchers, an unreachable compute job and
+    round_robin with several dispatchers raise, naming what is wrong."""
     missing = tmp_path / "never.json"
     dead = tmp_path / "dead.json"
     dead.write_text(json.dumps({
@@ -218,10 +218,14 @@ def test_errors_without_a_compute_job(tmp_path):
         "except ValueError as e: print('SIZE', e)\n"
         "try: ds.send_to_data_service(cfg, 0, 2)\n"
         "except ConnectionError as e: print('GONE', e)\n"
+        "try: ds.send_to_data_service(cfg, 0, 2, round_robin=True)\n"
+        "except ValueError as e: print('ROUND_ROBIN', e)\n"
         % (str(missing), str(dead)), tmp_path)
     assert "TIMEOUT" in out and "did not appear within 1" in out, out
     assert "SIZE" in out and "2 dispatchers" in out and "3 ranks" in out, out
     assert "GONE" in out and "127.0.0.1:9" in out, out
+    # Named before any wait on the (unreachable) job.
+    assert "ROUND_ROBIN" in out and "one shared dispatcher" in out, out
 
 
 
