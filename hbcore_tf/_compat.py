@@ -40,6 +40,26 @@ def use_legacy_keras() -> bool:
     return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _TRUE
 
 
+def keras_session() -> Any:
+    """Returns the tf.compat.v1 session tf_keras runs a graph-mode
+    ``fit`` in (Horovod's ``K.get_session()``). tf_keras keeps
+    ``get_session`` out of its public ``backend`` module; TF exports it as
+    ``tf.compat.v1.keras.backend.get_session``.
+
+    Returns:
+        A tf.compat.v1.Session.
+
+    Raises:
+        ImportError: as keras_module.
+        AttributeError: the Keras in use has no session (Keras 3 runs
+            eagerly only).
+    """
+    get = getattr(keras_module().backend, "get_session", None)
+    if get is None:
+        get = tf.compat.v1.keras.backend.get_session
+    return get()
+
+
 def keras_module() -> Any:
     """Returns the Keras package ``tf.keras`` resolves to.
 

@@ -166,7 +166,7 @@ def broadcast_global_variables(root_rank: int) -> Any:
         ValueError: hbcore is not initialized.
     """
     op = _functions.broadcast_global_variables(root_rank)
-    return _compat.keras_module().backend.get_session().run(op)
+    return _compat.keras_session().run(op)
 
 
 def _as_tensor(value: Any) -> Any:

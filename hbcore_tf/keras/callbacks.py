@@ -116,7 +116,7 @@ class BroadcastGlobalVariablesCallback(_Callback):
             else:  # tf_keras in a v1 graph: run it in Keras' session
                 op = broadcast_variables(variables, root_rank=self.root_rank,
                                          process_set=self.process_set)
-                _compat.keras_module().backend.get_session().run(op)
+                _compat.keras_session().run(op)
         return True
 
     def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
@@ -164,6 +164,11 @@ class MetricAverageCallback(_Callback):
         super().__init__()
         self.device = device
         self.process_set = process_set
+        # Graph mode (tf_keras with eager execution disabled): the
+        # placeholders and the allreduce built for a set of metric names,
+        # built once (every rank builds them at the same epoch end, for the
+        # same names) and run in Keras' session at every epoch end.
+        self._graph_ops: Dict[Any, Any] = {}
 
     def _average_metrics_in_place(self, logs: Optional[Dict[str, Any]]) -> None:
         if not logs or not self.process_set.included():
@@ -171,15 +176,34 @@ class MetricAverageCallback(_Callback):
         keys = sorted(k for k, v in logs.items() if _is_number(v))
         if not keys:
             return
-        values = [tf.constant(float(_scalar(logs[k])), tf.float64)
-                  for k in keys]
-        with tf.device(self.device):
-            reduced = grouped_allreduce(values, op=Average,
-                                        name="MetricAverageCallback",
-                                        process_set=self.process_set)
-        for key, value in zip(keys, reduced):
-            logs[key] = float(value.numpy() if hasattr(value, "numpy")
-                              else value)
+        local = [float(_scalar(logs[k])) for k in keys]
+        if tf.executing_eagerly():
+            with tf.device(self.device):
+                reduced = grouped_allreduce(
+                    [tf.constant(v, tf.float64) for v in local], op=Average,
+                    name="MetricAverageCallback",
+                    process_set=self.process_set)
+            averaged = [float(value.numpy()) for value in reduced]
+        else:
+            averaged = self._average_in_session(tuple(keys), local)
+        for key, value in zip(keys, averaged):
+            logs[key] = value
+
+    def _average_in_session(self, keys: Any, local: Any) -> Any:
+        session = _compat.keras_session()
+        built = self._graph_ops.get((keys, session.graph))
+        if built is None:
+            with session.graph.as_default(), tf.device(self.device):
+                inputs = [tf.compat.v1.placeholder(tf.float64, [])
+                          for _ in keys]
+                outputs = grouped_allreduce(inputs, op=Average,
+                                            name="MetricAverageCallback",
+                                            process_set=self.process_set)
+            built = (inputs, outputs)
+            self._graph_ops[(keys, session.graph)] = built
+        inputs, outputs = built
+        return [float(v) for v in session.run(
+            outputs, feed_dict=dict(zip(inputs, local)))]
 
     def on_epoch_end(self, epoch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
