@@ -108,11 +108,11 @@ def run_worker(args: argparse.Namespace) -> None:
     sizes = step_sizes()
     variables = [tf.Variable(tf.fill([n], float(rank + 1))) for n in sizes]
 
-    def gradients():
+    def gradients(of=variables):
         # Fresh tensors, as a backward pass makes them: the collective is
         # their only consumer (a variable's read value is not: it shares
         # the variable's buffer).
-        return [tf.negative(v) for v in variables]
+        return [tf.negative(v) for v in of]
 
     def sink(tensors):
         # One scalar from every tensor, returned, so that nothing is pruned
@@ -144,16 +144,13 @@ def run_worker(args: argparse.Namespace) -> None:
     # tensor, with no data to move.
     tiny_variables = [tf.Variable([float(rank + 1)]) for _ in sizes]
 
-    def tiny_gradients():
-        return [tf.negative(v) for v in tiny_variables]
-
     @tf.function
     def tiny_tf_only():
-        return sink(tf.raw_ops.IdentityN(input=tiny_gradients()))
+        return sink(tf.raw_ops.IdentityN(input=gradients(tiny_variables)))
 
     @tf.function
     def tiny_grouped():
-        return sink(hvd.grouped_allreduce(tiny_gradients(), op=hvd.Sum))
+        return sink(hvd.grouped_allreduce(gradients(tiny_variables), op=hvd.Sum))
 
     got = float(tiny_grouped())
     if got != -expected * len(sizes):

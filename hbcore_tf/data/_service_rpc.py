@@ -117,16 +117,20 @@ class ComputeServiceServer:
                              daemon=True).start()
 
     def _serve(self, conn: Any) -> None:
-        with conn:
-            while not self._closed:
-                try:
-                    request = conn.recv()
-                except (EOFError, OSError):
-                    return
-                try:
-                    conn.send(self._answer(request))
-                except (EOFError, OSError):
-                    return
+        try:
+            with conn:
+                while True:  # until close() closes conn, or the client left
+                    try:
+                        request = conn.recv()
+                    except (EOFError, OSError):
+                        return
+                    try:
+                        conn.send(self._answer(request))
+                    except (EOFError, OSError):
+                        return
+        finally:
+            with self._cond:
+                self._conns.discard(conn)
 
     def _answer(self, request: Tuple[Any, ...]) -> Any:
         kind = request[0]

@@ -178,27 +178,28 @@ class MetricAverageCallback(_Callback):
             return
         local = [float(_scalar(logs[k])) for k in keys]
         if tf.executing_eagerly():
-            with tf.device(self.device):
-                reduced = grouped_allreduce(
-                    [tf.constant(v, tf.float64) for v in local], op=Average,
-                    name="MetricAverageCallback",
-                    process_set=self.process_set)
+            reduced = self._allreduce(
+                [tf.constant(v, tf.float64) for v in local])
             averaged = [float(value.numpy()) for value in reduced]
         else:
             averaged = self._average_in_session(tuple(keys), local)
         for key, value in zip(keys, averaged):
             logs[key] = value
 
+    def _allreduce(self, values: Any) -> Any:
+        with tf.device(self.device):
+            return grouped_allreduce(values, op=Average,
+                                     name="MetricAverageCallback",
+                                     process_set=self.process_set)
+
     def _average_in_session(self, keys: Any, local: Any) -> Any:
         session = _compat.keras_session()
         built = self._graph_ops.get((keys, session.graph))
         if built is None:
-            with session.graph.as_default(), tf.device(self.device):
+            with session.graph.as_default():
                 inputs = [tf.compat.v1.placeholder(tf.float64, [])
                           for _ in keys]
-                outputs = grouped_allreduce(inputs, op=Average,
-                                            name="MetricAverageCallback",
-                                            process_set=self.process_set)
+                outputs = self._allreduce(inputs)
             built = (inputs, outputs)
             self._graph_ops[(keys, session.graph)] = built
         inputs, outputs = built
