@@ -754,21 +754,46 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def _write_stale_init_segment(uid: bytes, rank: int, pid: int) -> str:
+    """Writes rank `rank`'s init segment of a 2-rank communicator as process
+    `pid` would have; returns its path."""
+    # SegmentHeader (fake_shm.h): magic, owner pid, owner rank, nranks,
+    # kind (8: init); payload 0; one reader expected.
+    header = struct.pack("<QiiiiiiiiQQQQII", 0x31474553434e4b46, pid,
+                         rank, 2, 8, 0, -1, 0, 0, 0, 0, 0, 0, 1, 0)
+    path = os.path.join(SHM_DIR, "%so%d-init" % (shm_prefix(uid), rank))
+    with open(path, "wb") as f:
+        f.write(header.ljust(128, b"\0"))
+    return path
+
+
 def test_stale_files_of_a_dead_process_are_tolerated() -> None:
     """Leftover init segments of a crashed run with the same id (written by
     a process that no longer exists) do not break a new rendezvous."""
     uid = FakeNccl().get_unique_id()
     pid = _dead_pid()
     for rank in range(2):
-        # SegmentHeader (fake_shm.h): magic, owner pid, owner rank, nranks,
-        # kind (8: init); payload 0; one reader expected.
-        header = struct.pack("<QiiiiiiiiQQQQII", 0x31474553434e4b46, pid,
-                             rank, 2, 8, 0, -1, 0, 0, 0, 0, 0, 0, 1, 0)
-        path = os.path.join(SHM_DIR, "%so%d-init" % (shm_prefix(uid), rank))
-        with open(path, "wb") as f:
-            f.write(header.ljust(128, b"\0"))
+        _write_stale_init_segment(uid, rank, pid)
     try:
         run_ranks("basic", 2, uid=uid)
+    finally:
+        for name in shm_files(uid):
+            os.unlink(os.path.join(SHM_DIR, name))
+
+
+def test_only_the_owner_removes_its_stale_init_segment(
+        nccl: FakeNccl, monkeypatch: Any) -> None:
+    """A peer that finds a dead process's segment waits for its owner to
+    replace it and never unlinks it: the owner may have published a fresh
+    segment at that path between the peer's read and its unlink (the race
+    behind a CI failure, where rank 0 found its own stale file gone and
+    took itself for a second rank 0)."""
+    monkeypatch.setenv("FAKE_NCCL_TIMEOUT_S", "0.5")
+    uid = nccl.get_unique_id()
+    stale = _write_stale_init_segment(uid, 0, _dead_pid())
+    try:
+        assert nccl.init_rank(2, uid, 1)[0] == NCCL_SYSTEM_ERROR
+        assert os.path.exists(stale)
     finally:
         for name in shm_files(uid):
             os.unlink(os.path.join(SHM_DIR, name))

@@ -253,11 +253,17 @@ bool ProcessIsDead(int pid) {
   return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
 }
 
-// Unlinks the segment at `path` if the process that wrote it is gone.
+// Unlinks this rank's own init segment at `path` if the process that wrote
+// it is gone; true when the path may be published anew (also when the file
+// is already gone). Only the rank that owns a path unlinks it: a peer that
+// unlinked a stale file could remove the owner's fresh one published
+// between the peer's read of the header and its unlink.
 bool RemoveIfStale(const std::string& path) {
   std::unique_ptr<PeerSegment> old;
   Deadline now(nullptr, 0.0);
-  if (!PeerSegment::Open(path, now, &old).ok()) return false;
+  ShmStatus st = PeerSegment::Open(path, now, &old);
+  if (st.code == ShmStatus::kTimedOut) return true;  // gone already
+  if (!st.ok()) return false;
   if (!ProcessIsDead(old->header().owner_pid)) return false;
   ::unlink(path.c_str());
   return true;
@@ -303,6 +309,7 @@ ncclResult_t Rendezvous(Comm& comm) {
     if (r == comm.rank) continue;
     const std::string path = comm.Path(r, "init");
     std::unique_ptr<PeerSegment> peer;
+    Backoff stale_backoff;
     for (;;) {
       ShmStatus st = PeerSegment::Open(path, deadline, &peer);
       if (st.code == ShmStatus::kTimedOut) {
@@ -316,8 +323,15 @@ ncclResult_t Rendezvous(Comm& comm) {
         return kSystemError;
       }
       if (!ProcessIsDead(peer->header().owner_pid)) break;
-      ::unlink(path.c_str());  // a leftover of a dead process: wait anew
+      // A leftover of a dead process: rank r replaces it when it joins.
       peer.reset();
+      if (deadline.Check() != ShmStatus::kOk) {
+        comm.Log("timed out after %g s (FAKE_NCCL_TIMEOUT_S) waiting for "
+                 "rank %d to join (only a dead process's segment is there)",
+                 comm.timeout_s, r);
+        return kSystemError;
+      }
+      stale_backoff.Pause();
     }
     if (peer->header().kind != kInit || peer->header().nranks != comm.nranks) {
       comm.Log("rank %d joined with nranks %d, this rank with %d", r,
