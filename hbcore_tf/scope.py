@@ -50,10 +50,17 @@ from hbcore_tf import _compat, _data_parallel
 from hbcore_tf._splat_initial_values import fill_splat_initial_values
 from hbcore_tf.options import options
 
+# Two kinds of state, because they live in different places:
+# - the class patches (optimizers, models) are process-wide: installed when
+#   the first hb.scope on any thread opens, removed when the last closes
+#   (_depth, under _lock);
+# - TensorFlow's variable creator stack is per thread (and per graph): each
+#   thread that opens an hb.scope pushes its own creators, and pops them on
+#   that thread when its outermost hb.scope closes (_thread).
 _lock = threading.RLock()
 _depth = 0
 _patches: List[Tuple[type, str, Any]] = []
-_creator_scopes: List[Any] = []
+_thread = threading.local()  # .depth, .creator_scopes
 _init_counter = itertools.count()
 
 _BROADCASTABLE = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32,
@@ -141,18 +148,33 @@ def _install() -> None:
         _wrap_init(base, _data_parallel.make_data_parallel)
     for base in _model_bases():
         _wrap_new(base, _data_parallel.make_data_parallel_model)
-    for make in (_broadcast_creator, fill_splat_initial_values):
-        creator = tf.variable_creator_scope(make)
-        creator.__enter__()
-        _creator_scopes.append(creator)
 
 
 def _uninstall() -> None:
     while _patches:
         cls, attr, original = _patches.pop()
         setattr(cls, attr, original)
-    while _creator_scopes:
-        _creator_scopes.pop().__exit__(None, None, None)
+
+
+@contextlib.contextmanager
+def _thread_creators() -> Iterator[None]:
+    """hb.scope's variable creators on this thread's stack, pushed by the
+    thread's outermost hb.scope and popped when it closes."""
+    depth = getattr(_thread, "depth", 0)
+    if depth == 0:
+        _thread.creator_scopes = []
+        for make in (_broadcast_creator, fill_splat_initial_values):
+            creator = tf.variable_creator_scope(make)
+            creator.__enter__()
+            _thread.creator_scopes.append(creator)
+    _thread.depth = depth + 1
+    try:
+        yield
+    finally:
+        _thread.depth -= 1
+        if _thread.depth == 0:
+            while _thread.creator_scopes:
+                _thread.creator_scopes.pop().__exit__(None, None, None)
 
 
 # --- public API -------------------------------------------------------------------
@@ -186,13 +208,15 @@ def scope(**kwargs: Any) -> Iterator[Any]:
                     _uninstall()
                     raise
         try:
-            if options.sharding:
-                from hbcore_tf.embedding.scope import sharding_variable_scope
+            with _thread_creators():
+                if options.sharding:
+                    from hbcore_tf.embedding.scope import \
+                        sharding_variable_scope
 
-                with sharding_variable_scope():
+                    with sharding_variable_scope():
+                        yield context
+                else:
                     yield context
-            else:
-                yield context
         finally:
             with _lock:
                 _depth -= 1
@@ -201,7 +225,8 @@ def scope(**kwargs: Any) -> Iterator[Any]:
 
 
 def is_active() -> bool:
-    """Whether an hb.scope is active."""
+    """Whether an hb.scope is open on any thread (its class patches are
+    process-wide)."""
     return _depth > 0
 
 

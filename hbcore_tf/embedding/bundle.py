@@ -253,12 +253,18 @@ def read_index(prefix: str) -> Dict[bytes, bytes]:
             "<Q", data, len(data) - 8)[0] != _TABLE_MAGIC:
         raise ValueError("%s: not a TensorFlow bundle index" % path)
     footer = data[len(data) - _FOOTER_SIZE:]
-    _, pos = _get_varint(footer, 0)  # the metaindex block: unused
-    _, pos = _get_varint(footer, pos)
-    index = _read_block(data, footer[pos:], path)
-    entries: Dict[bytes, bytes] = {}
-    for _, handle in _block_entries(index):
-        entries.update(_block_entries(_read_block(data, handle, path)))
+    # The footer and the block handles carry no checksum of their own: a
+    # damaged one shows as a varint or a restart array running off its
+    # bytes, which is reported as the file's corruption.
+    try:
+        _, pos = _get_varint(footer, 0)  # the metaindex block: unused
+        _, pos = _get_varint(footer, pos)
+        index = _read_block(data, footer[pos:], path)
+        entries: Dict[bytes, bytes] = {}
+        for _, handle in _block_entries(index):
+            entries.update(_block_entries(_read_block(data, handle, path)))
+    except (IndexError, struct.error) as e:
+        raise ValueError("%s: corrupt bundle index (%s)" % (path, e)) from e
     return entries
 
 

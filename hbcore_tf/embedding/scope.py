@@ -140,7 +140,11 @@ def local_initializer(initializer: Any, info: ShardInfo) -> Callable:
     def init(shape, dtype=None, partition_info=None, **_):
         try:
             return initializer(shape, dtype=dtype, partition_info=partition)
-        except TypeError:  # TF2 / Keras initializers take no partition_info
+        except TypeError as e:
+            # TF2 / Keras initializers refuse the argument by name; any
+            # other TypeError is the initializer's own and is raised as is.
+            if "partition_info" not in str(e):
+                raise
             return initializer(shape, dtype=dtype)
     return init
 

@@ -113,6 +113,20 @@ def test_index_round_trip_over_many_blocks(tmp_path):
         f.write(b"\xff\xfe")
     with pytest.raises(ValueError, match="checksum"):
         bundle.read_index(str(tmp_path / "x"))
+    # A footer whose index handle points at the data block instead (whose
+    # checksum holds): its empty values are no block handles, and the file
+    # is named as a corrupt index.
+    bundle.write_index(path, [(b"a", b""), (b"b", b"")])
+    data = bytearray(open(path, "rb").read())
+    meta_offset, pos = bundle._get_varint(data, len(data) - 48)
+    meta_size, _ = bundle._get_varint(data, pos)
+    data_block = bundle._handle(0, meta_offset - 5)  # 5: a block's trailer
+    footer = bundle._handle(meta_offset, meta_size) + data_block
+    data[-48:-8] = footer.ljust(40, b"\0")
+    with open(path, "wb") as f:
+        f.write(bytes(data))
+    with pytest.raises(ValueError, match="x.index: corrupt bundle index"):
+        bundle.read_index(str(tmp_path / "x"))
 
 
 @pytest.mark.parametrize("block_bytes", [1 << 20, 24, 1])
