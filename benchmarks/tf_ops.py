@@ -7,10 +7,13 @@ hbcore's numpy API and (when importable) Horovod, in one run, one table.
 
 The script is its own driver: it runs ``hbrun -np 2`` of itself with
 hbcore_tf, then (if ``horovod.tensorflow`` imports in this environment) with
-Horovod, then hbcore again and Horovod again (``--rounds``), and prints one
+Horovod, and again, alternating (``--rounds``, 3 by default), and prints one
 table. Every worker job times its own references with mpi4py on the same
-machine at the same time, so each row's ratio to the floor is a same-run
-ratio; the hbcore/Horovod columns come from alternating jobs.
+machine at the same time. The time columns are medians over jobs; the
+``added`` ratios and the targets are taken within each job (a same-run
+ratio: this VM's speed, the floor's included, moves between jobs by up to
+30%) and the median job decides, with every job's value printed beside
+it. The hbcore/Horovod columns come from alternating jobs.
 
 The step: 200 float32 tensors of 16 KiB plus 4 of 4 MiB (one after every
 50), 20.1 MB in all, the shape of a gradient step. Inside a
@@ -54,9 +57,10 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import sys
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from _launch import hbrun, print_and_save, run, worker_env
 
@@ -245,15 +249,28 @@ def run_job(args: argparse.Namespace, impl: str, directory: str,
             "--reps", str(args.reps), "--latency-reps",
             str(args.latency_reps), "--warmup", str(args.warmup),
             "--threads", str(args.threads)]
-    run([hbrun(args.np, argv)], [worker_env()], args.timeout,
-        "%s -np %d" % (impl, args.np))
+    run([hbrun(args.np, argv, shlex.split(args.hbrun_args))],
+        [worker_env()], args.timeout, "%s -np %d" % (impl, args.np))
     with open(out) as f:
         return json.load(f)
 
 
 def median_of(results: List[dict], key: str) -> Optional[float]:
+    """The median over jobs of ``key`` (the upper one of an even count)."""
     values = sorted(r[key] for r in results if r.get(key) is not None)
     return values[len(values) // 2] if values else None
+
+
+def added_per_job(results: List[dict], key: str) -> List[float]:
+    """(row - no-collective row) / floor, within each job: a same-run ratio
+    (the VM's speed moves between jobs, and moves the floor with it)."""
+    return [(r[key] - r["tf_only"]) / r["floor"] for r in results
+            if r.get(key) is not None]
+
+
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def table(args: argparse.Namespace, results: Dict[str, List[dict]]
@@ -264,13 +281,14 @@ def table(args: argparse.Namespace, results: Dict[str, List[dict]]
              "%d x %d MiB float32 (%.1f MB); %d job(s) of each, medians" % (
                  args.np, tf_version, SMALL_COUNT, SMALL_BYTES // KIB,
                  SMALL_COUNT // LARGE_EVERY, LARGE_BYTES // MIB,
-                 sum(step_sizes()) * 4 / 1e6, args.rounds),
-             "x floor: time / one-buffer floor; added: (time - the same "
-             "tf.function without the collective) / floor"]
+                 sum(step_sizes()) * 4 / 1e6, args.rounds) +
+             ("; hbrun %s" % args.hbrun_args if args.hbrun_args else ""),
+             "times: median over jobs; x floor: time / one-buffer floor; "
+             "added: (time - the same tf.function without the collective) "
+             "/ floor, taken within each job, median over jobs"]
     lines.append("%-38s" % "row" + "".join(
         "%24s %8s %6s" % (i, "x floor", "added") for i in impls))
     floors = {i: median_of(results[i], "floor") for i in impls}
-    bases = {i: median_of(results[i], "tf_only") for i in impls}
 
     def step_row(label: str, key: str, added: bool = False) -> None:
         cells = []
@@ -279,7 +297,8 @@ def table(args: argparse.Namespace, results: Dict[str, List[dict]]
             if t is None:
                 cells.append("%24s %8s %6s" % ("-", "-", ""))
                 continue
-            extra = "%.2f" % ((t - bases[i]) / floors[i]) if added else ""
+            extra = ("%.2f" % median(added_per_job(results[i], key))
+                     if added else "")
             cells.append("%24s %8.2f %6s" % ("%.3f ms" % (t * 1e3),
                                              t / floors[i], extra))
         lines.append("%-38s" % label + "".join(cells))
@@ -306,24 +325,22 @@ def table(args: argparse.Namespace, results: Dict[str, List[dict]]
     latency_row("204 x 4 B: numpy grouped_allreduce_", "tiny_numpy")
 
     hb = "hbcore"
-
-    def added(key: str) -> float:
-        return (median_of(results[hb], key) - bases[hb]) / floors[hb]
-
-    grouped, per_tensor = added("grouped"), added("per_tensor")
-    eager_us = median_of(results[hb], "eager4") * 1e6
     verdicts = [
-        ("grouped_allreduce, added / floor", grouped,
-         TARGET_GROUPED_OVER_FLOOR),
-        ("per-tensor allreduce, added / floor", per_tensor,
+        ("grouped_allreduce, added / floor",
+         added_per_job(results[hb], "grouped"), TARGET_GROUPED_OVER_FLOOR),
+        ("per-tensor allreduce, added / floor",
+         added_per_job(results[hb], "per_tensor"),
          TARGET_PER_TENSOR_OVER_FLOOR),
-        ("4 B eager allreduce (us)", eager_us, TARGET_EAGER_LATENCY_US)]
+        ("4 B eager allreduce (us)",
+         [r["eager4"] * 1e6 for r in results[hb]], TARGET_EAGER_LATENCY_US)]
     passed = 0
-    for label, value, target in verdicts:
+    for label, per_job, target in verdicts:
+        value = median(per_job)
         ok = value <= target
         passed += ok
-        lines.append("  hbcore %-36s %8.2f   target <= %g   %s" % (
-            label, value, target, "PASS" if ok else "FAIL"))
+        lines.append("  hbcore %-36s %8.2f   target <= %g   %s   jobs: %s" % (
+            label, value, target, "PASS" if ok else "FAIL",
+            " ".join("%.2f" % v for v in per_job)))
     lines.append("targets: %d PASS, %d FAIL" % (passed,
                                                  len(verdicts) - passed))
     return lines
@@ -332,8 +349,9 @@ def table(args: argparse.Namespace, results: Dict[str, List[dict]]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--np", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="jobs per implementation, alternating")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="jobs per implementation, alternating (odd: "
+                             "the targets take the median job)")
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--latency-reps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=5)
@@ -343,6 +361,10 @@ def main() -> int:
                         help="smoke run: 1 round, few repetitions")
     parser.add_argument("--no-horovod", action="store_true",
                         help="leave Horovod out even when importable")
+    parser.add_argument("--hbrun-args", default="",
+                        help="extra hbrun arguments for every job, one "
+                             "string, e.g. '--mpi-args=\"-bind-to core\"' "
+                             "(write --hbrun-args=... when it starts with -)")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--json", default=None, help="also write results")
     parser.add_argument("--worker", choices=["hbcore", "horovod"],
