@@ -16,10 +16,11 @@ import shlex
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from hbcore.knobs import CHOICES, KNOBS, LOG_LEVELS, Knob
+from hbcore.knobs import BY_NAME, CHOICES, KNOBS, LOG_LEVELS, Knob
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
                                    total_slots)
+from hbcore.launcher.mpiexec import launcher_environ, nic_env
 from hbcore.launcher.supervisor import launch
 
 EPILOG = """\
@@ -75,6 +76,66 @@ def _positive_int(text: str) -> int:
     return _number(text, int, 0, False, "an integer >= 1")
 
 
+def _port(text: str) -> int:
+    return _number(text, int, 1, True, "a port number from 1 to 65535",
+                   65535)
+
+
+class _NicAction(argparse.Action):
+    """horovodrun's --network-interface(s): repeatable, values may be
+    comma-separated; all given interfaces are collected in one list."""
+
+    def __call__(self, parser: argparse.ArgumentParser,
+                 namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        names = [name.strip() for name in str(values).split(",")]
+        if not all(names):
+            parser.error("argument %s: empty interface name in %r"
+                         % ("/".join(self.option_strings), values))
+        setattr(namespace, self.dest,
+                list(getattr(namespace, self.dest, None) or []) + names)
+
+
+# horovodrun 0.28.1 flags hbrun has nothing to do for: flag names, number
+# of values, and why.  They are refused by name (exit 2) instead of being
+# ignored, so that a job never silently runs without what was asked for.
+_UNSUPPORTED = (
+    (("--gloo",), 0, "hbcore has no Gloo controller; ranks always use MPI "
+     "(drop --gloo)"),
+    (("--jsrun",), 0, "hbrun launches through hydra's mpiexec only"),
+    (("--config-file",), 1, "give the settings as flags or HB_*/HOROVOD_* "
+     "variables"),
+    (("--autotune",), 0, "hbcore has no autotuner; set --fusion-threshold-mb "
+     "and --cycle-time-ms"),
+    (("--autotune-log-file",), 1, "hbcore has no autotuner"),
+    (("--autotune-warmup-samples",), 1, "hbcore has no autotuner"),
+    (("--autotune-steps-per-sample",), 1, "hbcore has no autotuner"),
+    (("--autotune-bayes-opt-max-samples",), 1, "hbcore has no autotuner"),
+    (("--autotune-gaussian-process-noise",), 1, "hbcore has no autotuner"),
+    (("--timeline-mark-cycles",), 0, "the timeline has no cycle markers"),
+    (("--min-np", "--min-num-proc"), 1, "elastic training is not supported"),
+    (("--max-np", "--max-num-proc"), 1, "elastic training is not supported"),
+    (("--slots-per-host",), 1, "elastic training is not supported"),
+    (("--elastic-timeout",), 1, "elastic training is not supported"),
+    (("--reset-limit",), 1, "elastic training is not supported"),
+    (("--blacklist-cooldown-range",), 2, "elastic training is not "
+     "supported"),
+    (("--host-discovery-script",), 1, "elastic training is not supported; "
+     "give -H/--hostfile"),
+)
+
+
+def _unsupported_action(reason: str) -> type:
+    class Unsupported(argparse.Action):
+        def __call__(self, parser: argparse.ArgumentParser,
+                     namespace: argparse.Namespace, values: Any,
+                     option_string: Optional[str] = None) -> None:
+            parser.error("argument %s: not supported by %s: %s"
+                         % ("/".join(self.option_strings), parser.prog,
+                            reason))
+    return Unsupported
+
+
 def _flag_type(knob: Knob) -> Callable[[str], Any]:
     """The argparse type of a knob's flag: the knob's own type and range
     (divided by the flag's scale), so hbrun refuses what the core would."""
@@ -123,9 +184,20 @@ def _dest(knob: Knob) -> str:
     return knob.flag.option.lstrip("-").replace("-", "_")
 
 
+def _switch_offs() -> List[Tuple[str, str, Knob, str]]:
+    """horovodrun's negative switches: (option, dest, knob, value set)."""
+    offs = [("--no-" + k.flag.option[2:], "no_" + _dest(k), k, "0")
+            for k in KNOBS if k.flag is not None and k.flag.const is not None]
+    offs.append(("--no-stall-check", "no_stall_check",
+                 BY_NAME["stall_check_disable"], "1"))
+    return offs
+
+
 def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
     """Adds the flags that set knobs (one per knob of
-    :data:`hbcore.knobs.KNOBS` that has a flag), and the output flags.
+    :data:`hbcore.knobs.KNOBS` that has a flag), horovodrun's switches off
+    (``--no-hierarchical-allreduce``, ``--no-stall-check``, ...), and the
+    output flags.
 
     Args:
         parser: The parser to extend (hbrun's or ``python -m hbcore.run``'s).
@@ -143,6 +215,12 @@ def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
             tuning.add_argument(knob.flag.option, type=_flag_type(knob),
                                 metavar=knob.flag.metavar,
                                 help="%s (%s)" % (knob.help, knob.env))
+    # horovodrun's --no-... switches (to pin a choice off) and
+    # --no-stall-check; see _switch_offs for the variables they set.
+    offs = parser.add_argument_group("switches off (as horovodrun)")
+    for option, dest, knob, value in _switch_offs():
+        offs.add_argument(option, dest=dest, action="store_true",
+                          help="%s=%s" % (knob.env, value))
     launcher = parser.add_argument_group("launcher")
     launcher.add_argument("--output-filename", metavar="DIR",
                           help="also write each rank's output to "
@@ -174,11 +252,34 @@ def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("-H", "--hosts", metavar="HOSTS",
                        help="hosts and slots, e.g. host1:2,host2:2")
-    where.add_argument("--hostfile", metavar="FILE",
+    where.add_argument("-hostfile", "--hostfile", metavar="FILE",
                        help="file of 'host slots=N' or 'host:N' lines")
     add_tuning_flags(parser)
-    parser.add_argument("--check-build", action="store_true",
+    parser.add_argument("-cb", "--check-build", action="store_true",
                         help="print what was built and found, and exit")
+    remote = parser.add_argument_group("hosts and network (as horovodrun)")
+    remote.add_argument("-p", "--ssh-port", type=_port, metavar="PORT",
+                        help="ssh port on all the hosts (ssh -p)")
+    remote.add_argument("-i", "--ssh-identity-file", metavar="FILE",
+                        help="ssh identity (private key) file (ssh -i)")
+    remote.add_argument("--network-interface", "--network-interfaces",
+                        dest="nics", action=_NicAction, metavar="NIC",
+                        help="interface(s) for NCCL's sockets; repeat or "
+                             "separate with commas (sets NCCL_SOCKET_IFNAME)")
+    compat = parser.add_argument_group(
+        "accepted for horovodrun compatibility, no effect")
+    compat.add_argument("--disable-cache", action="store_true",
+                        help="hbrun runs no cached ssh/NIC pre-checks")
+    compat.add_argument("--start-timeout", type=_positive_int, metavar="S",
+                        help="hbrun runs no pre-launch checks to time out")
+    compat.add_argument("--mpi", action="store_true",
+                        help="MPI is the only controller")
+    compat.add_argument("--tcp", action="store_true",
+                        help="as horovodrun under MPICH: nothing to change")
+    for options, nargs, reason in _UNSUPPORTED:
+        parser.add_argument(*options, nargs=nargs,
+                            action=_unsupported_action(reason),
+                            help=argparse.SUPPRESS)
     # REMAINDER: everything from the command on belongs to the command, so
     # "hbrun -np 2 python train.py --verbose" passes --verbose to train.py.
     parser.add_argument("command", nargs=argparse.REMAINDER,
@@ -212,7 +313,23 @@ def flags_to_env(args: argparse.Namespace) -> Dict[str, str]:
             env[knob.env] = os.path.abspath(value)
         else:
             env[knob.env] = value
+    for _option, dest, knob, value in _switch_offs():
+        if getattr(args, dest, False):
+            env[knob.env] = value
     return env
+
+
+def launch_env(args: argparse.Namespace) -> Dict[str, str]:
+    """Returns the rank variables that hbrun's non-tuning flags set.
+
+    Args:
+        args: Parsed arguments (hbrun's, or ``python -m hbcore.run``'s,
+            which lack these flags).
+
+    Returns:
+        ``NCCL_SOCKET_IFNAME`` for --network-interface, or nothing.
+    """
+    return nic_env(getattr(args, "nics", None))
 
 
 def validate_common(parser: argparse.ArgumentParser,
@@ -231,6 +348,11 @@ def validate_common(parser: argparse.ArgumentParser,
     if not args.command and not getattr(args, "check_build", False):
         parser.error("no command given (e.g. %s python train.py)"
                      % parser.prog)
+    for option, dest, knob, _value in _switch_offs():
+        if (getattr(args, dest, False) and knob.flag is not None
+                and getattr(args, _dest(knob)) is not None):
+            parser.error("argument %s: not allowed with argument %s"
+                         % (option, knob.flag.option))
     warn = args.stall_check_warning_time_seconds
     stop = args.stall_check_shutdown_time_seconds
     if warn is not None and stop and stop < warn:
@@ -305,11 +427,32 @@ def run_job(args: argparse.Namespace, np: int, hosts: Optional[List[Host]],
     """
     output_dir = (os.path.abspath(args.output_filename)
                   if args.output_filename else None)
+    if output_dir is not None:
+        # Checked here, where the message can name the flag; the ranks on
+        # other hosts create (and report) their own.
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+        except OSError as exc:
+            sys.stderr.write("%s: error: argument --output-filename: cannot "
+                             "create directory %s: %s\n"
+                             % (program, output_dir,
+                                exc.strerror or exc))
+            return 2
+    env = flags_to_env(args)
+    env.update(launch_env(args))
+    try:
+        environ = launcher_environ(
+            os.environ, ssh_port=getattr(args, "ssh_port", None),
+            ssh_identity_file=getattr(args, "ssh_identity_file", None))
+    except ValueError as exc:
+        sys.stderr.write("%s: error: argument -i/--ssh-identity-file: %s\n"
+                         % (program, exc))
+        return 2
     try:
         result = launch(args.command, np, hosts=hosts,
-                        env=flags_to_env(args), mpi_args=args.mpi_args,
+                        env=env, mpi_args=args.mpi_args,
                         output_dir=output_dir, per_rank_env=per_rank_env,
-                        verbose=args.verbose)
+                        verbose=args.verbose, environ=environ)
     except LauncherError as exc:
         sys.stderr.write("%s: error: %s\n" % (program, exc))
         return 1

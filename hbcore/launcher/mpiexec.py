@@ -66,6 +66,72 @@ def find_mpiexec(environ: Optional[Mapping[str, str]] = None) -> str:
         % sys.executable)
 
 
+# Where hydra takes extra arguments for its launcher (ssh): MPICH's hydra,
+# and Intel MPI's.
+LAUNCHER_EXTRA_ARGS_VARS = ("HYDRA_LAUNCHER_EXTRA_ARGS",
+                            "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS")
+
+
+def launcher_environ(environ: Mapping[str, str],
+                     ssh_port: Optional[int] = None,
+                     ssh_identity_file: Optional[str] = None
+                     ) -> Dict[str, str]:
+    """Returns mpiexec's environment with horovodrun's ssh settings added.
+
+    Hydra starts its proxies on other hosts with ``ssh [extra] host ...``;
+    the extra arguments come from ``HYDRA_LAUNCHER_EXTRA_ARGS`` (Intel MPI:
+    ``I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS``).  ``-p PORT`` and
+    ``-i FILE`` are appended to what the environment already holds there.
+
+    Args:
+        environ: The environment mpiexec would get.
+        ssh_port: ``ssh -p`` value, or None.
+        ssh_identity_file: ``ssh -i`` value, or None.
+
+    Returns:
+        A copy of ``environ``, with the variables above set when a port or
+        identity file is given.
+
+    Raises:
+        ValueError: If the identity file's path contains whitespace (hydra
+            splits the extra arguments on whitespace).
+    """
+    env = dict(environ)
+    extra = []
+    if ssh_port is not None:
+        extra += ["-p", str(int(ssh_port))]
+    if ssh_identity_file is not None:
+        if not ssh_identity_file or any(c.isspace()
+                                        for c in ssh_identity_file):
+            raise ValueError("ssh identity file %r: the path must be "
+                             "non-empty and without whitespace (hydra splits "
+                             "ssh's arguments on whitespace)"
+                             % ssh_identity_file)
+        extra += ["-i", ssh_identity_file]
+    if extra:
+        for name in LAUNCHER_EXTRA_ARGS_VARS:
+            env[name] = " ".join(([env[name]] if env.get(name) else [])
+                                 + extra)
+    return env
+
+
+def nic_env(nics: Optional[Sequence[str]]) -> Dict[str, str]:
+    """Returns the rank variables for horovodrun's ``--network-interface``.
+
+    As horovodrun does under MPICH: NCCL's socket transport (also NCCL's
+    bootstrap between hosts) is limited to the interfaces.
+
+    Args:
+        nics: Interface names, or None/empty for no restriction.
+
+    Returns:
+        ``{"NCCL_SOCKET_IFNAME": "eth0,eth1"}``, or ``{}``.
+    """
+    if not nics:
+        return {}
+    return {"NCCL_SOCKET_IFNAME": ",".join(sorted(set(nics)))}
+
+
 def mpiexec_version(mpiexec: str, timeout: float = 10.0) -> str:
     """Returns a one-line description of the launcher's version.
 

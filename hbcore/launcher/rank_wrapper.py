@@ -209,8 +209,18 @@ def run_rank(command: List[str], output_dir: Optional[str] = None) -> int:
         The wrapper's exit code: the child's code, or 128 + signal.
     """
     rank, size = env_rank_and_size()
-    tees = {name: _open_tee(output_dir, rank, size, name)
-            for name in (STDOUT, STDERR)}
+    try:
+        tees = {name: _open_tee(output_dir, rank, size, name)
+                for name in (STDOUT, STDERR)}
+    except OSError as exc:
+        # E.g. --output-filename names a file, or is not writable on this
+        # host: report it as this rank's failure, with the path.
+        write_all(2, line_prefix(rank, STDERR) + (
+            "hbrun: cannot write --output-filename files: %s: %r\n"
+            % (exc.strerror or exc, exc.filename)).encode())
+        write_all(2, format_status(RankStatus(
+            rank, 1, None, socket.gethostname(), os.getpid(), time.time())))
+        return 1
     try:
         # close_fds=False: the rank must inherit the descriptors the MPI
         # launcher gave us, above all hydra's PMI socket (PMI_FD), or

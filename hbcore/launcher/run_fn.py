@@ -32,7 +32,15 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         env: Optional[Mapping[str, str]] = None,
         mpi_args: Union[str, Sequence[str], None] = None,
         output_filename: Optional[str] = None, verbose: bool = False,
-        executable: Optional[str] = None) -> List[Any]:
+        executable: Optional[str] = None, *,
+        num_proc: Optional[int] = None,
+        ssh_port: Optional[int] = None,
+        ssh_identity_file: Optional[str] = None,
+        network_interface: Union[str, Sequence[str], None] = None,
+        start_timeout: Optional[int] = None,
+        disable_cache: Optional[bool] = None,
+        use_gloo: Optional[bool] = None,
+        use_mpi: Optional[bool] = None) -> List[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``np`` ranks and returns the results.
 
     Each rank runs in its own process started by MPI's launcher, with its
@@ -58,13 +66,24 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         verbose: Print the mpiexec command line.
         executable: Python interpreter for the ranks (default:
             sys.executable).
+        num_proc: ``horovod.run``'s name for ``np``.
+        ssh_port: ssh port on all hosts (``ssh -p``), as horovod.run.
+        ssh_identity_file: ssh private key file (``ssh -i``).
+        network_interface: Interfaces for NCCL's sockets, a list or a
+            comma-separated string (sets NCCL_SOCKET_IFNAME).
+        start_timeout: Accepted for horovod.run compatibility; there are no
+            pre-launch checks to time out.
+        disable_cache: Accepted for horovod.run compatibility (no cache).
+        use_gloo: Must not be true: hbcore has no Gloo controller.
+        use_mpi: Accepted; MPI is the only controller.
 
     Returns:
         The return values of ``fn``, in rank order.
 
     Raises:
-        ValueError: If ``np`` < 1, both ``hosts`` and ``hostfile`` are
-            given, or a host list is malformed.
+        ValueError: If ``np`` < 1, ``np`` and ``num_proc`` disagree, both
+            ``hosts`` and ``hostfile`` are given, a host list is malformed
+            or has fewer slots than ``np``, or ``use_gloo`` is true.
         RuntimeError: If a rank raised (the message names the rank and
             holds its traceback), was killed, or the launch failed.
         KeyboardInterrupt: If interrupted by Ctrl-C (all ranks are stopped
@@ -78,18 +97,35 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
     import cloudpickle
 
     from hbcore.launcher.errors import LauncherError
-    from hbcore.launcher.hosts import parse_hostfile, parse_hosts
+    from hbcore.launcher.hosts import (parse_hostfile, parse_hosts,
+                                       total_slots)
+    from hbcore.launcher.mpiexec import launcher_environ, nic_env
     from hbcore.launcher.run_task import FN_FILE
     from hbcore.launcher.supervisor import launch
 
+    if num_proc is not None:
+        if np not in (1, num_proc):
+            raise ValueError("np=%r and num_proc=%r disagree; give one of "
+                             "them" % (np, num_proc))
+        np = num_proc
     if not isinstance(np, int) or np < 1:
         raise ValueError("np must be an integer >= 1, got %r" % (np,))
+    if use_gloo:
+        raise ValueError("use_gloo=True: hbcore has no Gloo controller; "
+                         "ranks always use MPI")
     if hosts is not None and hostfile is not None:
         raise ValueError("give hosts or hostfile, not both")
     host_list = (parse_hosts(hosts) if hosts is not None else
                  parse_hostfile(hostfile) if hostfile is not None else None)
+    if host_list is not None and np > total_slots(host_list):
+        raise ValueError("np: %d ranks do not fit in the %d slots of the "
+                         "host list" % (np, total_slots(host_list)))
     if isinstance(mpi_args, str):
         mpi_args = shlex.split(mpi_args)
+    if isinstance(network_interface, str):
+        network_interface = [name.strip()
+                             for name in network_interface.split(",")
+                             if name.strip()]
 
     workdir = tempfile.mkdtemp(prefix="hbcore-run-")
     try:
@@ -98,10 +134,13 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
             cloudpickle.dump((fn, tuple(args), dict(kwargs or {})), f)
         environ = dict(os.environ)
         environ.update(env or {})
+        environ = launcher_environ(environ, ssh_port=ssh_port,
+                                   ssh_identity_file=ssh_identity_file)
         try:
             result = launch(
                 [executable or sys.executable, RUN_TASK, workdir], np,
-                hosts=host_list, mpi_args=list(mpi_args or ()),
+                hosts=host_list, env=nic_env(network_interface),
+                mpi_args=list(mpi_args or ()),
                 output_dir=(os.path.abspath(output_filename)
                             if output_filename else None),
                 verbose=verbose, environ=environ, stdin=subprocess.DEVNULL)
