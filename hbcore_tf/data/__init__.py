@@ -9,6 +9,7 @@ Data sync (ranks with different numbers of batches):
 Parquet input (pyarrow, the ``parquet`` extra):
     ds = hb.data.ParquetDataset(files, batch_size, fields=None,
                                 partition_count=size, partition_index=rank)
+    ds = ds.apply(hb.data.rebatch(batch_size))   # batches spanning files
 
 Horovod's tf.data service integration is hbcore_tf.data.compute_service.
 """
@@ -16,9 +17,10 @@ from hbcore_tf.data.dataframe import DataFrame, to_sparse
 from hbcore_tf.data.iterators import (SyncIterator, make_initializable_iterator,
                                       make_iterator, make_one_shot_iterator)
 from hbcore_tf.data.parquet import ParquetDataset, read_parquet
+from hbcore_tf.data.rebatch import rebatch
 from hbcore_tf.data.sync import batch_weight, step_weight, synchronized
 
 __all__ = ["DataFrame", "ParquetDataset", "SyncIterator", "batch_weight",
            "make_initializable_iterator", "make_iterator",
-           "make_one_shot_iterator", "read_parquet", "step_weight",
+           "make_one_shot_iterator", "read_parquet", "rebatch", "step_weight",
            "synchronized", "to_sparse"]

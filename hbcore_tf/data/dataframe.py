@@ -90,7 +90,9 @@ def as_dict(fields: Any) -> Dict[str, "DataFrame.Field"]:
     """Normalises ``fields`` (names or Fields) to an ordered dict by name.
 
     Args:
-      fields: an iterable of column names and hb.data.DataFrame.Field.
+      fields: an iterable of column names and hb.data.DataFrame.Field, or
+        one name or Field on its own (a bare string is one column name,
+        not a sequence of one-letter names).
 
     Returns:
       A dict from column name to DataFrame.Field, in the given order (a
@@ -100,6 +102,8 @@ def as_dict(fields: Any) -> Dict[str, "DataFrame.Field"]:
       TypeError: an entry is neither a string nor a DataFrame.Field.
       ValueError: a column is named twice, or a name is empty.
     """
+    if isinstance(fields, (str, DataFrame.Field)):
+        fields = [fields]
     out: Dict[str, DataFrame.Field] = {}
     for field in fields:
         if isinstance(field, str):

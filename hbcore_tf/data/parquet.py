@@ -10,7 +10,12 @@ and the rows are cut into batches of ``batch_size``; batches do not span
 files, so each file's last batch may be short (dropped with
 ``drop_remainder=True``). Scalar columns become dense [batch] tensors, list
 columns tf.RaggedTensor [batch, None] (tf.SparseTensor with
-``DataFrame.Field(..., sparse=True)``), string columns tf.string.
+``DataFrame.Field(..., sparse=True)``), string columns tf.string,
+dictionary-encoded columns (pandas categoricals) their decoded values.
+Every file must hold each selected column as the first file does (list or
+scalar, strings or numbers, one numeric dtype unless a Field names the dtype
+to cast to); a difference is a ValueError naming the column and both files
+when the dataset is built, not a failure in the middle of training.
 
 Partitioning (``partition_count`` readers, this one ``partition_index``):
 every row is read by exactly one partition. With at least as many files as
@@ -47,11 +52,16 @@ class _Column:
     """How one selected column is read and what tensor it becomes."""
 
     def __init__(self, name: str, dtype: tf.DType, ragged: bool,
-                 sparse: bool) -> None:
+                 sparse: bool, file_dtype: Optional[tf.DType] = None,
+                 cast: bool = True) -> None:
         self.name = name
-        self.dtype = dtype
+        self.dtype = dtype            # the tensor's dtype
         self.ragged = ragged
         self.sparse = sparse
+        # The first file's dtype; cast: the user's Field fixed ``dtype``, so
+        # files may hold any numeric dtype (False: all must hold file_dtype).
+        self.file_dtype = file_dtype if file_dtype is not None else dtype
+        self.cast = cast
 
     def spec(self) -> Any:
         if self.ragged:
@@ -63,6 +73,9 @@ class _Column:
 def _tf_dtype(pa: Any, arrow_type: Any) -> Optional[tf.DType]:
     """The tensor dtype of a primitive Arrow type, or None if unsupported."""
     types = pa.types
+    if types.is_dictionary(arrow_type):
+        # Dictionary-encoded columns (pandas categoricals) are read decoded.
+        arrow_type = arrow_type.value_type
     if types.is_string(arrow_type) or types.is_large_string(arrow_type) or \
             types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
         return tf.string
@@ -75,43 +88,128 @@ def _tf_dtype(pa: Any, arrow_type: Any) -> Optional[tf.DType]:
     return None
 
 
-def _resolve_columns(schema: Any, fields: Any, path: str) -> List[_Column]:
-    """Checks the selected columns against a file's schema.
+def _file_column(schema: Any, name: str, path: str) -> Tuple[bool, tf.DType]:
+    """(is a list column, values' tensor dtype) of column ``name`` of a file.
 
     Raises:
-      ValueError: a column is missing, or a Field's ragged_rank disagrees
-        with the file.
-      TypeError: a column's type has no tensor equivalent.
+      ValueError: the file has no such column.
+      TypeError: the column's type has no tensor equivalent.
     """
     pa, _ = _pyarrow()
+    index = schema.get_field_index(name)
+    if index < 0:
+        raise ValueError("column %r is not in %s (its columns: %s)" % (
+            name, path, ", ".join(schema.names)))
+    arrow_type = schema.field(index).type
+    ragged = pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
+    dtype = _tf_dtype(pa, arrow_type.value_type if ragged else arrow_type)
+    if dtype is None:
+        raise TypeError("column %r of %s has type %s, which "
+                        "ParquetDataset does not support (scalar or list "
+                        "columns of numbers, booleans or strings)" % (
+                            name, path, arrow_type))
+    return ragged, dtype
+
+
+def _kind(ragged: bool) -> str:
+    return "list" if ragged else "scalar"
+
+
+def _check_castable(name: str, path: str, file_dtype: tf.DType,
+                    dtype: tf.DType) -> None:
+    """Numbers and booleans cast to each other; strings only to strings.
+
+    Raises:
+      ValueError: one of the dtypes is tf.string and the other is not.
+    """
+    if (file_dtype == tf.string) != (dtype == tf.string):
+        raise ValueError(
+            "column %r of %s holds %s values, but its DataFrame.Field asks "
+            "for %s; ParquetDataset casts between numeric and boolean "
+            "dtypes only, not between strings and numbers" % (
+                name, path, file_dtype.name, dtype.name))
+
+
+def _resolve_columns(schema: Any, fields: Any, path: str) -> List[_Column]:
+    """The columns to read, typed from the first file's schema.
+
+    Args:
+      schema: the file's Arrow schema.
+      fields: the ``fields`` argument (None: every column of the file).
+      path: the file (named in errors).
+
+    Returns:
+      One _Column per selected column, in order.
+
+    Raises:
+      ValueError: no column is selected, a column is missing, or a
+        Field's ragged_rank or dtype (string vs number) disagrees with the
+        file.
+      TypeError: a column's type has no tensor equivalent.
+    """
     wanted = as_dict(fields if fields is not None else schema.names)
+    if not wanted:
+        raise ValueError("ParquetDataset: no columns to read (%s)" % (
+            "fields is empty" if fields is not None else
+            "%s has no columns" % path))
     columns = []
     for name, field in wanted.items():
-        index = schema.get_field_index(name)
-        if index < 0:
-            raise ValueError("column %r is not in %s (its columns: %s)" % (
-                name, path, ", ".join(schema.names)))
-        arrow_type = schema.field(index).type
-        ragged = pa.types.is_list(arrow_type) or \
-            pa.types.is_large_list(arrow_type)
-        value_type = arrow_type.value_type if ragged else arrow_type
-        dtype = _tf_dtype(pa, value_type)
-        if dtype is None:
-            raise TypeError("column %r of %s has type %s, which "
-                            "ParquetDataset does not support (scalar or list "
-                            "columns of numbers, booleans or strings)" % (
-                                name, path, arrow_type))
+        ragged, dtype = _file_column(schema, name, path)
         if field.ragged_rank is not None and field.ragged_rank != int(ragged):
             raise ValueError("column %r of %s is a %s column, but its Field "
                              "says ragged_rank=%d" % (
-                                 name, path, "list" if ragged else "scalar",
-                                 field.ragged_rank))
+                                 name, path, _kind(ragged), field.ragged_rank))
         if field.sparse and not ragged:
             raise ValueError("column %r of %s is a scalar column; sparse=True "
                              "needs a list column" % (name, path))
+        if field.dtype is not None:
+            _check_castable(name, path, dtype, field.dtype)
         columns.append(_Column(name, field.dtype or dtype, ragged,
-                               field.sparse))
+                               field.sparse, file_dtype=dtype,
+                               cast=field.dtype is not None))
     return columns
+
+
+def _check_columns(columns: List[_Column], schema: Any, path: str,
+                   reference: Optional[str]) -> None:
+    """Checks that a file holds ``columns`` as they will be read.
+
+    Args:
+      columns: the columns, typed from ``reference`` or from typed Fields.
+      schema: the file's Arrow schema.
+      path: the file.
+      reference: the first file (whose schema typed ``columns``), or None
+        when the columns come from typed DataFrame.Fields.
+
+    Raises:
+      ValueError: a column is missing, is a list column in one and a
+        scalar column in the other, holds strings in one and numbers in the
+        other, or (without a Field dtype to cast to) holds another numeric
+        dtype than in ``reference``; the message names both.
+      TypeError: a column's type has no tensor equivalent.
+    """
+    for column in columns:
+        ragged, dtype = _file_column(schema, column.name, path)
+        if ragged != column.ragged:
+            if reference is None:
+                raise ValueError(
+                    "column %r of %s is a %s column, but its DataFrame.Field "
+                    "says ragged_rank=%d" % (column.name, path, _kind(ragged),
+                                             int(column.ragged)))
+            raise ValueError(
+                "column %r is a %s column in %s but a %s column in %s; every "
+                "file must have the same schema" % (
+                    column.name, _kind(column.ragged), reference,
+                    _kind(ragged), path))
+        if reference is None or column.cast:
+            _check_castable(column.name, path, dtype, column.dtype)
+        elif dtype != column.file_dtype:
+            raise ValueError(
+                "column %r holds %s values in %s but %s values in %s; give "
+                "its dtype as hb.data.DataFrame.Field(%r, dtype=...) to cast "
+                "every file to one dtype" % (
+                    column.name, column.file_dtype.name, reference,
+                    dtype.name, path, column.name))
 
 
 def _split_file(row_groups: Sequence[int], count: int) -> List[Tuple[int, int]]:
@@ -141,11 +239,24 @@ def _plan(paths: List[str], row_groups: List[List[int]], count: int,
     return pieces
 
 
+def _decoded(pa: Any, array: Any) -> Any:
+    """``array`` (an Array or ChunkedArray) with dictionary encoding undone
+    (else unchanged). Chunks (row groups) may have different dictionaries,
+    so each chunk is decoded before they are combined."""
+    if not pa.types.is_dictionary(array.type):
+        return array
+    if isinstance(array, pa.ChunkedArray):
+        return pa.chunked_array([c.dictionary_decode() for c in array.chunks],
+                                type=array.type.value_type)
+    return array.dictionary_decode()
+
+
 def _to_arrays(table: Any, columns: List[_Column], path: str) -> Dict[str, Any]:
     """One batch (an Arrow table) as numpy arrays / ragged tensors."""
+    pa, _ = _pyarrow()
     out: Dict[str, Any] = {}
     for column in columns:
-        array = table.column(column.name).combine_chunks()
+        array = _decoded(pa, table.column(column.name)).combine_chunks()
         if array.null_count:
             raise ValueError("column %r of %s has null values; "
                              "ParquetDataset needs every row filled" % (
@@ -154,7 +265,7 @@ def _to_arrays(table: Any, columns: List[_Column], path: str) -> Dict[str, Any]:
             column.dtype.as_numpy_dtype
         if column.ragged:
             offsets = array.offsets.to_numpy().astype(np.int64)
-            values = array.flatten()
+            values = _decoded(pa, array.flatten())
             if values.null_count:
                 raise ValueError("column %r of %s has null list items" % (
                     column.name, path))
@@ -171,12 +282,19 @@ def _to_arrays(table: Any, columns: List[_Column], path: str) -> Dict[str, Any]:
 
 
 def _read_rows(path: str, start: int, end: int, columns: List[_Column],
-               batch_size: int, drop_remainder: bool) -> Iterator[Dict[str, Any]]:
-    """Yields the batches of rows [start, end) of one file (end < 0: all)."""
-    pa, pq = _pyarrow()
-    reader = pq.ParquetFile(path)
-    # Files named by a dataset are only seen here: check their columns.
-    _resolve_columns(reader.schema_arrow, [c.name for c in columns], path)
+               batch_size: int, drop_remainder: bool,
+               use_threads: bool = True) -> Iterator[Dict[str, Any]]:
+    """Yields the batches of rows [start, end) of one file (end < 0: all).
+
+    Raises:
+      FileNotFoundError, ValueError, TypeError: as _open_file and
+        _check_columns (the file does not hold ``columns``), or null values.
+    """
+    pa, _ = _pyarrow()
+    reader = _open_file(path)
+    # Files named by a dataset are only seen here; files of a list were
+    # checked against the first one when the dataset was built.
+    _check_columns(columns, reader.schema_arrow, path, None)
     names = [c.name for c in columns]
     if end < 0:
         end = reader.metadata.num_rows
@@ -185,7 +303,8 @@ def _read_rows(path: str, start: int, end: int, columns: List[_Column],
         rows = reader.metadata.row_group(group).num_rows
         lo, hi = max(start, first), min(end, first + rows)
         if lo < hi:
-            table = reader.read_row_group(group, columns=names)
+            table = reader.read_row_group(group, columns=names,
+                                          use_threads=use_threads)
             pending.append(table.slice(lo - first, hi - lo))
             pending_rows += hi - lo
             while pending_rows >= batch_size:
@@ -212,49 +331,91 @@ def _sparse_fields(columns: List[_Column]) -> Any:
 def _check_batching(batch_size: Any, count: Any, index: Any) -> None:
     for name, value in (("batch_size", batch_size),
                         ("partition_count", count)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                or value < 1:
+        if not _is_int(value) or value < 1:
             raise ValueError("ParquetDataset: %s must be a positive integer, "
                              "got %r" % (name, value))
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or \
-            not 0 <= index < count:
+    if not _is_int(index) or not 0 <= index < count:
         raise ValueError("ParquetDataset: partition_index must be in [0, %d) "
                          "(partition_count), got %r" % (count, index))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_parallelism(num_parallel_reads: Any, num_sequential_reads: Any,
+                       num_parallel_parser_calls: Any) -> None:
+    """Raises ValueError naming a bad parallelism argument: each is a
+    positive integer, and the first and last may also be None or
+    tf.data.AUTOTUNE."""
+    for name, value, optional in (
+            ("num_parallel_reads", num_parallel_reads, True),
+            ("num_sequential_reads", num_sequential_reads, False),
+            ("num_parallel_parser_calls", num_parallel_parser_calls, True)):
+        if optional and (value is None or
+                         (_is_int(value) and value == tf.data.AUTOTUNE)):
+            continue
+        if not _is_int(value) or value < 1:
+            raise ValueError(
+                "ParquetDataset: %s must be a positive integer%s, got %r" % (
+                    name, ", None or tf.data.AUTOTUNE" if optional else "",
+                    value))
 
 
 class ParquetDataset(tf.data.Dataset):
     """A tf.data.Dataset of dicts {column: batch tensor} read from Parquet.
 
     Args:
-      filenames: a path, a list or tuple of paths, or a tf.data.Dataset of
-        paths (then ``fields`` must give every column as a DataFrame.Field
-        with dtype and ragged_rank, and partitioning is by files).
+      filenames: a path, a list or tuple of paths, a 0-D or 1-D tf.string
+        tensor, or a tf.data.Dataset of paths. A tensor whose value is not
+        known when the dataset is built (a placeholder, a tf.function
+        argument) is read like a dataset of its paths. With a dataset (or
+        such a tensor) ``fields`` must give every column as a
+        DataFrame.Field with dtype and ragged_rank, and partitioning is by
+        files.
       batch_size: rows per batch (the last batch of a file may be short).
-      fields: the columns to read, as names or hb.data.DataFrame.Field;
-        None: every column of the first file.
+      fields: the columns to read: a name, a hb.data.DataFrame.Field, or a
+        list of them; None: every column of the first file. Every file must
+        hold every column as the first one does (list or scalar, strings
+        or numbers, and the same dtype unless a Field gives the dtype to
+        cast to).
       partition_count: how many readers share the files (e.g. world size).
       partition_index: which of them this one is (e.g. rank).
       drop_remainder: drop each file's last batch when it is short.
-      num_parallel_reads: files (pieces) read at the same time; None: one.
+      num_parallel_reads: files (pieces) read at the same time; None: one;
+        tf.data.AUTOTUNE: as many as tf.data finds best.
       num_sequential_reads: consecutive batches taken from one file before
         moving to the next when reading in parallel.
+      num_parallel_parser_calls: HybridBackend's column-parsing
+        parallelism: 1 decodes the columns of a row group one after the
+        other; None, tf.data.AUTOTUNE or more than 1 lets pyarrow decode
+        them in parallel on its thread pool.
 
     Raises:
       ImportError: pyarrow is not installed (names the extra to install).
       FileNotFoundError: a file does not exist (names it).
-      ValueError: a missing column (names it and the file), null values,
-        bad batching or partition arguments.
-      TypeError: a column type with no tensor equivalent (names it).
+      ValueError: a missing column (names it and the file), columns that
+        differ between files or from their Field (names the column and the
+        files), a file that is not Parquet (names it), null values, bad
+        batching, partition or parallelism arguments.
+      TypeError: a column type with no tensor equivalent (names it), or
+        filenames that are not strings.
     """
 
     def __init__(self, filenames: Any, batch_size: int = 1, fields: Any = None,
                  partition_count: int = 1, partition_index: int = 0,
                  drop_remainder: bool = False,
                  num_parallel_reads: Optional[int] = None,
-                 num_sequential_reads: int = 1) -> None:
+                 num_sequential_reads: int = 1,
+                 num_parallel_parser_calls: Optional[int] = None) -> None:
         _check_batching(batch_size, partition_count, partition_index)
+        _check_parallelism(num_parallel_reads, num_sequential_reads,
+                           num_parallel_parser_calls)
         _pyarrow()
+        if tf.is_tensor(filenames):
+            filenames = _tensor_filenames(filenames)
         if isinstance(filenames, tf.data.Dataset):
+            _check_filenames_dataset(filenames)
             columns = _typed_columns(fields)
             pieces = filenames.shard(partition_count, partition_index).map(
                 lambda p: (p, tf.constant(0, tf.int64),
@@ -264,9 +425,11 @@ class ParquetDataset(tf.data.Dataset):
             metas = [_metadata(p) for p in paths]
             columns = _resolve_columns(metas[0].schema.to_arrow_schema(),
                                        fields, paths[0])
+            # Every file must hold the columns as the first one does, or a
+            # batch of a later file would not match the dataset's spec.
             for path, meta in zip(paths[1:], metas[1:]):
-                _resolve_columns(meta.schema.to_arrow_schema(),
-                                 [c.name for c in columns], path)
+                _check_columns(columns, meta.schema.to_arrow_schema(), path,
+                               paths[0])
             groups = [[meta.row_group(i).num_rows
                        for i in range(meta.num_row_groups)] for meta in metas]
             plan = _plan(paths, groups, int(partition_count),
@@ -277,18 +440,25 @@ class ParquetDataset(tf.data.Dataset):
                 tf.constant([e for _, _, e in plan], tf.int64)))
         self._columns = columns
         signature = {c.name: c.spec() for c in columns}
+        use_threads = num_parallel_parser_calls != 1
 
         def read(path: Any, start: Any, end: Any) -> Iterator[Dict[str, Any]]:
             return _read_rows(path.decode(), int(start), int(end), columns,
-                              int(batch_size), bool(drop_remainder))
+                              int(batch_size), bool(drop_remainder),
+                              use_threads)
 
         def piece_dataset(path: tf.Tensor, start: tf.Tensor,
                           end: tf.Tensor) -> tf.data.Dataset:
             return tf.data.Dataset.from_generator(
                 read, output_signature=signature, args=(path, start, end))
 
-        parallel = int(num_parallel_reads or 1)
-        if parallel > 1:
+        if num_parallel_reads == tf.data.AUTOTUNE:
+            dataset = pieces.interleave(
+                piece_dataset, cycle_length=tf.data.AUTOTUNE,
+                block_length=int(num_sequential_reads),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        elif num_parallel_reads is not None and num_parallel_reads > 1:
+            parallel = int(num_parallel_reads)
             dataset = pieces.interleave(
                 piece_dataset, cycle_length=parallel,
                 block_length=int(num_sequential_reads),
@@ -319,7 +489,8 @@ def read_parquet(batch_size: int = 1, fields: Any = None,
                  partition_count: int = 1, partition_index: int = 0,
                  drop_remainder: bool = False,
                  num_parallel_reads: Optional[int] = None,
-                 num_sequential_reads: int = 1) -> Any:
+                 num_sequential_reads: int = 1,
+                 num_parallel_parser_calls: Optional[int] = None) -> Any:
     """``filenames_dataset.apply(hb.data.read_parquet(...))``: as
     ParquetDataset(filenames_dataset, ...) (see there for the arguments).
 
@@ -333,6 +504,7 @@ def read_parquet(batch_size: int = 1, fields: Any = None,
       num_parallel_reads: files read at the same time; None: one.
       num_sequential_reads: consecutive batches taken from one file before
         moving to the next when reading in parallel.
+      num_parallel_parser_calls: see ParquetDataset.
 
     Returns:
       A function from a tf.data.Dataset of file paths to the
@@ -341,16 +513,44 @@ def read_parquet(batch_size: int = 1, fields: Any = None,
     def apply(filenames: tf.data.Dataset) -> ParquetDataset:
         return ParquetDataset(filenames, batch_size, fields, partition_count,
                               partition_index, drop_remainder,
-                              num_parallel_reads, num_sequential_reads)
+                              num_parallel_reads, num_sequential_reads,
+                              num_parallel_parser_calls)
     return apply
+
+
+def _tensor_filenames(filenames: Any) -> Any:
+    """A tf.string tensor of filenames as a list of paths when its value is
+    known now (eager, or a constant in a graph), else as a dataset of its
+    paths (read like any dataset of filenames).
+
+    Raises:
+      TypeError: the tensor is not tf.string.
+    """
+    if filenames.dtype != tf.string:
+        raise TypeError("ParquetDataset: filenames must be a tf.string "
+                        "tensor, got %s" % filenames.dtype.name)
+    value = tf.get_static_value(filenames)
+    if value is not None:
+        return [f.decode() if isinstance(f, bytes) else f
+                for f in np.reshape(value, [-1]).tolist()]
+    return tf.data.Dataset.from_tensor_slices(tf.reshape(filenames, [-1]))
+
+
+def _check_filenames_dataset(filenames: tf.data.Dataset) -> None:
+    """Raises TypeError unless the dataset's elements are scalar tf.string
+    tensors (file paths)."""
+    spec = filenames.element_spec
+    if not isinstance(spec, tf.TensorSpec) or spec.dtype != tf.string or \
+            not spec.shape.is_compatible_with([]):
+        raise TypeError("ParquetDataset: a dataset of filenames must yield "
+                        "scalar tf.string paths, got elements %s" % (spec,))
 
 
 def _paths(filenames: Any) -> List[str]:
     if isinstance(filenames, (str, bytes)):
         filenames = [filenames]
-    if isinstance(filenames, tf.Tensor):
-        filenames = [f.decode() if isinstance(f, bytes) else f
-                     for f in np.atleast_1d(filenames.numpy())]
+    if isinstance(filenames, np.ndarray):
+        filenames = filenames.reshape([-1]).tolist()
     paths = [f.decode() if isinstance(f, bytes) else f for f in filenames]
     if not paths:
         raise ValueError("ParquetDataset: no filenames given")
@@ -361,14 +561,23 @@ def _paths(filenames: Any) -> List[str]:
     return paths
 
 
-def _metadata(path: str) -> Any:
-    _, pq = _pyarrow()
+def _open_file(path: str) -> Any:
+    """pq.ParquetFile(path), with errors that name the file.
+
+    Raises:
+      FileNotFoundError: no such file.
+      ValueError: the file is not a readable Parquet file (a directory,
+        empty, corrupted, another format).
+    """
+    pa, pq = _pyarrow()
     try:
-        return pq.ParquetFile(path).metadata
+        return pq.ParquetFile(path)
     except FileNotFoundError as exc:
         raise FileNotFoundError("ParquetDataset: no such file: %s" % path) \
             from exc
-    except OSError as exc:
+    except (OSError, pa.ArrowException) as exc:
+        # ArrowInvalid (not Parquet, empty file) is a ValueError, other
+        # Arrow errors OSErrors; neither names the file.
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError("ParquetDataset: no such file: %s" % path) \
                 from exc
@@ -376,17 +585,25 @@ def _metadata(path: str) -> Any:
                          "%s" % (path, exc)) from exc
 
 
+def _metadata(path: str) -> Any:
+    return _open_file(path).metadata
+
+
 def _typed_columns(fields: Any) -> List[_Column]:
     """Columns from fully typed Fields (filenames given as a dataset)."""
-    message = ("ParquetDataset: with filenames given as a tf.data.Dataset, "
-               "fields must list every column as hb.data.DataFrame.Field "
-               "with dtype and ragged_rank")
+    message = ("ParquetDataset: with filenames given as a tf.data.Dataset "
+               "(or a tensor whose value is not known yet), fields must list "
+               "every column as hb.data.DataFrame.Field with dtype and "
+               "ragged_rank")
     if not fields:
         raise ValueError(message)
     columns = []
     for field in as_dict(fields).values():
         if field.dtype is None or field.ragged_rank is None:
             raise ValueError("%s; %r lacks them" % (message, field))
+        if field.sparse and field.ragged_rank != 1:
+            raise ValueError("ParquetDataset: %r: sparse=True needs a list "
+                             "column (ragged_rank=1)" % (field,))
         columns.append(_Column(field.name, field.dtype,
                                field.ragged_rank == 1, field.sparse))
     return columns

@@ -7,7 +7,11 @@ ragged and sparse list columns, partitions (by files, by row groups, by
 rows: every row read by exactly one partition), filenames as a dataset,
 parallel reads, and errors by type and message. The "distributed" case
 reads partition_index=rank of partition_count=size and gathers the row ids
-of every rank: each row exactly once. Run by tests/tf/test_hb_parquet.py.
+of every rank: each row exactly once. Also: schemas that differ between
+files or from a Field (errors at construction naming column and files),
+dictionary columns, filenames as a tensor in v1 graphs and tf.function,
+parallelism arguments, partitions under hb.data.synchronized, and
+hb.data.rebatch. Run by tests/tf/test_hb_parquet.py.
 """
 import os
 
@@ -30,6 +34,13 @@ CASES = [
     "errors/missing-file", "errors/missing-column",
     "errors/unsupported-type", "errors/nulls", "errors/arguments",
     "errors/untyped-dataset-fields", "distributed",
+    "schema/list-vs-scalar", "schema/string-vs-number",
+    "schema/dtype-differs", "fields/string-cast", "fields/single",
+    "dictionary-columns", "filenames-tensor/graph",
+    "filenames-tensor/tf-function", "filenames-dataset/field-mismatch",
+    "errors/dataset-of-non-strings", "errors/not-parquet",
+    "parallel-arguments", "distributed-synchronized", "rebatch",
+    "errors/rebatch-arguments",
 ]
 ROWS_PER_FILE = [23, 17, 30, 9, 21]
 
@@ -262,6 +273,8 @@ class Cases:
             ValueError, "ragged_rank")
         expect_raises(lambda: hb_data.DataFrame.Field("x", ragged_rank=2),
                       ValueError, "ragged_rank")
+        expect_raises(lambda: make(self.paths, 2, fields=[]), ValueError,
+                      "no columns")
 
     def untyped_dataset_fields(self) -> None:
         names = tf.data.Dataset.from_tensor_slices(self.paths)
@@ -277,6 +290,271 @@ class Cases:
         check(merged == list(range(sum(ROWS_PER_FILE))),
               "ranks' partitions do not cover every row exactly once")
         check(all(part for part in everyone), "a rank read nothing")
+
+
+    # --- schemas that differ between files, Fields that disagree ----------
+
+    def _write(self, name: str, columns: dict) -> str:
+        path = os.path.join(self.dir, name)
+        pq.write_table(pa.table(columns), path)
+        return path
+
+    def schema_list_vs_scalar(self) -> None:
+        # "tags" is a list column in one file and a scalar column in the
+        # next: an error at construction naming the column and both files
+        # (not an AttributeError from pyarrow when the batch is read).
+        scalar = self._write("tags-scalar.parquet", {
+            "id": pa.array([100, 101], pa.int64()),
+            "tags": pa.array([7, 8], pa.int64())})
+        exc = expect_raises(lambda: hb_data.ParquetDataset(
+            [self.paths[0], scalar], 4, fields=["id", "tags"]),
+            ValueError, "'tags'")
+        for part in (self.paths[0], scalar, "list", "scalar"):
+            check(part in str(exc), "%r not in %s" % (part, exc))
+
+    def schema_string_vs_number(self) -> None:
+        strings = self._write("id-strings.parquet", {
+            "id": pa.array(["a", "b"])})
+        exc = expect_raises(lambda: hb_data.ParquetDataset(
+            [self.paths[0], strings], 4, fields=["id"]), ValueError, "'id'")
+        for part in (self.paths[0], strings, "string", "int64"):
+            check(part in str(exc), "%r not in %s" % (part, exc))
+
+    def schema_dtype_differs(self) -> None:
+        # int64 ids in the first file, int32 in the second: no silent cast
+        # to the first file's dtype (which could truncate); a Field with a
+        # dtype casts both.
+        big = np.array([2 ** 40, 5], np.int64)
+        small = self._write("v-int32.parquet", {"v": pa.array(
+            np.array([1, 2, 3], np.int32))})
+        large = self._write("v-int64.parquet", {"v": pa.array(big)})
+        exc = expect_raises(lambda: hb_data.ParquetDataset(
+            [small, large], 4), ValueError, "'v'")
+        for part in (small, large, "int32", "int64", "DataFrame.Field"):
+            check(part in str(exc), "%r not in %s" % (part, exc))
+        ds = hb_data.ParquetDataset(
+            [small, large], 4, fields=[hb_data.DataFrame.Field("v", tf.int64)])
+        got = [int(v) for b in ds for v in b["v"].numpy()]
+        check(got == [1, 2, 3] + big.tolist(), "cast values %s" % got)
+
+    def fields_string_cast(self) -> None:
+        Field = hb_data.DataFrame.Field
+        exc = expect_raises(lambda: hb_data.ParquetDataset(
+            self.paths[0], 4, fields=[Field("id", tf.string)]),
+            ValueError, "'id'")
+        check("int64" in str(exc) and self.paths[0] in str(exc),
+              "type or file not named: %s" % exc)
+        exc = expect_raises(lambda: hb_data.ParquetDataset(
+            self.paths[0], 4, fields=[Field("name", tf.int64)]),
+            ValueError, "'name'")
+        check("string" in str(exc), "type not named: %s" % exc)
+
+    def fields_single(self) -> None:
+        # One column given as a bare name or Field, not a list of them.
+        rows = ROWS_PER_FILE[0]
+        for fields in ("id", hb_data.DataFrame.Field("id", tf.int32)):
+            ds = hb_data.ParquetDataset(self.paths[0], 8, fields=fields)
+            check(list(ds.element_spec) == ["id"],
+                  "fields=%r gave %s" % (fields, list(ds.element_spec)))
+            check(ids_of(ds) == list(range(rows)), "ids for %r" % (fields,))
+
+    def dictionary_columns(self) -> None:
+        # Dictionary-encoded columns (pandas categoricals, dictionary_encode)
+        # read as their values.
+        # Row groups of 2 rows, batches of 3: a batch joins row groups
+        # whose dictionaries differ.
+        names = ["a", "bb", "a", "c", "bb"]
+        path = os.path.join(self.dir, "dict.parquet")
+        pq.write_table(pa.table({
+            "cat": pa.array(names).dictionary_encode(),
+            "code": pa.array([3, 1, 3, 2, 1], pa.int64()).dictionary_encode()}),
+            path, row_group_size=2)
+        ds = hb_data.ParquetDataset(path, 3)
+        check(ds.element_spec["cat"].dtype == tf.string and
+              ds.element_spec["code"].dtype == tf.int64,
+              "spec %s" % ds.element_spec)
+        got = read_all(ds)
+        check([s.decode() for s in got["cat"]] == names, "cat %s" % got)
+        check(got["code"] == [3, 1, 3, 2, 1], "code %s" % got)
+
+    def filenames_tensor_graph(self) -> None:
+        # A tf.string tensor of filenames in a tf.compat.v1 graph: a constant
+        # reads like a list; a placeholder (typed fields) like a dataset.
+        Field = hb_data.DataFrame.Field
+        n = ROWS_PER_FILE[0] + ROWS_PER_FILE[1]
+        with tf.Graph().as_default():
+            ds = hb_data.ParquetDataset(tf.constant(self.paths[:2]), 8,
+                                        fields=["id"])
+            batch = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+            files = tf.compat.v1.placeholder(tf.string, [None])
+            fed = hb_data.ParquetDataset(
+                files, 8, fields=[Field("id", tf.int64, ragged_rank=0)])
+            it = tf.compat.v1.data.make_initializable_iterator(fed)
+            fed_batch = it.get_next()
+            with tf.compat.v1.Session() as sess:
+                ids = []
+                while True:
+                    try:
+                        ids += sess.run(batch)["id"].tolist()
+                    except tf.errors.OutOfRangeError:
+                        break
+                check(ids == list(range(n)), "constant tensor ids")
+                sess.run(it.initializer, {files: self.paths[1:2]})
+                ids = []
+                while True:
+                    try:
+                        ids += sess.run(fed_batch)["id"].tolist()
+                    except tf.errors.OutOfRangeError:
+                        break
+                first = ROWS_PER_FILE[0]
+                check(ids == list(range(first, n)), "fed tensor ids")
+
+    def filenames_tensor_tf_function(self) -> None:
+        Field = hb_data.DataFrame.Field
+        typed = [Field("id", tf.int64, ragged_rank=0)]
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def total(files):
+            out = tf.constant(0, tf.int64)
+            for b in hb_data.ParquetDataset(files, 8, fields=typed):
+                out += tf.reduce_sum(b["id"])
+            return out
+
+        n = sum(ROWS_PER_FILE[:3])
+        check(int(total(tf.constant(self.paths[:3]))) == n * (n - 1) // 2,
+              "sum of ids in tf.function")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def untyped(files):
+            return hb_data.ParquetDataset(files, 8, fields=["id"])
+
+        expect_raises(lambda: untyped.get_concrete_function(), ValueError,
+                      "dtype and ragged_rank")
+
+    def filenames_dataset_field_mismatch(self) -> None:
+        Field = hb_data.DataFrame.Field
+        scalar = self._write("tags-scalar2.parquet", {
+            "tags": pa.array([7, 8], pa.int64())})
+        names = tf.data.Dataset.from_tensor_slices([scalar])
+        ds = hb_data.ParquetDataset(names, 4, fields=[
+            Field("tags", tf.int64, ragged_rank=1)])
+        exc = expect_raises(lambda: list(ds), tf.errors.InvalidArgumentError,
+                            "'tags'")
+        check(scalar in str(exc) and "ragged_rank=1" in str(exc),
+              "file or Field not named: %s" % str(exc)[:500])
+        strings = self._write("tags-strings.parquet", {
+            "tags": pa.array(["x", "y"])})
+        ds = hb_data.ParquetDataset(
+            tf.data.Dataset.from_tensor_slices([strings]), 4,
+            fields=[Field("tags", tf.int64, ragged_rank=0)])
+        exc = expect_raises(lambda: list(ds), tf.errors.InvalidArgumentError,
+                            "'tags'")
+        check(strings in str(exc), "file not named: %s" % str(exc)[:500])
+
+    def dataset_of_non_strings(self) -> None:
+        Field = hb_data.DataFrame.Field
+        expect_raises(lambda: hb_data.ParquetDataset(
+            tf.data.Dataset.range(3), 4,
+            fields=[Field("id", tf.int64, ragged_rank=0)]),
+            TypeError, "tf.string")
+        expect_raises(lambda: hb_data.ParquetDataset(
+            tf.constant([1, 2]), 4), TypeError, "tf.string")
+
+    def not_parquet(self) -> None:
+        junk = os.path.join(self.dir, "junk.parquet")
+        with open(junk, "w") as f:
+            f.write("not a parquet file")
+        exc = expect_raises(lambda: hb_data.ParquetDataset(
+            [self.paths[0], junk], 4), ValueError, junk)
+        check("parquet" in str(exc).lower(), "%s" % exc)
+
+    def parallel_arguments(self) -> None:
+        make = hb_data.ParquetDataset
+        for bad in (0, -5, 1.5):
+            expect_raises(lambda: make(self.paths, 4, num_parallel_reads=bad),
+                          ValueError, "num_parallel_reads")
+        expect_raises(lambda: make(self.paths, 4, num_parallel_reads=2,
+                                   num_sequential_reads=0),
+                      ValueError, "num_sequential_reads")
+        expect_raises(lambda: make(self.paths, 4,
+                                   num_parallel_parser_calls=0),
+                      ValueError, "num_parallel_parser_calls")
+        # HybridBackend's AUTOTUNE and num_parallel_parser_calls.
+        total = list(range(sum(ROWS_PER_FILE)))
+        for kwargs in ({"num_parallel_reads": tf.data.AUTOTUNE},
+                       {"num_parallel_parser_calls": 1},
+                       {"num_parallel_parser_calls": tf.data.AUTOTUNE,
+                        "num_parallel_reads": 2}):
+            ids = ids_of(make(self.paths, 4, fields=["id"], **kwargs))
+            check(sorted(ids) == total, "rows with %s" % kwargs)
+
+    def distributed_synchronized(self) -> None:
+        # Partitions by files hold different numbers of batches; with data
+        # sync every rank runs the same number of steps (no hang) and
+        # drop_remainder=False still reads every row exactly once.
+        mine = hb_data.ParquetDataset(
+            self.paths, 4, fields=["id"], partition_count=hb.size(),
+            partition_index=hb.rank())
+        counts = hbcore.allgather_object(len(list(mine)))
+        for drop in (True, False):
+            ids, steps = [], 0
+            for batch in hb_data.synchronized(mine, drop_remainder=drop):
+                ids += batch["id"].numpy().tolist()
+                steps += 1
+            want = min(counts) if drop else max(counts)
+            check(steps == want, "drop_remainder=%s: %d steps, expected %d"
+                  % (drop, steps, want))
+            if not drop:
+                everyone = hbcore.allgather_object(ids)
+                merged = sorted(i for part in everyone for i in part)
+                check(merged == list(range(sum(ROWS_PER_FILE))),
+                      "synchronized partitions lost or repeated rows")
+
+    def rebatch(self) -> None:
+        # hb.data.rebatch joins the short last batches of the files:
+        # batches of exactly 10 rows across file boundaries, every row in
+        # order, dense, ragged and sparse columns alike.
+        Field = hb_data.DataFrame.Field
+        total = sum(ROWS_PER_FILE)
+        for drop in (False, True):
+            ds = hb_data.ParquetDataset(
+                self.paths, 7, fields=["id", "tags",
+                                       Field("vec", sparse=True)]).apply(
+                hb_data.rebatch(10, min_batch_size=5, drop_remainder=drop))
+            sizes, ids, tags, vec = [], [], [], []
+            for b in ds:
+                sizes.append(int(b["id"].shape[0]))
+                ids += b["id"].numpy().tolist()
+                tags += b["tags"].to_list()
+                dense = tf.sparse.to_dense(b["vec"]).numpy()
+                width = dense.shape[1]
+                check(int(b["vec"].dense_shape[0]) == sizes[-1],
+                      "sparse batch rows")
+                vec += [row for row in dense]
+                check(width == max([len(v) for v in
+                                    self.expected["vec"][ids[-sizes[-1]]:
+                                                         ids[-1] + 1]]
+                                   + [0]), "sparse width %d" % width)
+            rows = total // 10 * 10 if drop else total
+            want = [10] * (total // 10) + \
+                ([] if drop or total % 10 == 0 else [total % 10])
+            check(sizes == want, "drop=%s sizes %s, expected %s" % (
+                drop, sizes, want))
+            check(ids == list(range(rows)), "ids drop=%s" % drop)
+            check(tags == [list(map(int, t))
+                           for t in self.expected["tags"][:rows]], "tags")
+            for i, (got, exp) in enumerate(zip(vec, self.expected["vec"])):
+                close(got[:len(exp)], np.asarray(exp, np.float64),
+                      "vec row %d" % i)
+                check(not np.any(got[len(exp):]), "vec row %d padding" % i)
+
+    def rebatch_arguments(self) -> None:
+        expect_raises(lambda: hb_data.rebatch(0), ValueError, "batch_size")
+        expect_raises(lambda: hb_data.rebatch(4, min_batch_size=8),
+                      ValueError, "min_batch_size")
+        ds = hb_data.ParquetDataset(self.paths[0], 4, fields=["id", "tags"])
+        expect_raises(lambda: ds.apply(hb_data.rebatch(8, fields=["id"])),
+                      ValueError, "fields")
 
 
 def main() -> None:
