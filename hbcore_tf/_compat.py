@@ -357,6 +357,11 @@ def _is_schedule(value: Any) -> bool:
 
 def _as_float(value: Any) -> float:
     value = unwrap_variable(value)
+    if (isinstance(value, (tf.Variable, tf.Tensor))
+            and not tf.executing_eagerly()):
+        # A graph's variable (tf_keras with eager execution disabled): only
+        # Keras' session can read it.
+        return float(keras_session().run(value))
     if hasattr(value, "numpy"):
         value = value.numpy()
     return float(value)

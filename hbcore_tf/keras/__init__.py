@@ -12,22 +12,27 @@ rule as tf.keras). Keras 3 compiles train steps with XLA on GPUs by
 default; hbcore's collectives have no XLA kernel, so compile with
 ``jit_compile=False`` there.
 """
+import numbers
+import warnings
 from typing import Any, Dict, Optional, Sequence
 
 import tensorflow as tf
 
 from hbcore_tf import (Adasum, Average, Compression, Max, Min, Product, Sum,
-                       allgather_object, broadcast_object, cross_rank,
-                       cross_size, init, is_initialized, local_rank,
-                       local_size, mpi_built, mpi_threads_supported,
-                       nccl_built, rank, shutdown, size)
+                       allgather_object, broadcast_object, ccl_built,
+                       cross_rank, cross_size, cuda_built, ddl_built,
+                       gloo_built, gloo_enabled, init, is_initialized,
+                       local_rank, local_size, mpi_built, mpi_enabled,
+                       mpi_threads_supported, nccl_built, rank, rocm_built,
+                       shutdown, size)
 from hbcore_tf import _compat
 from hbcore_tf import functions as _functions
 from hbcore_tf import mpi_ops as _mpi_ops
 from hbcore_tf.keras import callbacks, layers, metrics
 from hbcore_tf.optimizers import DistributedOptimizer as _DistributedOptimizer
 from hbcore_tf.optimizers import _Settings, distributed_keras_class
-from hbcore_tf.process_sets import global_process_set
+from hbcore_tf.process_sets import (ProcessSet, add_process_set,
+                                    global_process_set, remove_process_set)
 from hbcore_tf.sync_batch_norm import layer_class as _sync_bn_class
 
 # hvd.SyncBatchNormalization of the Keras this module serves.
@@ -80,15 +85,28 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
 
     Raises:
         ValueError: ``optimizer`` is not a Keras optimizer (a
-            tf.compat.v1.train.Optimizer included), or an invalid
+            tf.compat.v1.train.Optimizer included), ``groups`` is an
+            integer <= 0 (as in Horovod's Keras API), or an invalid
             argument (as hbcore_tf.DistributedOptimizer).
         NotImplementedError: op=Adasum or a non-global process set.
+
+    Warns:
+        DeprecationWarning: ``num_groups`` is not 0 (use ``groups``).
     """
     family = _compat.optimizer_family(optimizer)
     if not _compat.is_keras_family(family):
         raise ValueError("hbcore_tf.keras.DistributedOptimizer wraps Keras "
                          "optimizers; use hbcore_tf.DistributedOptimizer for "
                          "%s" % type(optimizer).__name__)
+    if num_groups != 0:
+        warnings.warn("DistributedOptimizer: num_groups is deprecated; pass "
+                      "groups=%r instead" % (num_groups,), DeprecationWarning,
+                      stacklevel=2)
+    if (isinstance(groups, numbers.Integral) and not isinstance(groups, bool)
+            and groups <= 0):
+        # Horovod's Keras DistributedOptimizer: an integer must be > 0.
+        raise ValueError("groups must be a positive integer or a list of "
+                         "lists of variables, got %r" % (groups,))
     return _DistributedOptimizer(
         optimizer, name=name, device_dense=device_dense,
         device_sparse=device_sparse, compression=compression,
@@ -174,6 +192,18 @@ def _as_tensor(value: Any) -> Any:
         tf.constant(value)
 
 
+def _evaluate(result: Any) -> Any:
+    """Eagerly: the tensor. In a tf.compat.v1 graph (tf_keras with eager
+    execution disabled): its value, run in Keras' session (as Horovod's
+    Keras helpers do)."""
+    if tf.executing_eagerly() or \
+            tf.compat.v1.executing_eagerly_outside_functions():
+        return result  # eager, or traced into a tf.function: a tensor
+    if getattr(result.graph, "building_function", False):
+        return result  # a function graph inside a v1 graph
+    return _compat.keras_session().run(result)
+
+
 def allreduce(value: Any, name: Optional[str] = None,
               average: Optional[bool] = None, prescale_factor: float = 1.0,
               postscale_factor: float = 1.0, op: Any = None,
@@ -191,17 +221,19 @@ def allreduce(value: Any, name: Optional[str] = None,
         compression: Compression.none or Compression.fp16.
 
     Returns:
-        A tensor with the reduced value (use ``.numpy()``).
+        A tensor with the reduced value (use ``.numpy()``); in a
+        tf.compat.v1 graph, its value (a numpy array) computed in Keras'
+        session.
 
     Raises:
         ValueError: hbcore is not initialized, or both average and op given.
         NotImplementedError: op is Adasum.
         tf.errors.FailedPreconditionError: ranks disagree on the value.
     """
-    return _mpi_ops.allreduce(_as_tensor(value), average=average,
-                              compression=compression, op=op,
-                              prescale_factor=prescale_factor,
-                              postscale_factor=postscale_factor, name=name)
+    return _evaluate(_mpi_ops.allreduce(
+        _as_tensor(value), average=average, compression=compression, op=op,
+        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+        name=name))
 
 
 def allgather(value: Any, name: Optional[str] = None) -> Any:
@@ -213,7 +245,8 @@ def allgather(value: Any, name: Optional[str] = None) -> Any:
         name: name matched across ranks (derived from the graph when None).
 
     Returns:
-        A tensor with the rows of rank 0, then rank 1, and so on.
+        A tensor with the rows of rank 0, then rank 1, and so on (in a
+        tf.compat.v1 graph: its value, computed in Keras' session).
 
     Raises:
         ValueError: hbcore is not initialized.
@@ -221,7 +254,7 @@ def allgather(value: Any, name: Optional[str] = None) -> Any:
             differ across ranks.
         tf.errors.InvalidArgumentError: ``value`` is a scalar.
     """
-    return _mpi_ops.allgather(_as_tensor(value), name=name)
+    return _evaluate(_mpi_ops.allgather(_as_tensor(value), name=name))
 
 
 def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> Any:
@@ -234,7 +267,8 @@ def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> Any:
         name: name matched across ranks (derived from the graph when None).
 
     Returns:
-        A tensor holding ``root_rank``'s value.
+        A tensor holding ``root_rank``'s value (in a tf.compat.v1 graph:
+        the value, computed in Keras' session).
 
     Raises:
         ValueError: hbcore is not initialized.
@@ -242,7 +276,33 @@ def broadcast(value: Any, root_rank: int, name: Optional[str] = None) -> Any:
         tf.errors.FailedPreconditionError: shape, dtype or root differ
             across ranks.
     """
-    return _mpi_ops.broadcast(_as_tensor(value), root_rank, name=name)
+    return _evaluate(_mpi_ops.broadcast(_as_tensor(value), root_rank,
+                                        name=name))
+
+
+def reducescatter(value: Any, name: Optional[str] = None,
+                  op: Any = Average) -> Any:
+    """Reduces a value over all ranks and returns this rank's block of
+    rows (with n rows and s ranks, rank r gets n // s rows, plus one when
+    r < n % s).
+
+    Args:
+        value: a numpy array, tf.Tensor or tf.Variable of at least 1-D;
+            same shape and dtype on every rank.
+        name: name matched across ranks (derived from the graph when None).
+        op: Average (default), Sum, Min, Max or Product.
+
+    Returns:
+        A tensor with this rank's rows of the reduced value (in a
+        tf.compat.v1 graph: its value, computed in Keras' session).
+
+    Raises:
+        ValueError: hbcore is not initialized.
+        NotImplementedError: op is Adasum.
+        tf.errors.FailedPreconditionError: ranks disagree on the value.
+    """
+    return _evaluate(_mpi_ops.reducescatter(_as_tensor(value), op=op,
+                                            name=name))
 
 
 def load_model(filepath: str, custom_optimizers: Optional[Sequence[type]] = None,
@@ -278,10 +338,13 @@ def load_model(filepath: str, custom_optimizers: Optional[Sequence[type]] = None
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size",
     "local_rank", "cross_size", "cross_rank", "mpi_threads_supported",
-    "mpi_built", "nccl_built", "Average", "Sum", "Adasum", "Min", "Max",
-    "Product", "Compression", "DistributedOptimizer",
-    "PartialDistributedOptimizer", "SyncBatchNormalization",
-    "broadcast_global_variables", "allreduce", "allgather", "broadcast",
-    "load_model", "callbacks", "layers", "metrics", "broadcast_object",
+    "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
+    "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet",
+    "global_process_set", "add_process_set", "remove_process_set",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
+    "DistributedOptimizer", "PartialDistributedOptimizer",
+    "SyncBatchNormalization", "broadcast_global_variables", "allreduce",
+    "allgather", "broadcast", "reducescatter", "load_model", "callbacks",
+    "layers", "metrics", "broadcast_object",
     "allgather_object",
 ]

@@ -18,7 +18,7 @@ import tensorflow as tf
 from hbcore_tf import _compat
 from hbcore_tf.embedding.table import is_rank_local
 from hbcore_tf.functions import allgather_object, broadcast_variables
-from hbcore_tf.mpi_ops import Average, grouped_allreduce, size
+from hbcore_tf.mpi_ops import Average, grouped_allreduce, rank, size
 from hbcore_tf.process_sets import ProcessSet, global_process_set
 
 _Callback = _compat.callback_base()
@@ -47,18 +47,55 @@ class BroadcastGlobalVariablesCallback(_Callback):
         root_rank: the rank whose values everyone receives (a global rank,
             a member of ``process_set``).
         device: device for the broadcasts (default: the ops' placement).
+        local_variables: a variable or a collection of variables (tf or
+            Keras 3) that keep each rank's own value (model-parallel
+            weights): they are not broadcast. More can be added with
+            ``register_local_var``.
         process_set: broadcast among its members only (an hbcore
             extension; Horovod's callback always uses every rank). On a
             rank outside the set the callback does nothing.
+
+    Raises:
+        ValueError: ``local_variables`` holds something that is not a
+            variable (Horovod's message).
     """
 
     def __init__(self, root_rank: int, device: str = "",
+                 local_variables: Any = None,
                  process_set: ProcessSet = global_process_set) -> None:
         super().__init__()
         self.root_rank = root_rank
         self.device = device
         self.process_set = process_set
         self.broadcast_done = False
+        # variable_key -> variable (kept alive so that its id stays its own)
+        self._local_vars: Dict[int, Any] = {}
+        if local_variables is None:
+            local_variables = []
+        elif _is_variable(local_variables):
+            local_variables = [local_variables]
+        else:
+            local_variables = list(local_variables)
+            if not all(_is_variable(var) for var in local_variables):
+                raise ValueError(
+                    "All local variables must be of tf.Variable type.")
+        for var in local_variables:
+            self.register_local_var(var)
+
+    def register_local_var(self, var: Any) -> None:
+        """Registers ``var`` as local to this rank: the callback does not
+        broadcast it.
+
+        Args:
+            var: a tf.Variable or a Keras 3 variable.
+
+        Raises:
+            ValueError: ``var`` is not a variable.
+        """
+        if not _is_variable(var):
+            raise ValueError("All local variables must be of tf.Variable "
+                             "type.")
+        self._local_vars[_compat.variable_key(var)] = var
 
     def _variables(self) -> list:
         variables = list(_compat.model_variables(self.model))
@@ -69,6 +106,8 @@ class BroadcastGlobalVariablesCallback(_Callback):
         for var in variables:
             var = _compat.unwrap_variable(var)
             if is_rank_local(var):  # a table's block or its slot
+                continue
+            if id(var) in self._local_vars:  # registered as local
                 continue
             if id(var) not in seen:
                 seen.add(id(var))
@@ -144,6 +183,11 @@ class BroadcastGlobalVariablesCallback(_Callback):
             return
         self._broadcast(required=True)
         self.broadcast_done = True
+
+
+def _is_variable(value: Any) -> bool:
+    """A tf.Variable, or a Keras 3 variable (which holds one)."""
+    return isinstance(_compat.unwrap_variable(value), tf.Variable)
 
 
 class MetricAverageCallback(_Callback):
@@ -234,6 +278,24 @@ def _is_number(value: Any) -> bool:
     return shape in ((), (1,))
 
 
+def _scale_momentum_buffers(optimizer: Any, ratio: float) -> None:
+    """Multiplies the optimizer's momentum buffers by ``ratio`` (eagerly,
+    or in Keras' session through its cached assign ops in a v1 graph, so
+    that no op is added per batch)."""
+    buffers = _compat.momentum_buffers(optimizer)
+    if tf.executing_eagerly():
+        for buffer in buffers:
+            buffer = _compat.unwrap_variable(buffer)
+            buffer.assign(buffer * tf.cast(ratio, buffer.dtype))
+        return
+    if not buffers:
+        return
+    backend = _compat.keras_module().backend
+    values = backend.batch_get_value(buffers)
+    backend.batch_set_value([(buffer, value * ratio)
+                             for buffer, value in zip(buffers, values)])
+
+
 class LearningRateScheduleCallback(_Callback):
     """Sets the learning rate to ``initial_lr * multiplier(epoch)`` between
     ``start_epoch`` and ``end_epoch``.
@@ -241,6 +303,8 @@ class LearningRateScheduleCallback(_Callback):
     With ``staircase=True`` the rate changes at the first batch of each
     epoch (``multiplier(epoch)`` with an integer epoch); otherwise at every
     batch, with the fractional epoch ``epoch + batch / steps_per_epoch``.
+    A constant ``multiplier`` m is an exponential decay, as in Horovod:
+    the rate is ``initial_lr * m ** (epoch - start_epoch)``.
 
     With ``momentum_correction`` (Goyal et al.), a change of the rate from
     old to new scales the optimizer's momentum buffers by new/old, as if
@@ -248,18 +312,25 @@ class LearningRateScheduleCallback(_Callback):
     method); this also works when the momentum is compiled into Keras 3's
     train step.
 
+    Works eagerly (Keras 3, tf_keras) and in a tf.compat.v1 graph (tf_keras
+    with eager execution disabled), where the rate and the buffers are
+    read and set in Keras' session.
+
     Args:
         initial_lr: the base learning rate (often lr * hvd.size()).
-        multiplier: a number, or a function of the (fractional) epoch.
+        multiplier: a number m (the rate is initial_lr * m ** (epoch -
+            start_epoch)), or a function of the (fractional) epoch.
         start_epoch: first epoch the schedule applies to.
         end_epoch: the epoch it stops at (exclusive); None: never.
         staircase: adjust once per epoch (True) or every batch.
         momentum_correction: scale momentum buffers on changes.
         steps_per_epoch: batches per epoch; autodetected from model.fit's
-            ``steps`` when None.
+            ``steps`` when None (or 0).
 
     Raises:
-        ValueError: steps_per_epoch is needed but cannot be detected.
+        ValueError: ``initial_lr`` is None (Horovod's message); when
+            training begins, steps_per_epoch is needed but cannot be
+            detected.
     """
 
     def __init__(self, initial_lr: float,
@@ -278,8 +349,10 @@ class LearningRateScheduleCallback(_Callback):
         if callable(multiplier):
             self.multiplier = multiplier
         else:
-            constant = float(multiplier)
-            self.multiplier = lambda epoch: constant
+            base = float(multiplier)
+            self.multiplier = lambda epoch: base ** (epoch - start_epoch)
+        if self.initial_lr is None:
+            raise ValueError("Parameter `initial_lr` is required")
 
     def _autodetect_steps_per_epoch(self) -> int:
         params = getattr(self, "params", None) or {}
@@ -301,10 +374,7 @@ class LearningRateScheduleCallback(_Callback):
         new_lr = float(self.initial_lr * self.multiplier(epoch))
         _compat.set_learning_rate(optimizer, new_lr)
         if self.momentum_correction and old_lr > 0 and new_lr != old_lr:
-            ratio = new_lr / old_lr
-            for buffer in _compat.momentum_buffers(optimizer):
-                buffer = _compat.unwrap_variable(buffer)
-                buffer.assign(buffer * tf.cast(ratio, buffer.dtype))
+            _scale_momentum_buffers(optimizer, new_lr / old_lr)
         return new_lr
 
     def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
@@ -316,7 +386,7 @@ class LearningRateScheduleCallback(_Callback):
         Raises:
             ValueError: steps_per_epoch is needed but cannot be detected.
         """
-        if self.steps_per_epoch is None and not self.staircase:
+        if not self.steps_per_epoch and not self.staircase:
             self.steps_per_epoch = self._autodetect_steps_per_epoch()
 
     def on_epoch_begin(self, epoch: int,
@@ -377,7 +447,10 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         warmup_epochs: number of warmup epochs.
         momentum_correction: scale momentum buffers on changes.
         steps_per_epoch: batches per epoch; autodetected when None.
-        verbose: 1 prints a line when warmup ends.
+        verbose: 1: rank 0 prints a line when warmup ends.
+
+    Raises:
+        ValueError: ``initial_lr`` is None.
     """
 
     def __init__(self, initial_lr: float, warmup_epochs: int = 5,
@@ -399,14 +472,62 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def on_epoch_end(self, epoch: int,
                      logs: Optional[Dict[str, Any]] = None) -> None:
-        """Records ``logs["lr"]`` and, with ``verbose``, prints a line
-        after the last warmup epoch.
+        """Records ``logs["lr"]`` and, with ``verbose``, prints a line on
+        rank 0 after the last warmup epoch.
 
         Args:
             epoch: index of the epoch that ended.
             logs: the epoch's logs, updated in place.
         """
         super().on_epoch_end(epoch, logs)
-        if epoch == self.warmup_epochs - 1 and self.verbose > 0:
+        if (epoch == self.warmup_epochs - 1 and self.verbose > 0
+                and rank() == 0):
             print("\nEpoch %d: finished gradual learning rate warmup to %g." % (
                 epoch + 1, _compat.get_learning_rate(self.model.optimizer)))
+
+
+class BestModelCheckpoint(_compat.keras_module().callbacks.ModelCheckpoint):
+    """A ModelCheckpoint that keeps only the best model (``save_best_only``
+    is always True) and whose ``filepath`` is set after construction (as
+    Horovod's Spark estimators do): assign ``callback.filepath`` before
+    training.
+
+    Args:
+        monitor: the logged quantity to monitor.
+        verbose: 1 logs each save.
+        save_weights_only: save the weights only (with Keras 3 the
+            filepath must then end in ``.weights.h5``).
+        mode: "auto", "min" or "max".
+        save_freq: "epoch" or a number of batches.
+
+    Raises:
+        ValueError: (when training begins) ``filepath`` was not set.
+    """
+
+    def __init__(self, monitor: str = "val_loss", verbose: int = 0,
+                 save_weights_only: bool = False, mode: str = "auto",
+                 save_freq: Union[str, int] = "epoch") -> None:
+        # Keras 3 checks the filepath's extension at construction: build
+        # with a valid placeholder, then leave the filepath unset.
+        placeholder = ("best.weights.h5" if save_weights_only
+                       else "best.keras")
+        super().__init__(filepath=placeholder, monitor=monitor,
+                         verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode,
+                         save_freq=save_freq)
+        self.filepath = None
+
+    def on_train_begin(self, logs: Optional[Dict[str, Any]] = None) -> None:
+        """Checks that ``filepath`` was set.
+
+        Args:
+            logs: passed to ModelCheckpoint.
+
+        Raises:
+            ValueError: ``filepath`` is None.
+        """
+        if self.filepath is None:
+            raise ValueError("BestModelCheckpoint.filepath is not set; "
+                             "assign the path to save the best model to "
+                             "before training")
+        super().on_train_begin(logs)

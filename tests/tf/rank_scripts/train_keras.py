@@ -180,12 +180,14 @@ def main():
             0.2, lambda e: 0.5 ** e, start_epoch=1, end_epoch=3), want)
 
     def lr_schedule_constant():
+        # Horovod: a constant multiplier m is an exponential decay,
+        # initial_lr * m ** (epoch - start_epoch) from start_epoch on.
         schedule_case(hvd.callbacks.LearningRateScheduleCallback(
             0.2, multiplier=0.25, start_epoch=2),
-            lambda e, b: 0.05 if e < 2 else 0.05, lr=0.05)
+            lambda e, b: 0.05 if e < 2 else 0.2 * 0.25 ** (e - 2), lr=0.05)
         schedule_case(hvd.callbacks.LearningRateScheduleCallback(
             0.4, multiplier=0.5, start_epoch=1),
-            lambda e, b: 0.05 if e < 1 else 0.2, epochs=2, lr=0.05)
+            lambda e, b: 0.05 if e < 1 else 0.4, epochs=2, lr=0.05)
 
     def lr_schedule_smooth():
         def want(epoch, batch):
