@@ -9,9 +9,12 @@ job writes into the config file (TfDataServiceConfig).
 Protocol (multiprocessing.connection: pickled tuples over TCP, HMAC
 authentication with the key): one request, one reply, per round trip.
 
-    ("register_dispatcher", id, address)  -> True
+    ("register_dispatcher", id, address)  -> True, or the address that
+                                             id already has when another
+                                             one is registered under it
     ("wait_dispatcher", id, seconds)      -> address, or None after seconds
-    ("register_worker", id)               -> True
+    ("register_worker", id[, worker_id])  -> True (a worker_id counts
+                                             once; none: a new worker)
     ("wait_workers", id, n, seconds)      -> True once n workers of that
                                              dispatcher registered, else
                                              False after seconds
@@ -23,6 +26,13 @@ authentication with the key): one request, one reply, per round trip.
                                              stopping on a signal
     ("ping",)                             -> True, or False once the
                                              training job asked to stop
+    ("job_name", index, rank)             -> the tf.data job name of the
+                                             index-th shared dataset that
+                                             training rank sent; a rank
+                                             asking for the same index
+                                             again (a later training job,
+                                             or the same one starting
+                                             over) starts a new name
 
 The server answers each connection in its own thread; waits are on one
 condition variable, never busy. A client that cannot reach the server
@@ -32,7 +42,10 @@ import secrets
 import socket
 import threading
 import time
-from multiprocessing.connection import Client, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (Client, Listener,
+                                        answer_challenge,
+                                        deliver_challenge)
 from typing import Any, Dict, Optional, Tuple
 
 
@@ -55,14 +68,21 @@ class ComputeServiceServer:
 
     def __init__(self, key: str) -> None:
         self.key = key
-        self._listener = Listener(("0.0.0.0", 0), authkey=key.encode())
+        # No authkey here: the listener would authenticate inside accept(),
+        # on the accepting thread, where one client with a wrong key (an
+        # AuthenticationError) or one that never answers would stop every
+        # later connection. Each connection's own thread authenticates it.
+        self._listener = Listener(("0.0.0.0", 0), backlog=128)
         port = self._listener.address[1]
         self.address = "%s:%d" % (advertised_host(), port)
         self._cond = threading.Condition()
         self._dispatchers: Dict[int, str] = {}
-        self._workers: Dict[int, int] = {}
+        self._workers: Dict[int, set] = {}
+        self._anonymous_workers = 0
         self._shutdown = False
         self._stop_asked_by_training = False
+        # index -> (generation, ranks that got this generation's name)
+        self._job_names: Dict[int, Tuple[int, set]] = {}
         self._closed = False
         self._conns: set = set()  # open connections, closed by close()
         self._thread = threading.Thread(target=self._accept, daemon=True,
@@ -107,7 +127,7 @@ class ComputeServiceServer:
             except (OSError, EOFError):
                 if self._closed:
                     return
-                continue  # a client that failed authentication
+                continue
             with self._cond:
                 if self._closed:
                     conn.close()
@@ -119,6 +139,11 @@ class ComputeServiceServer:
     def _serve(self, conn: Any) -> None:
         try:
             with conn:
+                try:  # the same handshake as Listener(authkey=...)
+                    deliver_challenge(conn, self.key.encode())
+                    answer_challenge(conn, self.key.encode())
+                except (AuthenticationError, EOFError, OSError):
+                    return  # a wrong key, or not a client of ours
                 while True:  # until close() closes conn, or the client left
                     try:
                         request = conn.recv()
@@ -136,7 +161,13 @@ class ComputeServiceServer:
         kind = request[0]
         with self._cond:
             if kind == "register_dispatcher":
-                self._dispatchers[int(request[1])] = str(request[2])
+                key, address = int(request[1]), str(request[2])
+                known = self._dispatchers.get(key)
+                if known is not None and known != address:
+                    # Its workers serve the first one: a second dispatcher
+                    # would get none, and its readers would wait forever.
+                    return known
+                self._dispatchers[key] = address
                 self._cond.notify_all()
                 return True
             if kind == "wait_dispatcher":
@@ -146,13 +177,17 @@ class ComputeServiceServer:
                 return self._dispatchers.get(key)
             if kind == "register_worker":
                 key = int(request[1])
-                self._workers[key] = self._workers.get(key, 0) + 1
+                worker = request[2] if len(request) > 2 else None
+                if worker is None:
+                    self._anonymous_workers += 1
+                    worker = ("anonymous", self._anonymous_workers)
+                self._workers.setdefault(key, set()).add(worker)
                 self._cond.notify_all()
                 return True
             if kind == "wait_workers":
                 key, count = int(request[1]), int(request[2])
                 return self._cond.wait_for(
-                    lambda: self._workers.get(key, 0) >= count,
+                    lambda: len(self._workers.get(key, ())) >= count,
                     float(request[3]))
             if kind == "wait_shutdown":
                 return self._cond.wait_for(lambda: self._shutdown,
@@ -165,6 +200,14 @@ class ComputeServiceServer:
                     self._stop_asked_by_training = True
                 self._cond.notify_all()
                 return True
+            if kind == "job_name":
+                index, rank = int(request[1]), int(request[2])
+                generation, ranks = self._job_names.get(index, (0, set()))
+                if rank in ranks:  # this rank's second dataset of index
+                    generation, ranks = generation + 1, set()
+                ranks.add(rank)
+                self._job_names[index] = (generation, ranks)
+                return "hbcore_data_service_%d_%d" % (index, generation)
             if kind == "ping":
                 # False once the training job asked the compute job to
                 # stop: its readers' watchdogs then stand down (an ending
@@ -188,7 +231,8 @@ class ComputeServiceClient:
 
         Raises:
           ConnectionError: the service cannot be reached (the compute job
-            is not running any more).
+            is not running any more), or it refused the key (a stale
+            config file).
         """
         with self._lock:
             try:
@@ -198,6 +242,14 @@ class ComputeServiceClient:
                                         authkey=self._key.encode())
                 self._conn.send(request)
                 return self._conn.recv()
+            except AuthenticationError as exc:
+                self._conn = None
+                raise ConnectionError(
+                    "the tf.data service compute job's service at %s refused "
+                    "this config file's key (%s): the config file is stale or "
+                    "from another compute job; restart the training job once "
+                    "the compute job has written it anew" % (
+                        self.address, exc)) from exc
             except (OSError, EOFError) as exc:
                 self._conn = None
                 raise ConnectionError(

@@ -114,19 +114,25 @@ class TfDataServiceConfig:
           OSError: the file cannot be written.
         """
         tmp = "%s.%d.tmp" % (filename, os.getpid())
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f)
-        os.replace(tmp, filename)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.to_dict(), f)
+            os.replace(tmp, filename)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)  # no half-written file left beside it
+            raise
 
     @staticmethod
     def read(filename: str, wait_for_file_creation: bool = False,
-             timeout: float = 60) -> "TfDataServiceConfig":
+             timeout: Optional[float] = 60) -> "TfDataServiceConfig":
         """Reads a config file written by the compute job.
 
         Args:
           filename: the file.
           wait_for_file_creation: wait for the compute job to write it.
-          timeout: seconds to wait for it.
+          timeout: seconds to wait for it; None: no limit (Horovod's
+            ``read`` waits without one).
 
         Returns:
           The TfDataServiceConfig in the file.
@@ -138,7 +144,7 @@ class TfDataServiceConfig:
             a bad dispatcher side.
           TypeError: the file lacks an entry or has an unknown one.
         """
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.05
         while not os.path.exists(filename):
             if not wait_for_file_creation:
@@ -146,7 +152,7 @@ class TfDataServiceConfig:
                     "tf.data service config file %s does not exist (start "
                     "the compute job first, or pass "
                     "wait_for_file_creation=True)" % filename)
-            if time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(
                     "the tf.data service config file %s did not appear "
                     "within %ss: is the compute job (python -m "
@@ -167,6 +173,17 @@ class TfDataServiceConfig:
           A ComputeClient (it connects on its first call).
         """
         return ComputeClient(self, verbose=verbose)
+
+    def __eq__(self, other: object) -> bool:
+        """Configs are equal when every entry is (as Horovod's dataclass):
+        ``TfDataServiceConfig.read(f) == config`` after ``config.write(f)``.
+        """
+        if not isinstance(other, TfDataServiceConfig):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
 
     def __repr__(self) -> str:
         shown = dict(self.to_dict(), key="...")
@@ -195,9 +212,17 @@ class ComputeClient:
           address: its host:port (without ``grpc://``).
 
         Raises:
+          ValueError: another address is registered for that dispatcher
+            (its workers serve that one).
           ConnectionError: the compute job cannot be reached.
         """
-        self._rpc.call("register_dispatcher", dispatcher_id, address)
+        reply = self._rpc.call("register_dispatcher", dispatcher_id, address)
+        if reply is not True:
+            raise ValueError(
+                "dispatcher %d is already registered at %s, cannot register "
+                "it at %s: the compute job's workers serve the first one "
+                "(start a new compute job for a new training job)" % (
+                    dispatcher_id, reply, address))
 
     def wait_for_dispatcher_registration(self, dispatcher_id: int,
                                          timeout: Optional[float] = None
@@ -220,16 +245,20 @@ class ComputeClient:
             "dispatcher %d to register" % dispatcher_id,
             self.config.timeout if timeout is None else timeout)
 
-    def register_worker_for_dispatcher(self, dispatcher_id: int) -> None:
+    def register_worker_for_dispatcher(self, dispatcher_id: int,
+                                       worker_id: Optional[int] = None
+                                       ) -> None:
         """Counts one more tf.data worker of dispatcher ``dispatcher_id``.
 
         Args:
           dispatcher_id: the dispatcher the worker serves.
+          worker_id: the worker's id (its compute rank): registering one id
+            again counts it once, as in Horovod; None: a new worker.
 
         Raises:
           ConnectionError: the compute job cannot be reached.
         """
-        self._rpc.call("register_worker", dispatcher_id)
+        self._rpc.call("register_worker", dispatcher_id, worker_id)
 
     def wait_for_dispatcher_worker_registration(
             self, dispatcher_id: int, timeout: Optional[float] = None) -> None:
@@ -250,6 +279,15 @@ class ComputeClient:
             "the %d tf.data workers of dispatcher %d" % (
                 self.config.workers_per_dispatcher, dispatcher_id),
             self.config.timeout if timeout is None else timeout)
+
+    def wait_for_shutdown(self) -> None:
+        """Returns once the compute job was asked to stop.
+
+        Raises:
+          ConnectionError: the compute job cannot be reached.
+        """
+        self._rpc.wait_for(("wait_shutdown",), "the compute job to stop",
+                           None)
 
     def ping(self) -> None:
         """Checks that the compute service answers.
@@ -375,22 +413,33 @@ def tf_data_service(compute_config: TfDataServiceConfig, rank: int
     client = config.compute_client()
     dispatcher_id = _dispatcher_id(config, rank, None)
     server = None
-    if config.dispatcher_side == "training" and (
-            config.dispatchers > 1 or rank == 0):
-        server = tf.data.experimental.service.DispatchServer(
-            tf.data.experimental.service.DispatcherConfig(port=0))
-        port = int(server.target.rsplit(":", 1)[1])
-        client.register_dispatcher(dispatcher_id,
-                                   "%s:%d" % (advertised_host(), port))
-    address = client.wait_for_dispatcher_registration(dispatcher_id)
-    client.wait_for_dispatcher_worker_registration(dispatcher_id)
-    _Watchdog.watch(config)
+    watching = False
     try:
+        if config.dispatcher_side == "training" and (
+                config.dispatchers > 1 or rank == 0):
+            server = tf.data.experimental.service.DispatchServer(
+                tf.data.experimental.service.DispatcherConfig(port=0))
+            port = int(server.target.rsplit(":", 1)[1])
+            client.register_dispatcher(dispatcher_id,
+                                       "%s:%d" % (advertised_host(), port))
+        address = client.wait_for_dispatcher_registration(dispatcher_id)
+        client.wait_for_dispatcher_worker_registration(dispatcher_id)
+        _Watchdog.watch(config)
+        watching = True
         yield "grpc://" + address
     finally:
-        _Watchdog.stop_watching()
+        # Also when a wait above failed: the dispatcher started here (its
+        # port, its threads) does not outlive the error.
+        if watching:
+            _Watchdog.stop_watching()
         if server is not None:
             server._stop()  # pylint: disable=protected-access
+        client._rpc.close()  # pylint: disable=protected-access
+
+
+# How many shared datasets (one job for every rank) this process sent.
+_SHARED_SENT = [0]
+_SHARED_LOCK = threading.Lock()
 
 
 def send_to_data_service(dataset: tf.data.Dataset,
@@ -402,10 +451,10 @@ def send_to_data_service(dataset: tf.data.Dataset,
     """Runs ``dataset`` in the compute job and reads it from there
     (``ds.send_to_data_service(config, rank, size)``).
 
-    Processing mode ``distributed_epoch``: each epoch every element is
-    produced once, and goes to one reader of the dispatcher's job. With
-    ``round_robin`` the mode is ``parallel_epochs``, read in turns by the
-    ``size`` training ranks.
+    Processing mode ``distributed_epoch`` (as in Horovod): each epoch
+    every element is produced once, by one of the dispatcher's workers,
+    and goes to one reader of the job; with ``round_robin`` the ``size``
+    training ranks read the shared job in turns.
 
     Args:
       dataset: the dataset whose pipeline the compute job runs.
@@ -414,44 +463,64 @@ def send_to_data_service(dataset: tf.data.Dataset,
       size: the training job's size (checked against the dispatchers).
       reuse_dataset: with one shared dispatcher, every training rank reads
         one job, so each element reaches exactly one rank (give every rank
-        the same dataset); without it each rank reads its own job, so each
+        the same dataset; every rank must send its shared datasets in the
+        same order, each one reading a job of its own); without it each
+        rank reads its own job, so each
         element of a rank's dataset reaches that rank (shard the dataset
         by rank yourself). Default: the config's value.
-      round_robin: read the job in round-robin order, rank by rank (every
-        rank must then read the same number of batches); default: the
-        config's value.
+      round_robin: with ``reuse_dataset``, read the shared job in
+        round-robin order, rank by rank (an infinite dataset; every rank
+        must then read the same number of batches); without it, as in
+        Horovod, it changes nothing. Default: the config's value.
 
     Returns:
       The dataset read from the tf.data service.
 
     Raises:
       ValueError: the training size does not match the dispatchers, or
-        ``round_robin`` with more than one dispatcher or without ``size``.
+        ``round_robin`` and ``reuse_dataset`` with more than one
+        dispatcher or without ``size``.
       TimeoutError, ConnectionError: see tf_data_service.
     """
     config = compute_config
     dispatcher_id = _dispatcher_id(config, rank, size)
     reuse = config.reuse_dataset if reuse_dataset is None else reuse_dataset
     rr = config.round_robin if round_robin is None else round_robin
+    # Horovod reads in round-robin order only a job the ranks share.
+    rr = bool(rr and reuse)
     # Arguments first: a mistake is named before any wait on the job.
     if rr and config.dispatchers != 1:
         raise ValueError("round_robin needs one shared dispatcher, the "
                          "compute job runs %d" % config.dispatchers)
     if rr and size is None:
         raise ValueError("round_robin needs the training size")
-    address = config.compute_client().wait_for_dispatcher_registration(
-        dispatcher_id)
-    _Watchdog.watch(config)
-    shared = config.dispatchers == 1 and (reuse or rr)
+    client = config.compute_client()
+    address = client.wait_for_dispatcher_registration(dispatcher_id)
+    shared = config.dispatchers == 1 and reuse
     # A shared job is named, so every rank joins it; a rank's own job is
     # anonymous, so each pass over the dataset (epoch) starts a fresh job.
-    job_name = "hbcore_data_service" if shared else None
+    # Each shared dataset gets a job of its own: the ranks send the same
+    # datasets in the same order, so the n-th one of every rank has the
+    # same name, and another dataset (a validation set, the training set
+    # built anew) never joins an earlier one's job, whose elements, or
+    # end, it would read instead of its own.
+    job_name = None
+    if shared:
+        with _SHARED_LOCK:
+            index = _SHARED_SENT[0]
+            _SHARED_SENT[0] += 1
+        job_name = client._rpc.call(  # pylint: disable=protected-access
+            "job_name", index, rank)
+    client._rpc.close()  # pylint: disable=protected-access
+    _Watchdog.watch(config)
     kwargs: Dict[str, Any] = {}
     if rr:
         kwargs.update(consumer_index=rank, num_consumers=size)
-    mode = "distributed_epoch" if not rr else "parallel_epochs"
+    # distributed_epoch also for round-robin reads: with parallel_epochs
+    # every worker would produce the whole dataset, and the ranks would get
+    # each element once per worker.
     return dataset.apply(tf.data.experimental.service.distribute(
-        processing_mode=mode, service="grpc://" + address,
+        processing_mode="distributed_epoch", service="grpc://" + address,
         job_name=job_name, **kwargs))
 
 

@@ -16,6 +16,9 @@ is interrupted (SIGINT/SIGTERM, through hbrun or to any one rank), and
 exits 0 after stopping its servers.
 """
 import argparse
+import contextlib
+import json
+import os
 import signal
 import sys
 import threading
@@ -69,6 +72,23 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _remove_config_file(filename: str, key: Optional[str]) -> None:
+    """Removes the config file ``filename`` if it holds ``key`` (None: any
+    key), so that no training job reads an address that is gone. A file
+    another compute job wrote over it meanwhile is left alone.
+
+    Args:
+      filename: the config file.
+      key: this compute job's key, or None for a stale file of any job.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        if key is not None:
+            with open(filename) as f:
+                if json.load(f).get("key") != key:
+                    return
+        os.remove(filename)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Runs this rank of the compute job until shutdown or a signal.
 
@@ -90,6 +110,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         hbcore.shutdown()
         return 2
     per_dispatcher = size // args.dispatchers
+    if rank == 0:
+        # A file left by an earlier compute job that did not end cleanly
+        # names a service that is gone: no training job should read it
+        # while this one starts.
+        _remove_config_file(args.configfile, None)
     server = ComputeServiceServer(new_key()) if rank == 0 else None
     service = hbcore.broadcast_object(
         (server.address, server.key) if server else None, root_rank=0)
@@ -123,15 +148,23 @@ def main(argv: Optional[List[str]] = None) -> int:
               flush=True)
 
     worker = None
+    address = None
+    rpc = client._rpc  # noqa: SLF001
+    # Training-side dispatchers may never come (the training job failed
+    # before tf_data_service): a stop request ends this wait as well.
     while not stop.is_set():
         try:
             address = client.wait_for_dispatcher_registration(
                 dispatcher_id, timeout=1.0)
             break
         except TimeoutError:
-            continue
-    else:
-        address = None
+            try:
+                if rpc.call("wait_shutdown", 0.0):
+                    break
+            except ConnectionError:
+                break  # rank 0's service is gone: the job is ending
+        except ConnectionError:
+            break
     if address is not None:
         worker = tf.data.experimental.service.WorkerServer(
             tf.data.experimental.service.WorkerConfig(
@@ -140,16 +173,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                 # Workers learn about new jobs (every epoch of a rank's own
                 # dataset is one) through heartbeats: keep them short.
                 heartbeat_interval_ms=HEARTBEAT_MS))
-        client.register_worker_for_dispatcher(dispatcher_id)
+        client.register_worker_for_dispatcher(dispatcher_id, rank)
 
     # Serve until the training job asks us to stop, or a signal arrives.
-    rpc = client._rpc  # noqa: SLF001
     while not stop.is_set():
         try:
             if rpc.call("wait_shutdown", 1.0):
                 break
         except ConnectionError:
             break  # rank 0's service is gone: the job is ending
+    if server is not None:
+        # The job is ending: the next training job must wait for the next
+        # compute job's file, not read this job's address.
+        _remove_config_file(args.configfile, server.key)
     if stop.is_set():
         # A signal to this rank alone (not through hbrun) stops every rank:
         # the others wait for the shutdown flag, then for this rank in the

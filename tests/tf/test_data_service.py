@@ -44,6 +44,16 @@ def start_compute_job(config, np_=2, args=()):
                             cwd=os.path.dirname(str(config)))
 
 
+def wait_for_config(config, compute):
+    """Waits (polling, up to TIMEOUT_S) until the compute job wrote its
+    config file; fails with the job's output if it exited first."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not config.exists():
+        assert compute.poll() is None, compute.communicate()
+        assert time.monotonic() < deadline, "no config file"
+        time.sleep(0.2)
+
+
 def launch_env():
     """The environment of a training launch: rank scripts importable."""
     return base_env({"TF_CPP_MIN_LOG_LEVEL": "2",
@@ -174,11 +184,7 @@ def test_one_interrupted_rank_stops_the_compute_job(tmp_path, rank):
     config = tmp_path / "compute.json"
     compute = start_compute_job(config)
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not config.exists():
-            assert compute.poll() is None, compute.communicate()
-            assert time.monotonic() < deadline, "no config file"
-            time.sleep(0.2)
+        wait_for_config(config, compute)
         rank_process(config, rank).terminate()
         code, _, err = finish(compute, timeout=60)
     finally:
@@ -218,7 +224,8 @@ def test_errors_without_a_compute_job(tmp_path):
         "except ValueError as e: print('SIZE', e)\n"
         "try: ds.send_to_data_service(cfg, 0, 2)\n"
         "except ConnectionError as e: print('GONE', e)\n"
-        "try: ds.send_to_data_service(cfg, 0, 2, round_robin=True)\n"
+        "try: ds.send_to_data_service(cfg, 0, 2, reuse_dataset=True,"
+        " round_robin=True)\n"
         "except ValueError as e: print('ROUND_ROBIN', e)\n"
         % (str(missing), str(dead)), tmp_path)
     assert "TIMEOUT" in out and "did not appear within 1" in out, out
