@@ -21,18 +21,28 @@ each variable requested while the ``sharding`` option is on, the getter:
    training starts from the same table as single-process training;
 3. turns it into the sharded table (hbcore_tf.embedding.table).
 
+A request made while a shard is being created (a table's block passed on
+by an enclosing sharding scope's getter, or an optimizer slot of a
+sharded table, see ``_install_slot_hooks``) is this rank's rows already and
+is passed through unchanged.
+
 Put only embedding tables inside: any 2-D variable large enough is sharded,
 and a dense kernel read with matmul would see one rank's rows.
 """
 import contextlib
+import copy
+import functools
+import inspect
+import numbers
 import threading
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from hbcore_tf.embedding.partition import RowPartition
-from hbcore_tf.embedding.table import ShardInfo, is_sharded, make_sharded
+from hbcore_tf.embedding.table import (ShardInfo, is_sharded,
+                                       make_sharded, shard_info)
 from hbcore_tf.options import options
 
 
@@ -97,17 +107,72 @@ def _constant_value(initializer: Any) -> Optional[np.ndarray]:
     return np.asarray(value)
 
 
+def _fans(initializer: Any, shape: Tuple[int, int]) -> Tuple[int, int]:
+    """(fan_in, fan_out) of a 2-D ``shape`` as a VarianceScaling
+    initializer counts them (Keras 3's ``input_axes``/``output_axes``
+    when set, else rows and columns, as Keras, tf_keras and TF do)."""
+    input_axes = getattr(initializer, "input_axes", None)
+    output_axes = getattr(initializer, "output_axes", None)
+    if input_axes is not None and output_axes is not None:
+        return (int(np.prod([shape[a] for a in input_axes])),
+                int(np.prod([shape[a] for a in output_axes])))
+    return shape[0], shape[1]
+
+
+def _scaled_for_whole_table(initializer: Any, info: ShardInfo) -> Any:
+    """A VarianceScaling initializer (Keras 3, tf_keras, TF2) that counts
+    its fans from the shape it is called with, adjusted so that, called
+    for this rank's block, it draws from the whole table's distribution
+    (Glorot, He, LeCun: the variance depends on the table's row count).
+    Any other initializer is returned as it is.
+
+    Args:
+        initializer: the initializer requested for the whole table.
+        info: the table's ShardInfo on this rank.
+
+    Returns:
+        A shallow copy of ``initializer`` with its ``scale`` adjusted, or
+        ``initializer``.
+    """
+    mode = getattr(initializer, "mode", None)
+    scale = getattr(initializer, "scale", None)
+    if (mode not in ("fan_in", "fan_out", "fan_avg")
+            or not hasattr(initializer, "distribution")
+            or not isinstance(scale, numbers.Real)):
+        return initializer
+
+    def divisor(shape: Tuple[int, int]) -> float:
+        fan_in, fan_out = _fans(initializer, shape)
+        if mode == "fan_in":
+            return max(1.0, fan_in)
+        if mode == "fan_out":
+            return max(1.0, fan_out)
+        return max(1.0, (fan_in + fan_out) / 2.0)
+
+    whole = divisor((info.num_rows, info.dim))
+    local = divisor((info.rows, info.dim))
+    if whole == local:
+        return initializer
+    scaled = copy.copy(initializer)
+    scaled.scale = float(scale) * local / whole
+    return scaled
+
+
 def local_initializer(initializer: Any, info: ShardInfo) -> Callable:
     """An initializer for this rank's rows of ``info``'s table.
 
     A constant initializer holding the whole table is sliced to this
     rank's rows. Any other initializer is called for the local shape with
     TF's partition info (full shape, this rank's row offset), or without
-    it when it takes none (TF2 and Keras initializers).
+    it when it takes none (TF2 and Keras initializers); a fan-based one
+    (Keras' and TF2's VarianceScaling: Glorot, He, LeCun) then has its
+    scale adjusted so that the block is drawn with the whole table's
+    variance. An initializer class (which get_variable accepts) is
+    instantiated first.
 
     Args:
         initializer: the initializer requested for the whole table (v1,
-            TF2 or Keras).
+            TF2 or Keras; an instance or a class).
         info: the table's ShardInfo on this rank.
 
     Returns:
@@ -120,6 +185,9 @@ def local_initializer(initializer: Any, info: ShardInfo) -> Callable:
     """
     from tensorflow.python.ops.variable_scope import _PartitionInfo
 
+    if inspect.isclass(initializer):
+        # tf.compat.v1.get_variable instantiates an initializer class.
+        initializer = initializer()
     begin, end = info.offset, info.offset + info.rows
     constant = _constant_value(initializer)
     if constant is not None:
@@ -136,6 +204,7 @@ def local_initializer(initializer: Any, info: ShardInfo) -> Callable:
 
     partition = _PartitionInfo(full_shape=[info.num_rows, info.dim],
                                var_offset=[begin, 0])
+    without_partition = _scaled_for_whole_table(initializer, info)
 
     def init(shape, dtype=None, partition_info=None, **_):
         try:
@@ -145,7 +214,7 @@ def local_initializer(initializer: Any, info: ShardInfo) -> Callable:
             # other TypeError is the initializer's own and is raised as is.
             if "partition_info" not in str(e):
                 raise
-            return initializer(shape, dtype=dtype)
+            return without_partition(shape, dtype=dtype)
     return init
 
 
@@ -163,9 +232,67 @@ def sharding_suspended() -> Iterator[None]:
         _suspended.pop()
 
 
+_slot_hooks_installed = False
+
+
+def _install_slot_hooks() -> None:
+    """Makes the optimizer slots of sharded tables rank-local shards.
+
+    tf.compat.v1 optimizers create a slot with ``slot_creator`` (through
+    ``get_variable``, so through the sharding getter when the optimizer is
+    built inside a sharding scope) and Keras optimizers with
+    ``add_variable_from_reference`` / ``add_slot``. A slot of a sharded
+    table holds this rank's rows of the table's slot: it is created in
+    ``creating_shards()``, so the sharding getter does not shard it again
+    and hb.scope does not broadcast rank 0's initial value (whose shape
+    differs on ranks holding fewer rows); Keras slots are also tagged as
+    ``<table>/<slot>`` shards (``_compat.tag_slots_of_sharded_tables``), as
+    those of ``hb.keras.layers.ShardedEmbedding`` are. Installed by the
+    first sharded table made with get_variable (and kept); the wrappers
+    change nothing for other variables.
+    """
+    global _slot_hooks_installed
+    from hbcore_tf import _compat
+
+    _compat.tag_slots_of_sharded_tables()  # idempotent; a Keras imported
+    if _slot_hooks_installed:               # later is covered next time
+        return
+    from tensorflow.python.training import slot_creator
+
+    def wrap(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def create(primary: Any, *args: Any, **kwargs: Any) -> Any:
+            info = shard_info(primary)
+            if info is None:
+                return original(primary, *args, **kwargs)
+            if tf.executing_eagerly():
+                # TF's slot_creator names the slot of a variable stored as
+                # a checkpoint slice after the variable's graph op, which
+                # an eager variable lacks (an AttributeError otherwise).
+                raise NotImplementedError(
+                    "sharded embedding table %r: tf.compat.v1 optimizers "
+                    "create slots of sharded tables in tf.compat.v1 graphs "
+                    "only; eagerly or in a tf.function, use a Keras "
+                    "optimizer" % info.name)
+            with creating_shards():
+                return original(primary, *args, **kwargs)
+        create._hb_slot_of_shard = True
+        return create
+
+    for name in ("create_slot", "create_slot_with_initializer",
+                 "create_zeros_slot"):
+        original = getattr(slot_creator, name)
+        if not getattr(original, "_hb_slot_of_shard", False):
+            setattr(slot_creator, name, wrap(original))
+    _slot_hooks_installed = True
+
+
 def _sharding_getter(getter: Callable, name: str, *args: Any,
                      **kwargs: Any) -> Any:
-    if not options.sharding or _suspended:
+    # While a shard is being created (a table's block, passed on by an
+    # enclosing sharding scope's getter, or an optimizer slot of a sharded
+    # table), the request is this rank's rows already: never shard it again.
+    if not options.sharding or _suspended or creating_shard():
         return getter(name, *args, **kwargs)
     initializer = kwargs.get("initializer")
     shape = kwargs.get("shape")
@@ -193,6 +320,7 @@ def _sharding_getter(getter: Callable, name: str, *args: Any,
         variable = getter(name, *args, **kwargs)
     if is_sharded(variable):  # reuse of a table made before
         return variable
+    _install_slot_hooks()
     return make_sharded(variable, info._replace(
         name=variable.name.split(":")[0]))
 

@@ -390,9 +390,10 @@ def export_plain_model(model: Any) -> Any:
     that serves with stock TensorFlow (no hbcore ops, no MPI).
 
     A ShardedEmbedding without a combiner becomes a
-    ``keras.layers.Embedding``; one with a combiner becomes a
-    ShardedEmbedding that never shards (the SavedModel's graph is plain TF
-    either way). Collective: every rank calls it (the tables are
+    ``keras.layers.Embedding``; one with a combiner, and one that was left
+    replicated when it was built, becomes a ShardedEmbedding that never
+    shards (the SavedModel's graph is plain TF either way), whatever the
+    sharding options in force when ``export_plain_model`` runs. Collective: every rank calls it (the tables are
     allgathered), and each rank gets the same model; let rank 0 write it.
 
     Args:
@@ -421,7 +422,14 @@ def export_plain_model(model: Any) -> Any:
 
     def clone(layer: Any) -> Any:
         if id(layer) not in tables:
-            return layer.__class__.from_config(layer.get_config())
+            twin = layer.__class__.from_config(layer.get_config())
+            if type(layer) in _CLASSES.values():
+                # A ShardedEmbedding left replicated when it was built
+                # (too few rows for the options then in force) holds its
+                # whole table: its copy must not shard under the options
+                # in force now.
+                object.__setattr__(twin, "_hb_replicated", True)
+            return twin
         config = layer.get_config()
         if config["combiner"] is None:
             return keras.layers.Embedding(
