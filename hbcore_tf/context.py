@@ -22,10 +22,12 @@ rank 0 is the chief. Two kinds of device strings are given:
   (the GPU of index local_rank modulo the visible GPUs), else
   ``/device:CPU:0``.
 
-``devices``, ``local_devices``, ``cpu_devices`` and ``rank_at`` need every
-rank's host and GPU index: the first access of any of them is a collective
-(one allgather of a small object), so every rank must make it.
+``devices``, ``local_devices``, ``cpu_devices`` and ``rank_at`` of a
+device name need every rank's host and GPU index: the first access of any
+of them is a collective (one allgather of a small object), so every rank
+must make it.
 """
+import collections
 import json
 import os
 import re
@@ -35,6 +37,9 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from hbcore_tf.options import Options, options as _options
 
 JOB = "worker"
+# Context.get_tf_config's result, as HybridBackend's.
+TfConfig = collections.namedtuple("TfConfig",
+                                  ["task_type", "task_id", "cluster"])
 # A device of this job: /job:worker[/replica:0]/task:<rank>[/device:...]
 _TASK = re.compile(r"^/job:%s(?:/replica:0)?/task:(\d+)(?:/|$)" % JOB)
 
@@ -128,9 +133,16 @@ class Context:
             return None
         return self.local_rank % n
 
-    def current_device(self) -> str:
-        """This rank's placement string (see the module docstring)."""
-        index = self._gpu_index()
+    @classmethod
+    def current_device(cls) -> str:
+        """This rank's placement string (see the module docstring);
+        callable on the class too, as HybridBackend's classmethod.
+
+        Returns:
+            ``/device:GPU:<i>`` when the rank has a GPU, else
+            ``/device:CPU:0``.
+        """
+        index = cls.get()._gpu_index()
         return "/device:CPU:0" if index is None else "/device:GPU:%d" % index
 
     @property
@@ -198,36 +210,41 @@ class Context:
         """This rank's CPU device name (no collective)."""
         return self._name(self.rank, None)
 
-    def rank_at(self, device_or_index: Union[str, int]) -> int:
-        """The rank that owns a device name (``.../task:<r>/...``) or the
-        rank of an index into ``devices``.
+    def rank_at(self, device_or_tower_id: Union[str, int]) -> int:
+        """The rank that owns a device name (``.../task:<r>/...``), or, as
+        in HybridBackend, the rank of this process's tower (local device)
+        of that index: every hbcore rank drives one device, tower 0, so
+        ``rank_at(0)`` is ``rank`` (HybridBackend defines ``rank`` so).
 
-        The first call (of this or of ``devices``, ``local_devices``,
-        ``cpu_devices``) is a collective: every rank must make it.
+        The first call with a device name (or the first access of
+        ``devices``, ``local_devices``, ``cpu_devices``) is a collective:
+        every rank must make it. A tower id needs no collective.
 
         Args:
-            device_or_index: a device name of this job, such as
+            device_or_tower_id: a device name of this job, such as
                 ``/job:worker/replica:0/task:3/device:GPU:0``, or an int
-                index into ``devices`` (a bool is not an index).
+                tower id of this process (a bool is neither).
 
         Returns:
-            The rank that owns the device; for an index, the index itself.
+            The rank that owns the device.
 
         Raises:
-            ValueError: not a device of this job, or an index out of range.
+            ValueError: not a device of this job, or a tower other than 0.
         """
+        if isinstance(device_or_tower_id, int) and \
+                not isinstance(device_or_tower_id, bool):
+            if device_or_tower_id != 0:
+                raise ValueError(
+                    "tower %d does not exist: each hbcore rank drives one "
+                    "device, tower 0 (rank_at(0) is this rank)"
+                    % device_or_tower_id)
+            return self.rank
         size = len(self._peer_table())
-        if isinstance(device_or_index, int) and \
-                not isinstance(device_or_index, bool):
-            if not 0 <= device_or_index < size:
-                raise ValueError("device index %d is out of range for %d "
-                                 "ranks" % (device_or_index, size))
-            return device_or_index
-        match = _TASK.match(str(device_or_index))
+        match = _TASK.match(str(device_or_tower_id))
         if match and int(match.group(1)) < size:
             return int(match.group(1))
         raise ValueError("%r is not a device of this job (devices: %s)" % (
-            device_or_index, ", ".join(self.devices)))
+            device_or_tower_id, ", ".join(self.devices)))
 
     # -- options ---------------------------------------------------------
     @property
@@ -244,8 +261,18 @@ class Context:
         """
         _options.update(**kwargs)
 
-    def scope(self, **kwargs: Any) -> Any:
-        """``hb.scope(**kwargs)``."""
+    @classmethod
+    def scope(cls, **kwargs: Any) -> Any:
+        """``hb.scope(**kwargs)``; callable on the class too, as
+        HybridBackend's classmethod (``hb.Context.scope(...)``).
+
+        Args:
+            **kwargs: option values for the code inside.
+
+        Returns:
+            The context manager of ``hb.scope(**kwargs)`` (it yields the
+            context).
+        """
         from hbcore_tf.scope import scope
 
         return scope(**kwargs)
@@ -279,19 +306,35 @@ class Context:
 
     # -- TF_CONFIG -------------------------------------------------------
     @staticmethod
-    def get_tf_config() -> Dict[str, Any]:
-        """The parsed ``TF_CONFIG`` environment variable ({} when unset).
+    def get_tf_config() -> Optional["TfConfig"]:
+        """The parsed ``TF_CONFIG`` environment variable, as HybridBackend
+        returns it: a ``TfConfig(task_type, task_id, cluster)`` namedtuple,
+        or None when TF_CONFIG is unset or empty.
+
+        Returns:
+            The TfConfig, or None.
 
         Raises:
-            ValueError: TF_CONFIG is not JSON.
+            ValueError: TF_CONFIG is not JSON, or lacks ``task`` (with
+                ``type`` and ``index``) or ``cluster``.
         """
         text = os.environ.get("TF_CONFIG", "")
         if not text.strip():
-            return {}
+            return None
         try:
-            return json.loads(text)
+            config = json.loads(text)
         except ValueError as exc:
             raise ValueError("TF_CONFIG is not valid JSON: %s" % exc) from None
+        if not config:
+            return None
+        try:
+            task = config["task"]
+            return TfConfig(task["type"], int(task["index"]),
+                            config["cluster"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError("TF_CONFIG needs task.type, task.index and "
+                             "cluster: %r (%s: %s)" % (
+                                 config, type(exc).__name__, exc)) from None
 
     @staticmethod
     def set_tf_config(task_type: str, task_id: int,
@@ -299,19 +342,22 @@ class Context:
                       ps_hosts: Optional[Sequence[str]] = None,
                       has_evaluator: bool = False) -> Dict[str, Any]:
         """Writes ``TF_CONFIG`` for tools that read it (hbcore itself does
-        not need it). As HybridBackend: the first worker host is the
-        chief, the others are workers; ``has_evaluator`` adds an evaluator
-        task on the last worker host.
+        not need it), with HybridBackend's layout: the first worker host is
+        the ``chief``; with ``has_evaluator`` (and more than one host) the
+        second is the ``evaluator``; the rest are ``worker`` tasks. A
+        ``"worker"`` task_id counts all of ``worker_hosts``: worker 0
+        becomes ``chief`` 0, worker 1 ``evaluator`` 0 (with
+        has_evaluator), and the others the ``worker`` task of their host.
 
         Args:
             task_type: this process's task: ``"chief"``, ``"worker"``,
                 ``"ps"`` or ``"evaluator"``.
-            task_id: this process's index within ``task_type``.
+            task_id: this process's index within ``task_type`` (for
+                ``"worker"``: the index of its host in ``worker_hosts``).
             worker_hosts: ``host:port`` of every worker; the first becomes
                 the chief.
             ps_hosts: ``host:port`` of the parameter servers, if any.
-            has_evaluator: add an ``evaluator`` task on the last worker
-                host.
+            has_evaluator: make the second worker host an ``evaluator``.
 
         Returns:
             The dict written.
@@ -325,16 +371,25 @@ class Context:
         if task_type not in ("chief", "worker", "ps", "evaluator"):
             raise ValueError("set_tf_config: task_type must be chief, "
                              "worker, ps or evaluator, got %r" % task_type)
+        task: Dict[str, Any] = {"type": task_type, "index": int(task_id)}
         cluster: Dict[str, List[str]] = {"chief": workers[:1]}
-        if len(workers) > 1:
-            cluster["worker"] = workers[1:]
+        # Hosts before the plain workers: the chief, then the evaluator.
+        skipped = 1
+        if has_evaluator and len(workers) > 1:
+            cluster["evaluator"] = workers[1:2]
+            skipped = 2
+        if workers[skipped:]:
+            cluster["worker"] = workers[skipped:]
+        if task_type == "worker":
+            if task["index"] == 0 or len(workers) == 1:
+                task = {"type": "chief", "index": 0}
+            elif skipped == 2 and task["index"] == 1:
+                task = {"type": "evaluator", "index": 0}
+            else:
+                task["index"] -= skipped
         if ps_hosts:
             cluster["ps"] = list(ps_hosts)
-        config: Dict[str, Any] = {
-            "cluster": cluster, "task": {"type": task_type,
-                                         "index": int(task_id)}}
-        if has_evaluator:
-            config["cluster"]["evaluator"] = workers[-1:]
+        config: Dict[str, Any] = {"cluster": cluster, "task": task}
         os.environ["TF_CONFIG"] = json.dumps(config)
         return config
 

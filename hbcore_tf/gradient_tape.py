@@ -11,7 +11,7 @@ eager code and inside tf.function alike.
     tape = hvd.DistributedGradientTape(tape)
     grads = tape.gradient(loss, model.trainable_variables)
 """
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 import tensorflow as tf
 
@@ -60,6 +60,27 @@ class _DistributedTapeMixin:
 
 
 _TAPE_CLASSES: Dict[type, type] = {}
+
+# The eager reductions (tf.functions by plan, see GradientReducer), shared by
+# every tape wrapped with the same reduction arguments: the idiomatic loop
+# wraps a new tape each step, and a reducer of its own would trace its
+# tf.function again every step (a new graph, new collective names) instead
+# of once per gradient signature.
+_EAGER_FNS: Dict[Tuple[Any, ...], Dict[Any, Any]] = {}
+
+
+def _share_eager_fns(reducer: GradientReducer, key: Tuple[Any, ...]) -> None:
+    """Gives ``reducer`` the eager-function cache of earlier reducers built
+    with the same arguments (``key``). What those functions read of the
+    reducer that traced them (name, compression, op, scale factors,
+    devices, process set) is all in ``key``; local sources are handled
+    before the reduction, per tape. An unhashable argument (a custom
+    compressor) leaves the reducer its own cache."""
+    try:
+        hash(key)
+    except TypeError:
+        return
+    reducer._eager_fns = _EAGER_FNS.setdefault(key, {})  # noqa: SLF001
 
 
 def _tape_class(base: type) -> type:
@@ -121,8 +142,9 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         state.
 
     Raises:
-        ValueError: not a tf.GradientTape, or invalid reduction arguments.
-        NotImplementedError: op=Adasum or a non-global process set.
+        ValueError: not a tf.GradientTape, invalid reduction arguments, or
+            a process set that is not registered.
+        NotImplementedError: op=Adasum.
     """
     reducer = GradientReducer(
         "DistributedGradientTape", compression=compression,
@@ -131,6 +153,10 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         num_groups=num_groups, groups=groups, device_dense=device_dense,
         device_sparse=device_sparse, process_set=process_set,
         scale_local_gradients=scale_local_gradients)
+    _share_eager_fns(reducer, (
+        reducer.name, compression, sparse_as_dense, reducer.op,
+        reducer.prescale, reducer.postscale, device_dense, device_sparse,
+        process_sets.process_set_id(process_set), id(process_set)))
     return _wrap(gradtape, reducer)
 
 

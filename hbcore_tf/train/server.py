@@ -5,7 +5,7 @@ carries every collective itself (MPI under hbrun), so no TF cluster is
 needed: the server is a stand-in whose ``target`` is the local target
 (``""``), which ``MonitoredTrainingSession`` accepts.
 """
-from typing import Any
+from typing import Any, Optional
 
 
 class Server:
@@ -16,8 +16,21 @@ class Server:
             cluster spec and task here; hbcore takes them from hbrun).
     """
 
+    _default: Optional["Server"] = None
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         del args, kwargs
+
+    @classmethod
+    def get(cls) -> "Server":
+        """The process's default server (HybridBackend's ``Server.get()``).
+
+        Returns:
+            The same Server on every call.
+        """
+        if cls._default is None:
+            cls._default = cls()
+        return cls._default
 
     @property
     def target(self) -> str:

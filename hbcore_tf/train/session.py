@@ -5,9 +5,11 @@ restore from ``checkpoint_dir`` when it holds a checkpoint, else run the
 initializers); there is no non-chief path, because a non-chief TF session
 waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
 
-1. a hook broadcasts every global variable (weights and optimizer slots)
-   from rank 0 right after the session is created, i.e. after the restore
-   or the initialisation, so every rank starts from rank 0's values;
+1. a hook broadcasts every global variable (weights and optimizer slots,
+   and those other hooks create in their begin(): the broadcast is built
+   after them) from rank 0 right after the session is created, i.e. after
+   the restore or the initialisation, before any other hook's
+   after_create_session, so every rank starts from rank 0's values;
 2. checkpoints, summaries and the step counter are written by rank 0 only
    (on the other ranks the save/summary arguments are turned off; when the
    graph holds sharded embedding tables every rank runs the checkpoint
@@ -15,7 +17,10 @@ waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
    ``chief_only_hooks`` run on rank 0 only; rank 0's checkpoint saver gets
    ``hb.context.saving_listeners``;
 3. with ``eval_fn``, an hbcore_tf.train.evaluation.EvaluationHook runs it
-   every ``eval_every_n_iter`` steps on every rank.
+   every ``eval_every_n_iter`` steps on every rank;
+4. ``keep_checkpoint_max`` / ``keep_checkpoint_every_n_hours``
+   (HybridBackend's arguments) configure the default saver of the
+   scaffold, built on every rank, when the scaffold has none.
 
 Contract: every rank calls this with the same graph, so the broadcast
 (one grouped collective) is built and run identically everywhere.
@@ -40,6 +45,74 @@ def _checkpoint_schedule(secs: Any, steps: Any) -> tuple:
     return secs, steps
 
 
+class _BroadcastFirstHook(BroadcastGlobalVariablesHook):
+    """BroadcastGlobalVariablesHook(0) whose op is built by
+    ``_BuildBroadcastHook`` (the last hook's begin()), so it covers the
+    global variables other hooks create in their begin(); it still runs
+    first in after_create_session."""
+
+    def begin(self) -> None:
+        """Builds nothing: _BuildBroadcastHook.begin() does."""
+
+    def build(self) -> None:
+        """Builds the broadcast of every global variable now."""
+        BroadcastGlobalVariablesHook.begin(self)
+
+
+class _BuildBroadcastHook(tf.compat.v1.train.SessionRunHook):
+    """Last of the hooks: builds ``hook``'s broadcast in begin(), after
+    every other hook's begin() (on every rank: the same graph).
+
+    Args:
+        hook: the _BroadcastFirstHook, first of the hooks.
+    """
+
+    def __init__(self, hook: _BroadcastFirstHook) -> None:
+        self._hook = hook
+
+    def begin(self) -> None:
+        """Builds the broadcast op."""
+        self._hook.build()
+
+
+class _KeepCheckpointsHook(tf.compat.v1.train.SessionRunHook):
+    """Gives the scaffold a default saver that keeps ``max_to_keep``
+    checkpoints (and one every ``keep_checkpoint_every_n_hours``), as
+    HybridBackend's keep_checkpoint_* arguments do; a scaffold with its
+    own saver, or a graph with one in the SAVERS collection, keeps it.
+
+    Built in begin() on every rank (the same graph everywhere), after
+    every other hook's begin() created its variables, and before the
+    scaffold is finalized.
+
+    Args:
+        scaffold: the session's Scaffold.
+        max_to_keep: as tf.compat.v1.train.Saver's (None: TF's default).
+        keep_checkpoint_every_n_hours: as Saver's (None: TF's default).
+    """
+
+    def __init__(self, scaffold: Any, max_to_keep: Optional[int],
+                 keep_checkpoint_every_n_hours: Optional[float]) -> None:
+        self._scaffold = scaffold
+        self._kwargs = {}
+        if max_to_keep is not None:
+            self._kwargs["max_to_keep"] = max_to_keep
+        if keep_checkpoint_every_n_hours is not None:
+            self._kwargs["keep_checkpoint_every_n_hours"] = \
+                keep_checkpoint_every_n_hours
+
+    def begin(self) -> None:
+        """Adds the saver to the SAVERS collection, where the scaffold's
+        finalize() takes its default saver from."""
+        key = tf.compat.v1.GraphKeys.SAVERS
+        if self._scaffold.saver is not None or \
+                tf.compat.v1.get_collection(key):
+            return
+        # What Scaffold.finalize builds by default, with the keep settings.
+        tf.compat.v1.add_to_collection(key, tf.compat.v1.train.Saver(
+            sharded=True, allow_empty=True, **self._kwargs))
+
+
 def MonitoredTrainingSession(  # noqa: N802 - TF's name
         master: str = "", is_chief: bool = True,
         checkpoint_dir: Optional[str] = None, scaffold: Any = None,
@@ -53,7 +126,9 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
         summary_dir: Optional[str] = None, save_graph_def: bool = True,
         eval_every_n_iter: Optional[int] = None,
         eval_fn: Optional[Callable[[], Any]] = None,
-        eval_steps: int = 100, eval_history: Optional[list] = None
+        eval_steps: Optional[int] = 100, eval_history: Optional[list] = None,
+        keep_checkpoint_max: Optional[int] = None,
+        keep_checkpoint_every_n_hours: Optional[float] = None
 ) -> tf.compat.v1.train.MonitoredSession:
     """tf.compat.v1.train.MonitoredTrainingSession for data-parallel
     training (see the module docstring). Takes every argument of TF's.
@@ -69,8 +144,14 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
         chief_only_hooks: hooks run on rank 0 only.
         eval_every_n_iter: evaluate every this many steps (default 1000).
         eval_fn: builds the evaluation metrics (see EvaluationHook).
-        eval_steps: evaluation steps per evaluation.
+        eval_steps: evaluation steps per evaluation (None: until the
+            evaluation data runs out).
         eval_history: a list that receives each evaluation's values.
+        keep_checkpoint_max: checkpoints to keep (HybridBackend's
+            argument; None: TF's default, 5), when the scaffold has no
+            saver of its own.
+        keep_checkpoint_every_n_hours: also keep one checkpoint every this
+            many hours (HybridBackend's argument; None: TF's default).
 
     Returns:
         A MonitoredSession.
@@ -85,7 +166,8 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
                          "given but eval_fn is None")
     writer = bool(is_chief) and context.is_chief
     scaffold = scaffold or tf.compat.v1.train.Scaffold()
-    all_hooks = [BroadcastGlobalVariablesHook(0)] + list(hooks or [])
+    broadcast = _BroadcastFirstHook(0)
+    all_hooks = [broadcast] + list(hooks or [])
     secs, steps = _checkpoint_schedule(save_checkpoint_secs,
                                        save_checkpoint_steps)
     from hbcore_tf.embedding.saving import (CollectiveCheckpointSaverHook,
@@ -116,6 +198,12 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
             else eval_every_n_iter,
             summary_dir=(summary_dir or checkpoint_dir) if writer else None,
             history=eval_history))
+    if keep_checkpoint_max is not None or \
+            keep_checkpoint_every_n_hours is not None:
+        # Last: after every hook whose begin() may create variables.
+        all_hooks.append(_KeepCheckpointsHook(
+            scaffold, keep_checkpoint_max, keep_checkpoint_every_n_hours))
+    all_hooks.append(_BuildBroadcastHook(broadcast))
     off = {} if writer else {
         "save_summaries_steps": None, "save_summaries_secs": None,
         "log_step_count_steps": None}

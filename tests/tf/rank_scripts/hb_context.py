@@ -25,8 +25,8 @@ ENV = {"HB_GRAD_NBUCKETS": "2", "HB_DATA_SYNC_DROP_REMAINDER": "false",
        "HB_COMM_DEFAULT": "mpi", "HB_EMB_WIRE_DTYPE": "float16"}
 CASES = ["no_init", "properties", "devices", "options_env", "options_set",
          "options_scope_nesting", "options_errors", "options_env_bad",
-         "no_core_collision", "tf_config", "saving_listeners", "estimator",
-         "saved_model"]
+         "no_core_collision", "tf_config", "context_scope_on_class",
+         "saving_listeners", "estimator", "saved_model"]
 # The documented defaults (docs/hybridbackend.md), for options ENV leaves.
 DEFAULTS = {"comm_pool_capacity": 1, "sharding": False,
             "emb_min_rows_to_shard": 1, "emb_unique": True}
@@ -66,6 +66,8 @@ def main():
               and hb.train.device_setter() == want,
               "placement %s" % ctx.current_device())
         check(hb.train.Server().target == "", "Server().target")
+        check(hb.train.Server.get() is hb.train.Server.get() and
+              hb.train.Server.get().target == "", "Server.get()")
 
     def devices():
         ctx = hb.context
@@ -76,8 +78,7 @@ def main():
         for r, d in enumerate(devs):
             check(d.startswith("/job:worker/replica:0/task:%d/device:%s:"
                                % (r, kind)), "device %d: %s" % (r, d))
-            check(ctx.rank_at(d) == r and ctx.rank_at(r) == r,
-                  "rank_at(%s)" % d)
+            check(ctx.rank_at(d) == r, "rank_at(%s)" % d)
         gathered = hbcore.allgather_object(devs)
         check(all(g == devs for g in gathered), "devices differ by rank")
         local = ctx.local_devices
@@ -99,7 +100,13 @@ def main():
               "local cpu device")
         expect_raises(lambda: ctx.rank_at("/job:ps/task:0"), ValueError,
                       "not a device of this job")
-        expect_raises(lambda: ctx.rank_at(size), ValueError, "out of range")
+        # An int is a tower (local device) id, as in HybridBackend, whose
+        # rank is rank_at(0): one tower per hbcore rank.
+        check(ctx.rank_at(0) == rank, "rank_at(0) = %r on rank %d" % (
+            ctx.rank_at(0), rank))
+        for tower in (1, size, -1):
+            expect_raises(lambda t=tower: ctx.rank_at(t), ValueError,
+                          "tower %d does not exist" % tower)
 
     def options_env():
         check(OPTIONS.grad_nbuckets == 2, "HB_GRAD_NBUCKETS=2 -> %r" %
@@ -216,25 +223,66 @@ def main():
     def tf_config():
         saved = os.environ.pop("TF_CONFIG", None)
         try:
-            check(hb.context.get_tf_config() == {}, "unset TF_CONFIG")
-            hb.context.set_tf_config("worker", 1, ["a:1", "b:2", "c:3"],
-                                     ps_hosts=["p:9"], has_evaluator=True)
-            want = {"cluster": {"chief": ["a:1"], "worker": ["b:2", "c:3"],
-                                "ps": ["p:9"], "evaluator": ["c:3"]},
-                    "task": {"type": "worker", "index": 1}}
-            check(json.loads(os.environ["TF_CONFIG"]) == want and
-                  hb.context.get_tf_config() == want, "TF_CONFIG %s" %
-                  os.environ["TF_CONFIG"])
+            check(hb.context.get_tf_config() is None, "unset TF_CONFIG")
+            # HybridBackend's layout: the first host is the chief, with an
+            # evaluator the second host is it, the rest are workers; a
+            # "worker" task_id is the index of its host.
+            hosts = ["a:1", "b:2", "c:3", "d:4"]
+            layouts = [
+                (("worker", 0, hosts, ["p:9"], True),
+                 {"chief": ["a:1"], "evaluator": ["b:2"],
+                  "worker": ["c:3", "d:4"], "ps": ["p:9"]},
+                 ("chief", 0)),
+                (("worker", 1, hosts, None, True), None, ("evaluator", 0)),
+                (("worker", 3, hosts, None, True), None, ("worker", 1)),
+                (("worker", 2, hosts, None, False),
+                 {"chief": ["a:1"], "worker": ["b:2", "c:3", "d:4"]},
+                 ("worker", 1)),
+                (("worker", 0, ["a:1"], None, True), {"chief": ["a:1"]},
+                 ("chief", 0)),
+                (("ps", 1, hosts[:2], ["p:9", "q:8"], False),
+                 {"chief": ["a:1"], "worker": ["b:2"],
+                  "ps": ["p:9", "q:8"]}, ("ps", 1)),
+            ]
+            for args, cluster, (task_type, task_id) in layouts:
+                written = hb.context.set_tf_config(*args)
+                parsed = json.loads(os.environ["TF_CONFIG"])
+                check(parsed == written, "returned %r, wrote %r" % (
+                    written, parsed))
+                if cluster is not None:
+                    check(parsed["cluster"] == cluster, "%r: cluster %r" % (
+                        args, parsed["cluster"]))
+                check(parsed["task"] == {"type": task_type,
+                                         "index": task_id},
+                      "%r: task %r" % (args, parsed["task"]))
+                got = hb.Context.get_tf_config()
+                check(type(got).__name__ == "TfConfig" and
+                      (got.task_type, got.task_id, got.cluster) ==
+                      (task_type, task_id, parsed["cluster"]),
+                      "get_tf_config %r" % (got,))
             expect_raises(lambda: hb.context.set_tf_config("worker", 0, []),
                           ValueError, "worker_hosts")
             expect_raises(lambda: hb.context.set_tf_config("boss", 0, ["a"]),
                           ValueError, "task_type")
             os.environ["TF_CONFIG"] = "{not json"
             expect_raises(hb.context.get_tf_config, ValueError, "TF_CONFIG")
+            os.environ["TF_CONFIG"] = '{"cluster": {}}'
+            expect_raises(hb.context.get_tf_config, ValueError, "task.type")
         finally:
             os.environ.pop("TF_CONFIG", None)
             if saved is not None:
                 os.environ["TF_CONFIG"] = saved
+
+    def context_scope_on_class():
+        # HybridBackend's Context.scope and current_device are
+        # classmethods.
+        with hb.Context.scope(grad_nbuckets=3) as ctx:
+            check(OPTIONS.grad_nbuckets == 3, "hb.Context.scope value")
+            check(ctx is hb.context, "hb.Context.scope yields %r" % (ctx,))
+        check(OPTIONS.grad_nbuckets == 2, "hb.Context.scope unwound")
+        check(hb.Context.current_device() == hb.context.current_device(),
+              "hb.Context.current_device() %r" % (
+                  hb.Context.current_device(),))
 
     def saving_listeners():
         first = tf.compat.v1.train.CheckpointSaverListener()
@@ -276,6 +324,7 @@ def main():
         ("options_errors", options_errors),
         ("options_env_bad", options_env_bad),
         ("no_core_collision", no_core_collision), ("tf_config", tf_config),
+        ("context_scope_on_class", context_scope_on_class),
         ("saving_listeners", saving_listeners), ("estimator", estimator),
         ("saved_model", saved_model))}
     run_table(checker, table, CASES)
