@@ -38,6 +38,7 @@ The server answers each connection in its own thread; waits are on one
 condition variable, never busy. A client that cannot reach the server
 raises ConnectionError naming the address (the compute job is gone).
 """
+import os
 import secrets
 import socket
 import threading
@@ -61,6 +62,22 @@ def advertised_host() -> str:
 
 def new_key() -> str:
     return secrets.token_hex(16)
+
+
+def _shut_down(conn: Any) -> None:
+    """Shuts down both directions of ``conn``'s socket without closing its
+    descriptor (through a duplicate of it): a thread blocked in
+    ``conn.recv()`` then sees the end of the stream."""
+    try:
+        duplicate = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        duplicate.close()
 
 
 class ComputeServiceServer:
@@ -112,13 +129,14 @@ class ComputeServiceServer:
             self._listener.close()
         except OSError:
             pass
+        # Each connection's descriptor belongs to the thread serving it,
+        # which closes it under _cond as it leaves (_serve). Closing it here
+        # too would race with that close (a double close, or a close of a
+        # descriptor already reused elsewhere); shutting the socket down
+        # under _cond instead ends the thread's recv, and the thread closes.
         with self._cond:
-            conns, self._conns = list(self._conns), set()
-        for conn in conns:
-            try:
-                conn.close()
-            except OSError:
-                pass
+            for conn in self._conns:
+                _shut_down(conn)
 
     def _accept(self) -> None:
         while not self._closed:
@@ -138,24 +156,24 @@ class ComputeServiceServer:
 
     def _serve(self, conn: Any) -> None:
         try:
-            with conn:
-                try:  # the same handshake as Listener(authkey=...)
-                    deliver_challenge(conn, self.key.encode())
-                    answer_challenge(conn, self.key.encode())
-                except (AuthenticationError, EOFError, OSError):
-                    return  # a wrong key, or not a client of ours
-                while True:  # until close() closes conn, or the client left
-                    try:
-                        request = conn.recv()
-                    except (EOFError, OSError):
-                        return
-                    try:
-                        conn.send(self._answer(request))
-                    except (EOFError, OSError):
-                        return
+            try:  # the same handshake as Listener(authkey=...)
+                deliver_challenge(conn, self.key.encode())
+                answer_challenge(conn, self.key.encode())
+            except (AuthenticationError, EOFError, OSError):
+                return  # a wrong key, or not a client of ours
+            while True:  # until close() shuts conn down, or the client left
+                try:
+                    request = conn.recv()
+                except (EOFError, OSError):
+                    return
+                try:
+                    conn.send(self._answer(request))
+                except (EOFError, OSError):
+                    return
         finally:
             with self._cond:
                 self._conns.discard(conn)
+                conn.close()
 
     def _answer(self, request: Tuple[Any, ...]) -> Any:
         kind = request[0]
