@@ -3,7 +3,8 @@
 tests/rank_scripts/errors.py runs every case on every rank:
 - local/*: raised on the calling rank before any communication
   (NotInitializedError before init, DuplicateNameError, invalid roots,
-  bad alltoall splits, Adasum, unsupported dtypes, ...), and one handle
+  bad alltoall splits, Adasum, unsupported dtypes, an object that cannot
+  be pickled, ...), and one handle
   waited on by two threads (both get the one result);
 - mismatch/*: rank 0 disagrees with the others about a tensor (shape,
   dtype, op type, root, reduce op, scale factors, ...): every rank must get
@@ -18,7 +19,8 @@ NPS = [2, 3]
 LOCAL = ["before-init", "duplicate-name", "empty-name", "invalid-root",
          "alltoall-splits", "adasum", "unsupported-dtype",
          "scalar-needs-a-dimension", "inplace-needs-writeable-array",
-         "bool-average", "still-works", "two-waiters-one-result"]
+         "bool-average", "unpicklable-object", "still-works",
+         "two-waiters-one-result"]
 MISMATCH = ["shape", "dtype", "optype", "root", "reduceop", "prescale",
             "postscale", "gather-trailing", "bcast-shape", "rs-shape",
             "rs-op", "a2a-trailing", "cached-then-changed", "in-fused-batch",

@@ -318,6 +318,30 @@ def local_cases(rank: int, size: int) -> List[Case]:
                       hx.InvalidArgumentError)
     cases.append(("local/inplace-needs-writeable-array", inplace_needs_array))
 
+    def unpicklable_object():
+        # A lock cannot be pickled: the rank holding it raises pickling's
+        # own TypeError, every other rank a TypeError naming that rank; no
+        # rank is left waiting for the others.
+        lock = threading.Lock()
+        exc = expect_raises(
+            lambda: hb.broadcast_object(lock if rank == 0 else None, 0,
+                                        name="obj.lock.bcast"),
+            TypeError, "pickle")
+        if rank != 0 and "rank 0" not in str(exc):
+            raise CaseFailure("the error does not name rank 0: %s" % exc)
+        last = size - 1
+        exc = expect_raises(
+            lambda: hb.allgather_object(lock if rank == last else rank,
+                                        name="obj.lock.gather"),
+            TypeError, "pickle")
+        if rank != last and "rank %d" % last not in str(exc):
+            raise CaseFailure("the error does not name rank %d: %s"
+                              % (last, exc))
+        got = hb.allgather_object({"rank": rank}, name="obj.after")
+        if got != [{"rank": r} for r in range(size)]:
+            raise CaseFailure("allgather_object after the failure: %r" % got)
+    cases.append(("local/unpicklable-object", unpicklable_object))
+
     def bool_average():
         b = np.ones(3, np.bool_)
         expect_raises(lambda: hb.reducescatter(b, name="bavg"),
