@@ -27,6 +27,7 @@ read by the C++ core at ``init()``; no option here uses one of their
 environment variables (checked at import).
 """
 import contextlib
+import numbers
 import os
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
@@ -159,13 +160,21 @@ def _unknown(name: str) -> str:
         name, ", ".join(sorted(_BY_NAME)))
 
 
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool) or (
+        type(value).__module__ == "numpy" and
+        type(value).__name__ in ("bool_", "bool"))
+
+
 def validate(name: str, value: Any) -> Any:
     """Checks ``value`` for option ``name`` and returns the value to store.
 
     Args:
         name: the option's name (e.g. ``"grad_nbuckets"``).
         value: the candidate value; an int is accepted (as a float) for a
-            float option, a bool is not accepted for an int option.
+            float option, a bool is not accepted for an int option; numpy
+            scalars are accepted as the Python type they stand for
+            (``np.int64(2)`` for an int option, stored as ``2``).
 
     Returns:
         The value to store: ``value``, converted to float for a float
@@ -182,9 +191,17 @@ def validate(name: str, value: Any) -> Any:
     ok = isinstance(value, option.type)
     if option.type is int and isinstance(value, bool):
         ok = False
-    if option.type is float and isinstance(value, int) and \
-            not isinstance(value, bool):
+    # numpy scalars (np.int64 from a computation, np.bool_) count as the
+    # Python type they stand for, and are stored as it.
+    if _is_bool(value):
+        if option.type is bool:
+            value, ok = bool(value), True
+    elif option.type is int and isinstance(value, numbers.Integral):
+        value, ok = int(value), True
+    elif option.type is float and isinstance(value, numbers.Real):
         value, ok = float(value), True
+    elif option.type is str and isinstance(value, str):
+        value = str(value)
     if not ok:
         raise TypeError("option %s expects a value of type %s, got %r (%s)" % (
             name, _type_name(option.type), value, type(value).__name__))

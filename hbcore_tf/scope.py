@@ -31,6 +31,17 @@ removes it on exit; nested scopes only stack options):
    value (zeros, an optimizer's accumulator) is initialised by ``tf.fill``
    instead of a ``Const`` the session would keep beside the variable
    (hbcore_tf._splat_initial_values): it is held once, not twice.
+5. ``tf.compat.v1.train.MonitoredTrainingSession`` is
+   hb.train.MonitoredTrainingSession (HybridBackend's scope rewrites it
+   too): broadcast from rank 0 after restore/initialisation, checkpoints,
+   summaries and chief_only_hooks on rank 0 only. The attribute of
+   ``tf.compat.v1.train`` is replaced, so a reference taken before the
+   scope stays TF's.
+6. A ``tf.compat.v1.train.Saver`` created without a
+   ``save_relative_paths`` argument records relative paths in its
+   ``checkpoint`` state file (as HybridBackend's scope sets), so a
+   checkpoint directory written in the scope can be moved or copied and
+   still restored.
 
 Options given to the scope (``hb.scope(grad_nbuckets=2)``) apply to what
 is built inside; an optimizer reads ``grad_nbuckets`` when it is created.
@@ -40,7 +51,10 @@ With ``sharding=True`` (or inside ``hb.embedding_scope()``), tables made by
 """
 import contextlib
 import functools
+import inspect
 import itertools
+import numbers
+import sys
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -141,7 +155,47 @@ def _broadcast_creator(next_creator: Callable, **kwargs: Any) -> Any:
     return next_creator(**kwargs)
 
 
+def _scoped_monitored_training_session(original: Callable) -> Callable:
+    """``tf.compat.v1.train.MonitoredTrainingSession`` while an hb.scope is
+    open: hb.train.MonitoredTrainingSession (HybridBackend's scope rewrites
+    it the same way), which builds on TF's function from TF's own module,
+    never on this public name."""
+    from hbcore_tf.train.session import MonitoredTrainingSession
+
+    @functools.wraps(original)
+    def monitored_training_session(*args: Any, **kwargs: Any) -> Any:
+        return MonitoredTrainingSession(*args, **kwargs)
+
+    return monitored_training_session
+
+
+def _patch_attr(owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+    original = getattr(owner, attr)
+    _patches.append((owner, attr, original))
+    setattr(owner, attr, make(original))
+
+
+def _wrap_saver_init() -> None:
+    saver_class = tf.compat.v1.train.Saver
+    original = saver_class.__dict__["__init__"]
+    # save_relative_paths' place among Saver's positional arguments.
+    position = list(inspect.signature(original).parameters).index(
+        "save_relative_paths") - 1  # less self
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        if len(args) <= position:
+            kwargs.setdefault("save_relative_paths", True)
+        original(self, *args, **kwargs)
+
+    _patches.append((saver_class, "__init__", original))
+    saver_class.__init__ = __init__
+
+
 def _install() -> None:
+    _patch_attr(tf.compat.v1.train, "MonitoredTrainingSession",
+                _scoped_monitored_training_session)
+    _wrap_saver_init()
     if _compat.use_legacy_keras():
         _compat.keras_module()  # import tf_keras so its bases get patched
     for base in _optimizer_bases():
@@ -179,24 +233,56 @@ def _thread_creators() -> Iterator[None]:
 
 # --- public API -------------------------------------------------------------------
 
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError("hb.scope: seed expects an int, got %r (%s)" % (
+            seed, type(seed).__name__))
+    return int(seed)
+
+
+def _apply_seed(seed: int) -> None:
+    """HybridBackend's ``hb.scope(seed=...)``: seeds Python's, numpy's and
+    TensorFlow's random generators (TF's graph-level seed of the default
+    graph, or the global seed when eager), and sets PYTHONHASHSEED and
+    TF_CUDNN_DETERMINISTIC=1 for processes started later."""
+    import os
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    tf.compat.v1.set_random_seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+    os.environ["TF_CUDNN_DETERMINISTIC"] = "1"
+
+
 @contextlib.contextmanager
 def scope(**kwargs: Any) -> Iterator[Any]:
     """Data-parallel scope with option overrides (see the module docstring).
 
     Args:
-        **kwargs: option values for the code inside (hbcore_tf.options).
+        **kwargs: option values for the code inside (hbcore_tf.options),
+            and ``seed`` (an int, as HybridBackend's): seeds Python's,
+            numpy's and TensorFlow's random generators on entry (see
+            ``_apply_seed``); it is not restored on exit.
 
     Yields:
         The hb context.
 
     Raises:
         ValueError: an unknown option or a value outside its domain.
-        TypeError: an option value of the wrong type.
+        TypeError: an option value (or the seed) of the wrong type.
     """
     global _depth
     from hbcore_tf.context import context
 
+    seed = kwargs.pop("seed", None)
+    if seed is not None:
+        seed = _check_seed(seed)
     with options.scope(**kwargs):
+        if seed is not None:
+            _apply_seed(seed)
         context.rank  # HybridBackend scripts never call init(): do it here
         with _lock:
             _depth += 1
@@ -242,7 +328,8 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
     Args:
         fn: the function to decorate (``@hb.function``), or None when the
             decorator is called with options (``@hb.function(...)``).
-        **kwargs: option values for the scope (hbcore_tf.options).
+        **kwargs: option values for the scope (hbcore_tf.options), and
+            ``seed`` (see :func:`scope`).
 
     Returns:
         With ``fn``, the wrapped function; without it, a decorator that
@@ -250,12 +337,22 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
 
     Raises:
         ValueError: an unknown option or a value outside its domain.
-        TypeError: an option value of the wrong type.
+        TypeError: an option value of the wrong type, or ``fn`` is not
+            callable (``@hb.function(2)``: options are keywords).
     """
     from hbcore_tf.options import validate
 
+    if fn is not None and not callable(fn):
+        raise TypeError("hb.function decorates a function, got %r (%s); "
+                        "options are keywords: @hb.function(grad_nbuckets=2)"
+                        % (fn, type(fn).__name__))
+
     for name, value in kwargs.items():
-        validate(name, value)
+        if name == "seed":
+            if value is not None:
+                _check_seed(value)
+        else:
+            validate(name, value)
 
     def decorate(func: Callable) -> Callable:
         @functools.wraps(func)

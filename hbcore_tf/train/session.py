@@ -28,6 +28,7 @@ Contract: every rank calls this with the same graph, so the broadcast
 from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
+from tensorflow.python.training import monitored_session
 
 from hbcore_tf.hooks import BroadcastGlobalVariablesHook
 
@@ -212,7 +213,9 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
                  "log_step_count_steps": log_step_count_steps}
     summaries.update(off)
     kwargs = {k: v for k, v in summaries.items() if v is not _USE_DEFAULT}
-    return tf.compat.v1.train.MonitoredTrainingSession(
+    # TF's own function, from its defining module: inside hb.scope the
+    # public tf.compat.v1.train name is this function (hbcore_tf.scope).
+    return monitored_session.MonitoredTrainingSession(
         master=master, is_chief=True, checkpoint_dir=checkpoint_dir,
         scaffold=scaffold, hooks=all_hooks, chief_only_hooks=None,
         save_checkpoint_secs=None, save_checkpoint_steps=None,

@@ -1,0 +1,133 @@
+"""hb.scope / @hb.function arguments (world size 1, a fresh process each):
+
+- numpy scalars are accepted as the Python value they stand for
+  (``grad_nbuckets=np.int64(2)``, ``sharding=np.bool_(True)``), stored as
+  Python values, while a bool for an int option or an int for a bool
+  option stays a TypeError naming the option; ``hb.function(2)`` is a
+  TypeError when applied (before: a wrapper that failed when called);
+- ``seed=`` (HybridBackend's scope argument) seeds Python's, numpy's and
+  TensorFlow's random generators as ``random.seed``/``np.random.seed``/
+  ``tf.random.set_seed`` with that value do; a seed that is not an int is
+  a TypeError naming ``seed``, raised by ``hb.function`` when it is
+  applied.
+"""
+import json
+
+import pytest
+
+from harness import run_python
+from train_util import tensorflow_missing
+
+pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
+                                reason=str(tensorflow_missing()))
+
+
+def _result(code: str) -> dict:
+    run = run_python(code, timeout=180)
+    assert run.returncode == 0, run.describe()
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, run.describe()
+    return json.loads(lines[0][len("RESULT "):])
+
+
+NUMPY_CODE = r"""
+import json
+import numpy as np
+import hbcore_tf as hb
+from hbcore_tf.options import options
+
+out = {}
+with hb.scope(grad_nbuckets=np.int64(3), sharding=np.bool_(False),
+              emb_min_rows_to_shard=np.int32(5)):
+    out["inside"] = [options.grad_nbuckets, options.sharding,
+                     options.emb_min_rows_to_shard]
+    out["types"] = [type(options.grad_nbuckets).__name__,
+                    type(options.sharding).__name__,
+                    type(options.emb_min_rows_to_shard).__name__]
+out["after"] = options.grad_nbuckets
+hb.context.update_params(grad_nbuckets=np.int16(2))
+out["update"] = [options.grad_nbuckets, type(options.grad_nbuckets).__name__]
+errors = []
+for name, value in (("grad_nbuckets", np.bool_(True)), ("sharding", 1),
+                    ("grad_nbuckets", np.float64(2.0))):
+    try:
+        with hb.scope(**{name: value}):
+            pass
+        errors.append(None)
+    except TypeError as exc:
+        errors.append(str(exc))
+out["errors"] = errors
+try:
+    hb.function(2)
+    out["not_callable"] = None
+except TypeError as exc:
+    out["not_callable"] = str(exc)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_numpy_option_values():
+    result = _result(NUMPY_CODE)
+    assert result["inside"] == [3, False, 5], result
+    assert result["types"] == ["int", "bool", "int"], result
+    assert result["after"] == 1, result
+    assert result["update"] == [2, "int"], result
+    for error, name, kind in zip(result["errors"],
+                                 ("grad_nbuckets", "sharding",
+                                  "grad_nbuckets"),
+                                 ("int", "bool", "int")):
+        assert error is not None and \
+            "option %s expects a value of type %s" % (name, kind) in error, \
+            result
+    # A positional non-function argument fails when applied, naming it.
+    assert result["not_callable"] is not None and \
+        "hb.function decorates a function, got 2 (int)" in \
+        result["not_callable"], result
+
+
+SEED_CODE = r"""
+import json, random
+import numpy as np
+import tensorflow as tf
+import hbcore_tf as hb
+
+def draws():
+    return [random.random(), float(np.random.rand()),
+            tf.random.uniform([3]).numpy().tolist()]
+
+random.seed(11); np.random.seed(11); tf.random.set_seed(11)
+want = draws()
+random.seed(5); np.random.seed(5); tf.random.set_seed(5)
+other = draws()
+
+with hb.scope(seed=11):
+    in_scope = draws()
+
+@hb.function(seed=np.int64(11))
+def decorated():
+    return draws()
+
+in_function = decorated()
+errors = []
+for make in (lambda: hb.scope(seed="11").__enter__(),
+             lambda: hb.function(seed=1.5),
+             lambda: hb.scope(seed=True).__enter__()):
+    try:
+        make()
+        errors.append(None)
+    except TypeError as exc:
+        errors.append(str(exc))
+print("RESULT " + json.dumps({"want": want, "other": other,
+                              "in_scope": in_scope,
+                              "in_function": in_function,
+                              "errors": errors}))
+"""
+
+
+def test_seed():
+    result = _result(SEED_CODE)
+    assert result["want"] != result["other"], result  # the draws use seeds
+    assert result["in_scope"] == result["want"], result
+    assert result["in_function"] == result["want"], result
+    for error in result["errors"]:
+        assert error is not None and "seed expects an int" in error, result
