@@ -524,6 +524,26 @@ def broadcast_(variables: Sequence[Any], root_rank: int,
 
 # --- alltoall / reducescatter ---------------------------------------------------
 
+def _splits_tensor(splits: Any) -> tf.Tensor:
+    """The int64 vector the alltoall op takes, from integer ``splits``.
+
+    Args:
+        splits: a list, array or tensor of integer row counts.
+
+    Returns:
+        ``splits`` flattened and cast to int64.
+
+    Raises:
+        TypeError: ``splits`` does not have an integer dtype.
+    """
+    splits = _as_tensor(splits)
+    if not splits.dtype.is_integer:
+        raise TypeError(
+            "alltoall splits must be integers (row counts per rank), got "
+            "dtype %s" % splits.dtype.name)
+    return tf.cast(tf.reshape(splits, [-1]), tf.int64)
+
+
 def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
              name: Optional[str] = None, ignore_name_scope: bool = False,
              process_set: ProcessSet = global_process_set) -> Any:
@@ -544,15 +564,17 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
         int64 vector of rows received from each rank (as Horovod).
 
     Raises:
+        TypeError: ``splits`` is not of an integer dtype (Horovod's op
+            takes int32 splits only; a float row count would otherwise be
+            truncated without notice).
         tf.errors.InvalidArgumentError: splits of the wrong length or sum,
-            or an uneven first dimension without splits.
+            a negative split, or an uneven first dimension without splits.
     """
     _check_initialized()
     set_id = _check_process_set(process_set)
     tensor = tf.convert_to_tensor(tensor)
     splits_tensor = (tf.zeros([0], tf.int64) if splits is None else
-                     tf.cast(tf.reshape(tf.convert_to_tensor(splits), [-1]),
-                             tf.int64))
+                     _splits_tensor(splits))
     with _naming.op_scope(_set_kind("HbcoreAlltoall", set_id), name,
                           ignore_name_scope) as op_name, _placement():
         output, received = _lib.hbcore_alltoall(
