@@ -17,6 +17,8 @@ weight rides as one more scalar in the first call, and every result is
 divided by the summed weight instead of size(). Without a weight nothing
 changes.
 """
+import numbers
+import warnings
 from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
@@ -28,13 +30,58 @@ from hbcore_tf.embedding.table import is_sharded
 from hbcore_tf.mpi_ops import Adasum, Average, Sum, grouped_allreduce, size
 
 
+# Horovod 0.28's DeprecationWarning for num_groups.
+NUM_GROUPS_DEPRECATED = ("Parameter `num_groups` has been replaced by "
+                         "`groups` and will be removed in v0.23.0.")
+
+
+def resolve_groups(num_groups: Any, groups: Any, stacklevel: int = 3) -> Any:
+    """The public optimizers' ``num_groups`` / ``groups`` arguments, checked
+    as Horovod 0.28's DistributedOptimizer (and hbcore_tf.keras') does.
+
+    A ``num_groups`` other than 0 warns that it is deprecated and stands
+    for ``groups`` only when ``groups`` is None (``groups`` wins when both
+    are given). An integer ``groups`` must then be positive.
+
+    Args:
+        num_groups: the deprecated integer argument (0: not given).
+        groups: None, a positive integer, or a list of lists of variables.
+        stacklevel: passed to warnings.warn (3: the public function's
+            caller).
+
+    Returns:
+        The groups to use: None, a positive int, or ``groups`` as given
+        (lists are checked by GradientReducer).
+
+    Raises:
+        ValueError: the resulting integer groups is 0 or negative (or a
+            bool).
+
+    Warns:
+        DeprecationWarning: ``num_groups`` is not 0.
+    """
+    if num_groups != 0:
+        warnings.warn(NUM_GROUPS_DEPRECATED, DeprecationWarning,
+                      stacklevel=stacklevel)
+        if groups is None:
+            groups = num_groups
+    if groups is None:
+        return None
+    if isinstance(groups, (bool, np.bool_)) or (
+            isinstance(groups, numbers.Number) and not (
+                isinstance(groups, numbers.Integral) and groups > 0)):
+        raise ValueError("groups should be a positive integer or a list of "
+                         "lists of tf.Variable, got %r" % (groups,))
+    if isinstance(groups, numbers.Integral):
+        return int(groups)
+    return groups
+
+
 def _normalize_groups(num_groups: int, groups: Any) -> Any:
     """Returns None (one group of everything), an int k (k groups in
-    order), or a list of lists of variables."""
-    if num_groups:
-        if groups is not None:
-            raise ValueError("pass either num_groups (deprecated) or groups, "
-                             "not both")
+    order), or a list of lists of variables. ``num_groups`` stands for
+    ``groups`` when that is None (as in Horovod)."""
+    if num_groups and groups is None:
         groups = num_groups
     if groups is None:
         return None

@@ -4,6 +4,12 @@ Each backward pass adds its gradients into local accumulators; every N-th
 pass the accumulated sums (divided by N when
 ``average_aggregated_gradients``) are allreduced and applied, and the
 accumulators reset. Between updates nothing crosses the network.
+``__call__`` does it all in apply_gradients (Keras optimizers, and v1
+gradients computed elsewhere); ``accumulate_and_reduce`` and
+``is_update_pass`` split it as Horovod's v1 DistributedOptimizer does:
+compute_gradients returns the reduced aggregate on update passes (so a
+transform between compute and apply acts on it), apply_gradients applies
+on those passes only.
 
 The decision is a ``tf.cond`` on a step counter, so one implementation
 serves eager code, tf.function train steps (Keras' model.fit) and v1
@@ -136,6 +142,98 @@ class LocalGradientAggregator:
                 return tf.constant(False)
 
         return tf.cond(count >= self.passes, apply_branch, skip_branch)
+
+    def accumulate_and_reduce(self, grads: Sequence[Any],
+                              variables: Sequence[Any],
+                              reduce_fn: Callable[[List[Any]], List[Any]]
+                              ) -> List[Any]:
+        """Horovod's compute_gradients half of local aggregation.
+
+        Adds this pass's gradients to the accumulators; on every N-th pass
+        returns ``reduce_fn`` of the aggregated gradients (divided by N
+        when averaging) and resets the accumulators and the counter, on
+        the other passes this pass's own gradients (dense). Pair with
+        :meth:`is_update_pass` in apply_gradients.
+
+        Args:
+            grads: one gradient (tensor, tf.IndexedSlices or None) per
+                variable.
+            variables: the variables, in the same order.
+            reduce_fn: reduces a list of aggregated gradients (None kept)
+                across ranks, returning the list in the same order.
+
+        Returns:
+            One dense gradient per variable (None kept).
+        """
+        grads = list(grads)
+        variables = list(variables)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        if not present:
+            return grads
+        accumulators = [None if g is None else self._accumulator(v)
+                        for g, v in zip(grads, variables)]
+        dense = [None if g is None else tf.convert_to_tensor(g)
+                 for g in grads]
+        counter = self._counter()
+        updates = [accumulators[i].assign_add(
+            tf.cast(dense[i], accumulators[i].dtype)) for i in present]
+        with tf.control_dependencies(updates):
+            count = counter.assign_add(1)
+
+        def reduce_branch():
+            scale = 1.0 / self.passes if self.average else 1.0
+            aggregated: List[Any] = [None] * len(grads)
+            for i in present:
+                value = accumulators[i].read_value()
+                if scale != 1.0:
+                    value = value * tf.cast(scale, value.dtype)
+                aggregated[i] = value
+            reduced = reduce_fn(aggregated)
+            values = [tf.cast(tf.convert_to_tensor(reduced[i]), dense[i].dtype)
+                      for i in present]
+            with tf.control_dependencies(values):
+                resets = [accumulators[i].assign(
+                    tf.zeros_like(accumulators[i])) for i in present]
+                resets.append(counter.assign(tf.constant(0, tf.int64)))
+            with tf.control_dependencies(resets):
+                return [tf.identity(v) for v in values]
+
+        def local_branch():
+            return [tf.identity(dense[i]) for i in present]
+
+        result = tf.cond(count >= self.passes, reduce_branch, local_branch)
+        if not isinstance(result, (list, tuple)):
+            result = [result]
+        out: List[Any] = [None] * len(grads)
+        for i, value in zip(present, result):
+            out[i] = value
+        return out
+
+    def is_update_pass(self, after: Sequence[Any] = ()) -> tf.Tensor:
+        """Whether the pass whose gradients :meth:`accumulate_and_reduce`
+        returned was an update pass (its counter was reset to 0).
+
+        Args:
+            after: tensors (e.g. the gradients, or values computed from
+                them) the counter is read after.
+
+        Returns:
+            A boolean scalar tensor.
+        """
+        deps = []
+        for value in after:
+            if isinstance(value, tf.IndexedSlices):
+                value = value.values
+            if value is not None and not tf.executing_eagerly():
+                deps.append(value)
+        counter = self._counter()
+        with tf.control_dependencies(deps):
+            return tf.equal(counter.read_value(), 0)
+
+    def graph_key(self) -> Any:
+        """The key of the accumulators of the graph being built (None:
+        eager and tf.function)."""
+        return self._graph_key()
 
 
 def _as_deps(result: Any) -> List[Any]:

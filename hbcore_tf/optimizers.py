@@ -28,8 +28,9 @@ from typing import Any, List, Optional, Sequence
 import tensorflow as tf
 
 from hbcore_tf import _compat, process_sets
-from hbcore_tf._gradient_reduction import GradientReducer
+from hbcore_tf._gradient_reduction import GradientReducer, resolve_groups
 from hbcore_tf._local_aggregation import LocalGradientAggregator
+from hbcore_tf._local_aggregation import _as_deps as _local_aggregation_deps
 from hbcore_tf.compression import Compression
 from hbcore_tf.mpi_ops import Average
 
@@ -276,24 +277,44 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._hb_runtime = _Runtime(settings, name)
+        # Graphs (None: eager / tf.function) in which compute_gradients
+        # aggregated: apply_gradients there applies what it returned.
+        self._hb_aggregated_in: set = set()
 
     def compute_gradients(self, *args: Any, **kwargs: Any) -> List[tuple]:
-        """Computes gradients with the wrapped optimizer and allreduces them
-        (with backward_passes_per_step > 1: local gradients; apply_gradients
-        aggregates and reduces)."""
+        """Computes gradients with the wrapped optimizer and allreduces them.
+
+        With backward_passes_per_step = N > 1 (as Horovod's
+        LocalGradientAggregationHelper): the gradients are added to local
+        accumulators; every N-th call returns the allreduced aggregate
+        (divided by N with average_aggregated_gradients), the other calls
+        this pass's local gradients, which apply_gradients then ignores.
+        """
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
-        if self._hb_runtime.aggregator is not None:
-            return pairs
+        hb = self._hb_runtime
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
-        reduced = self._hb_runtime.reducer.reduce(grads, variables)
+        if hb.aggregator is not None:
+            reduced = hb.aggregator.accumulate_and_reduce(
+                grads, variables,
+                lambda aggregated: hb.reducer.reduce(aggregated, variables))
+            self._hb_aggregated_in.add(hb.aggregator.graph_key())
+            return list(zip(reduced, variables))
+        reduced = hb.reducer.reduce(grads, variables)
         return list(zip(reduced, variables))
 
     def apply_gradients(self, grads_and_vars: Sequence[tuple],
                         global_step: Any = None, name: Optional[str] = None
                         ) -> Any:
-        """Applies gradients with the wrapped optimizer (every
-        backward_passes_per_step-th call when aggregating)."""
+        """Applies gradients with the wrapped optimizer (with
+        backward_passes_per_step > 1: on update passes only; global_step
+        advances on every call).
+
+        After this optimizer's compute_gradients (minimize, or compute,
+        transform, apply: as Horovod) it applies the gradients given on
+        the passes where compute_gradients returned the reduced aggregate.
+        Gradients computed elsewhere are aggregated and reduced here.
+        """
         hb = self._hb_runtime
         if hb.aggregator is None:
             return self._optimizer.apply_gradients(grads_and_vars,
@@ -304,6 +325,8 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
         # Slots must exist before the tf.cond that applies the gradients.
         _compat.build_optimizer(self._optimizer, _compat.V1,
                                 [v for g, v in pairs if g is not None])
+        if hb.aggregator.graph_key() in self._hb_aggregated_in:
+            return self._apply_computed(pairs, global_step, name)
 
         def apply_fn(aggregated):
             reduced = hb.reducer.reduce(aggregated, variables)
@@ -318,6 +341,31 @@ class _DistributedV1Optimizer(tf.compat.v1.train.Optimizer):
 
         applied = hb.aggregator([g for g, _ in pairs], variables, apply_fn,
                                 skip_fn)
+        if tf.executing_eagerly():
+            return None
+        return applied.op
+
+    def _apply_computed(self, pairs: List[tuple], global_step: Any,
+                        name: Optional[str]) -> Any:
+        """apply_gradients after compute_gradients aggregated: applies
+        ``pairs`` when the pass was an update pass, else only advances
+        global_step."""
+        hb = self._hb_runtime
+
+        def apply_branch():
+            applied = self._optimizer.apply_gradients(
+                pairs, global_step=global_step, name=name)
+            with tf.control_dependencies(_local_aggregation_deps(applied)):
+                return tf.constant(True)
+
+        def skip_branch():
+            step = (None if global_step is None
+                    else tf.compat.v1.assign_add(global_step, 1))
+            with tf.control_dependencies(_local_aggregation_deps(step)):
+                return tf.constant(False)
+
+        update = hb.aggregator.is_update_pass([g for g, _ in pairs])
+        applied = tf.cond(update, apply_branch, skip_branch)
         if tf.executing_eagerly():
             return None
         return applied.op
@@ -380,11 +428,12 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
             before the sum and by size/factor after it.
         average_aggregated_gradients: with backward_passes_per_step > 1,
             divide the locally summed gradients by N.
-        num_groups: deprecated alias of ``groups`` as an integer.
-        groups: None (one fused collective per step, the default), an
-            integer k (k collectives over consecutive gradients), or a list
-            of lists of variables (one collective per list; other variables
-            one each).
+        num_groups: deprecated (DeprecationWarning): ``groups`` as an
+            integer, used only when ``groups`` is None (as Horovod).
+        groups: None (one fused collective per step, the default), a
+            positive integer k (k collectives over consecutive gradients),
+            or a list of lists of variables (one collective per list; other
+            variables one each).
         process_set: the ranks gradients are reduced over (default: all).
         scale_local_gradients: divide gradients of variables registered
             with ``register_local_var`` by size() (with any op, as Horovod).
@@ -397,14 +446,21 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         The distributed optimizer.
 
     Raises:
-        ValueError: an unsupported optimizer type or invalid argument.
+        ValueError: an unsupported optimizer type or invalid argument
+            (e.g. an integer ``groups`` <= 0, as Horovod).
         NotImplementedError: op=Adasum or a non-global process set.
+
+    Warns:
+        DeprecationWarning: ``num_groups`` is not 0 (use ``groups``).
     """
     family = _compat.optimizer_family(optimizer)
+    # As Horovod: num_groups warns and stands for groups only when groups
+    # is None; an integer groups must be positive.
+    groups = resolve_groups(num_groups, groups, stacklevel=3)
     settings = _Settings(name, compression, sparse_as_dense,
                          backward_passes_per_step, op,
                          gradient_predivide_factor,
-                         average_aggregated_gradients, num_groups, groups,
+                         average_aggregated_gradients, 0, groups,
                          device_dense, device_sparse, process_set,
                          scale_local_gradients)
     # Validate the reduction arguments now, not at the first step.
@@ -413,7 +469,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         # Last: before init it defers a setting to the next init(), which
         # a call that fails on another argument must not leave behind.
         settings.bucket_bytes = apply_bucket_cap_mb(
-            bucket_cap_mb, bucketed=not num_groups and groups is None)
+            bucket_cap_mb, bucketed=groups is None)
     if family == _compat.V1:
         return _DistributedV1Optimizer(optimizer, settings, use_locking)
     return _wrap_keras(optimizer, family, settings)

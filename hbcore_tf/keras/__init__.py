@@ -12,8 +12,6 @@ rule as tf.keras). Keras 3 compiles train steps with XLA on GPUs by
 default; hbcore's collectives have no XLA kernel, so compile with
 ``jit_compile=False`` there.
 """
-import numbers
-import warnings
 from typing import Any, Dict, Optional, Sequence
 
 import tensorflow as tf
@@ -29,6 +27,7 @@ from hbcore_tf import _compat
 from hbcore_tf import functions as _functions
 from hbcore_tf import mpi_ops as _mpi_ops
 from hbcore_tf.keras import callbacks, layers, metrics
+from hbcore_tf._gradient_reduction import resolve_groups as _resolve_groups
 from hbcore_tf.optimizers import DistributedOptimizer as _DistributedOptimizer
 from hbcore_tf.optimizers import _Settings, distributed_keras_class
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
@@ -98,15 +97,10 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         raise ValueError("hbcore_tf.keras.DistributedOptimizer wraps Keras "
                          "optimizers; use hbcore_tf.DistributedOptimizer for "
                          "%s" % type(optimizer).__name__)
-    if num_groups != 0:
-        warnings.warn("DistributedOptimizer: num_groups is deprecated; pass "
-                      "groups=%r instead" % (num_groups,), DeprecationWarning,
-                      stacklevel=2)
-    if (isinstance(groups, numbers.Integral) and not isinstance(groups, bool)
-            and groups <= 0):
-        # Horovod's Keras DistributedOptimizer: an integer must be > 0.
-        raise ValueError("groups must be a positive integer or a list of "
-                         "lists of variables, got %r" % (groups,))
+    # The shared check (as Horovod's Keras DistributedOptimizer): num_groups
+    # warns and stands for groups only when groups is None; an integer
+    # groups must be > 0. Resolved here so the warning names our caller.
+    groups = _resolve_groups(num_groups, groups, stacklevel=3)
     return _DistributedOptimizer(
         optimizer, name=name, device_dense=device_dense,
         device_sparse=device_sparse, compression=compression,
@@ -114,7 +108,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         gradient_predivide_factor=gradient_predivide_factor, op=op,
         backward_passes_per_step=backward_passes_per_step,
         average_aggregated_gradients=average_aggregated_gradients,
-        num_groups=num_groups, groups=groups, process_set=process_set,
+        num_groups=0, groups=groups, process_set=process_set,
         scale_local_gradients=scale_local_gradients,
         bucket_cap_mb=bucket_cap_mb)
 

@@ -26,7 +26,9 @@ CASES = [
     "keras3/bpps_average_tf_function", "keras3/local_var", "keras3/adam_state",
     "errors", "bucket_cap_mb",
     "v1/graph_minimize", "v1/graph_compute_gradients", "v1/graph_momentum_bpps",
-    "v1/eager_minimize", "v1/slots_delegate",
+    "v1/eager_minimize", "v1/slots_delegate", "v1/groups_arguments",
+    "v1/num_groups_and_groups", "keras3/num_groups_and_groups",
+    "v1/bpps_compute_transform_apply", "v1/eager_momentum_bpps",
 ]
 
 
@@ -333,6 +335,166 @@ def main():
             check(slot is not None, "no momentum slot")
             check(slot.name.startswith("w/Momentum"), "slot %s" % slot.name)
 
+    def deprecation_records(caught):
+        return [w for w in caught
+                if issubclass(w.category, DeprecationWarning)]
+
+    def deprecations(caught):
+        return [str(w.message) for w in deprecation_records(caught)]
+
+    def v1_groups_arguments():
+        """As Horovod 0.28: an integer groups (or num_groups standing for
+        it) must be > 0 (ValueError naming groups); num_groups warns
+        (DeprecationWarning naming it); groups alone does not."""
+        for kwargs in ({"groups": 0}, {"groups": -1}, {"num_groups": -1}):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                err = expect_raises(lambda: hvd.DistributedOptimizer(
+                    v1.train.GradientDescentOptimizer(1.0), **kwargs),
+                    ValueError, "groups")
+            check(repr(list(kwargs.values())[0]) in str(err),
+                  "%s: message does not show the value: %s" % (kwargs, err))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(1.0),
+                                     num_groups=2)
+        found = deprecations(caught)
+        check(len(found) == 1 and "num_groups" in found[0],
+              "num_groups=2 warned %r" % found)
+        where = deprecation_records(caught)[0].filename
+        check(where == __file__,
+              "the warning points at %s, not the caller" % where)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(1.0),
+                                     groups=2)
+        check(not deprecations(caught), "groups=2 warned %r"
+              % deprecations(caught))
+
+    def v1_num_groups_and_groups():
+        """num_groups with groups: a DeprecationWarning, and groups is
+        used (as Horovod): one list of all variables is ONE collective,
+        where num_groups=3 alone would be three. Values: the mean."""
+        for kwargs, calls in (({"num_groups": 3}, 3),
+                              ({"num_groups": 3, "groups": "all"}, 1)):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with tf.Graph().as_default() as graph:
+                    variables = [v1.Variable(np.zeros(s, np.float32))
+                                 for s in SHAPES]
+                    if kwargs.get("groups") == "all":
+                        kwargs = dict(kwargs, groups=[list(variables)])
+                    loss = tf.add_n([tf.reduce_sum(v * g) for v, g in
+                                     zip(variables, grads(240, rank))])
+                    opt = hvd.DistributedOptimizer(
+                        v1.train.GradientDescentOptimizer(1.0), **kwargs)
+                    train = opt.minimize(loss)
+                    ops = [o for o in graph.get_operations()
+                           if o.type == "HbcoreCollective"]
+                    check(len(ops) == calls, "%s: %d collectives, expected "
+                          "%d" % (sorted(kwargs), len(ops), calls))
+                    with v1.Session() as sess:
+                        sess.run(v1.global_variables_initializer())
+                        sess.run(train)
+                        values = sess.run(variables)
+            found = deprecations(caught)
+            check(any("num_groups" in m for m in found),
+                  "%s: no DeprecationWarning for num_groups: %r" % (
+                      sorted(kwargs), found))
+            for v, e in zip(values, expected_mean(240, size)):
+                close(v, -e, "variable")
+
+    def keras3_num_groups_and_groups():
+        """The Keras 3 wrapper (hbcore_tf and hbcore_tf.keras) takes
+        num_groups with groups too: warns, uses groups, averages."""
+        import hbcore_tf.keras as hvd_keras
+        for factory in (hvd.DistributedOptimizer,
+                        hvd_keras.DistributedOptimizer):
+            variables = zeros_vars()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                opt = factory(keras.optimizers.SGD(1.0), num_groups=3,
+                              groups=[[variables[0], variables[2]]])
+            found = deprecations(caught)
+            check(len(found) == 1 and "num_groups" in found[0],
+                  "%s warned %r" % (factory.__module__, found))
+            where = deprecation_records(caught)[0].filename
+            check(where == __file__, "%s: the warning points at %s" % (
+                factory.__module__, where))
+            check(opt._hb_runtime.reducer.groups == [[variables[0],
+                                                      variables[2]]],
+                  "%s: groups %r" % (factory.__module__,
+                                     opt._hb_runtime.reducer.groups))
+            apply_once(opt, 250, variables)
+            for v, e in zip(variables, expected_mean(250, size)):
+                close(v, -e, "variable")
+
+    def v1_bpps_compute_transform_apply():
+        """backward_passes_per_step=2 with compute_gradients, a transform
+        (clip_by_global_norm) and apply_gradients, as Horovod: the N-th
+        compute_gradients returns the allreduced aggregate (the others the
+        local gradient), so the clip acts on the global aggregate; the
+        variable moves on update passes only; global_step on every pass."""
+        passes, clip = 2, 0.5
+        for average in (False, True):
+            with tf.Graph().as_default():
+                w = v1.Variable(np.zeros(SHAPES[0], np.float32))
+                x = v1.placeholder(tf.float32, SHAPES[0])
+                global_step = v1.train.get_or_create_global_step()
+                opt = hvd.DistributedOptimizer(
+                    v1.train.GradientDescentOptimizer(1.0),
+                    backward_passes_per_step=passes,
+                    average_aggregated_gradients=average)
+                ((grad, _),) = opt.compute_gradients(tf.reduce_sum(w * x))
+                (clipped,), _ = tf.clip_by_global_norm([grad], clip)
+                train = opt.apply_gradients([(clipped, w)],
+                                            global_step=global_step)
+                with v1.Session() as sess:
+                    sess.run([v1.global_variables_initializer(),
+                              v1.local_variables_initializer()])
+                    got = []
+                    for k in range(2 * passes):
+                        _, g = sess.run([train, grad],
+                                        {x: grads(260 + k, rank)[0]})
+                        got.append((g, sess.run(w)))
+                    gstep = sess.run(global_step)
+            check(gstep == 2 * passes, "global_step %s" % gstep)
+            expected_w = np.zeros(SHAPES[0])
+            for k, (g, value) in enumerate(got):
+                if k % passes < passes - 1:
+                    close(g, grads(260 + k, rank)[0],
+                          "pass %d: local gradient" % k)
+                else:
+                    aggregate = sum(mean_over_ranks(
+                        lambda r, j=j: grads(260 + j, r)[0], size)
+                        for j in range(k - passes + 1, k + 1))
+                    if average:
+                        aggregate = aggregate / passes
+                    close(g, aggregate, "pass %d: reduced aggregate" % k)
+                    norm = np.linalg.norm(aggregate)
+                    expected_w = expected_w - aggregate * min(
+                        1.0, clip / norm)
+                close(value, expected_w, "pass %d: variable (average=%s)"
+                      % (k, average))
+
+    def v1_eager_momentum_bpps():
+        """Eager tf.compat.v1 minimize with backward_passes_per_step=2:
+        Momentum on the reduced sum of every 2 passes."""
+        lr, mom, passes, steps = 0.1, 0.9, 2, 3
+        var = tf.Variable(np.zeros(SHAPES[1], np.float32))
+        opt = hvd.DistributedOptimizer(v1.train.MomentumOptimizer(lr, mom),
+                                       backward_passes_per_step=passes)
+        for k in range(passes * steps):
+            x = tf.constant(grads(270 + k, rank)[1])
+            opt.minimize(lambda: tf.reduce_sum(var * x), var_list=[var])
+        expected, accum = np.zeros(SHAPES[1]), np.zeros(SHAPES[1])
+        for s_ in range(steps):
+            g = sum(mean_over_ranks(lambda r, k=k: grads(270 + k, r)[1], size)
+                    for k in range(s_ * passes, (s_ + 1) * passes))
+            accum = mom * accum + g
+            expected = expected - lr * accum
+        close(var, expected, "variable")
+
     table = {
         "keras3/class_and_config": class_and_config,
         "keras3/apply_eager": apply_eager,
@@ -356,6 +518,11 @@ def main():
         "v1/graph_momentum_bpps": v1_graph_momentum_bpps,
         "v1/eager_minimize": v1_eager_minimize,
         "v1/slots_delegate": v1_slots_delegate,
+        "v1/groups_arguments": v1_groups_arguments,
+        "v1/num_groups_and_groups": v1_num_groups_and_groups,
+        "keras3/num_groups_and_groups": keras3_num_groups_and_groups,
+        "v1/bpps_compute_transform_apply": v1_bpps_compute_transform_apply,
+        "v1/eager_momentum_bpps": v1_eager_momentum_bpps,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
