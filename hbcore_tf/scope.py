@@ -119,8 +119,6 @@ def _optimizer_bases() -> List[type]:
 
 
 def _model_bases() -> List[type]:
-    import sys
-
     bases = []
     try:
         from keras.src.models.model import Model
