@@ -154,7 +154,7 @@ def _alltoall_grad(op: Any, grad: Any, _received_splits_grad: Any
         return [None, None, None]
     if grad is None:
         grad = tf.zeros_like(op.outputs[0])
-    back, _ = mpi_ops.alltoall(
-        tf.convert_to_tensor(grad), splits=op.outputs[1],
-        process_set=process_set_by_id(op.get_attr("process_set_id")))
+    back, _ = mpi_ops.alltoall_int64_splits(
+        tf.convert_to_tensor(grad), op.outputs[1], None, False,
+        process_set_by_id(op.get_attr("process_set_id")))
     return [back, None, None]  # tensor, splits, name

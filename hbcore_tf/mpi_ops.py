@@ -29,7 +29,7 @@ import tensorflow as tf
 from hbcore import (Adasum, Average, Max, Min, NotInitializedError, Product,
                     ReduceOp, Sum, cross_rank, cross_size, is_initialized,
                     local_rank, local_size, mpi_threads_supported, nccl_built,
-                    rank, shutdown, size)
+                    rank, shutdown, size, start_timeline, stop_timeline)
 # Build probes that exist only for Horovod compatibility: one module.
 from hbcore._compat_names import (ccl_built, cuda_built, ddl_built,
                                   gloo_built, gloo_enabled, mpi_built,
@@ -561,7 +561,7 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
 
     Returns:
         The received tensor; when ``splits`` is given, a tuple of it and the
-        int64 vector of rows received from each rank (as Horovod).
+        int32 vector of rows received from each rank (as Horovod).
 
     Raises:
         TypeError: ``splits`` is not of an integer dtype (Horovod's op
@@ -569,6 +569,25 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
             truncated without notice).
         tf.errors.InvalidArgumentError: splits of the wrong length or sum,
             a negative split, or an uneven first dimension without splits.
+    """
+    output, received = alltoall_int64_splits(
+        tensor, splits, name, ignore_name_scope, process_set)
+    if splits is None:
+        return output
+    return output, tf.cast(received, tf.int32)
+
+
+def alltoall_int64_splits(tensor: TensorLike, splits: Optional[Any],
+                          name: Optional[str], ignore_name_scope: bool,
+                          process_set: ProcessSet = global_process_set
+                          ) -> Tuple[Any, Any]:
+    """:func:`alltoall` returning the op's own int64 received splits
+    always: the sharded embedding exchange counts rows in int64.
+
+    Args, Raises: as :func:`alltoall`.
+
+    Returns:
+        The received tensor and the int64 rows received from each rank.
     """
     _check_initialized()
     set_id = _check_process_set(process_set)
@@ -580,7 +599,7 @@ def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
         output, received = _lib.hbcore_alltoall(
             tensor, splits_tensor, _name_scalar(op_name),
             eager=tf.executing_eagerly(), process_set_id=set_id)
-    return output if splits is None else (output, received)
+    return output, received
 
 
 def reducescatter(tensor: TensorLike, device_dense: str = "",

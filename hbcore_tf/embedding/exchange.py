@@ -45,7 +45,7 @@ import tensorflow as tf
 
 from hbcore_tf import _step_weight
 from hbcore_tf.embedding.table import ShardInfo
-from hbcore_tf.mpi_ops import _lib, alltoall
+from hbcore_tf.mpi_ops import _lib, alltoall_int64_splits
 from hbcore_tf.options import options
 
 # Integer bookkeeping only: nothing to differentiate.
@@ -85,26 +85,25 @@ def _step_flag() -> tf.Tensor:
 
 def _alltoall(tensor: tf.Tensor, splits: tf.Tensor, name: str,
               exact_names: bool) -> Any:
-    """``alltoall(tensor, splits, name)``; with ``exact_names`` the
+    """``alltoall(tensor, splits, name)`` with int64 received splits; with
+    ``exact_names`` the
     collective is named ``name`` whatever the enclosing name scopes, and
     (for a float tensor) its gradient's alltoall ``name + "_grad"``."""
     if not exact_names:
-        return alltoall(tensor, splits=splits, name=name)
+        return alltoall_int64_splits(tensor, splits, name, False)
     if not tensor.dtype.is_floating:
-        return alltoall(tensor, splits=splits, name=name,
-                        ignore_name_scope=True)
+        return alltoall_int64_splits(tensor, splits, name, True)
 
     @tf.custom_gradient
     def exchange(x: tf.Tensor) -> Any:
-        out, received = alltoall(x, splits=splits, name=name,
-                                 ignore_name_scope=True)
+        out, received = alltoall_int64_splits(x, splits, name, True)
 
         def grad(upstream: Any, _splits_grad: Any = None) -> tf.Tensor:
             if upstream is None:
                 upstream = tf.zeros_like(out)
-            back, _ = alltoall(tf.convert_to_tensor(upstream),
-                               splits=received, name=name + "_grad",
-                               ignore_name_scope=True)
+            back, _ = alltoall_int64_splits(
+                tf.convert_to_tensor(upstream), received, name + "_grad",
+                True)
             return back
         return (out, received), grad
 

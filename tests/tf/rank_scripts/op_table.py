@@ -146,7 +146,7 @@ def alltoall_specs(dt: str, size: int, rank: int) -> List[Spec]:
         specs.append(Spec(
             key, lambda hvd, xs: list(hvd.alltoall(xs[0], splits=my_splits)),
             [inputs[rank]],
-            [np.concatenate(pieces), np.asarray(received, np.int64)], dt))
+            [np.concatenate(pieces), np.asarray(received, np.int32)], dt))
     return specs
 
 

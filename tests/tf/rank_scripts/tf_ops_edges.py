@@ -119,8 +119,8 @@ def a2a_int32_splits_tensor(mode: str) -> None:
     assert_close(np.asarray(out), np.concatenate(pieces), "float32",
                  "alltoall output")
     assert_close(np.asarray(received),
-                 np.array([splits[s][RANK] for s in range(SIZE)], np.int64),
-                 "int64", "received splits")
+                 np.array([splits[s][RANK] for s in range(SIZE)], np.int32),
+                 "int32", "received splits")
 
 
 def zero_elements(mode: str) -> None:
@@ -150,7 +150,7 @@ def zero_elements(mode: str) -> None:
     assert_close(a2a, np.zeros([0, 2], np.float32), "float32", "alltoall")
     assert_close(a2a_s, np.zeros([0, 2], np.float32), "float32",
                  "alltoall splits")
-    assert_close(a2a_rs, np.zeros([SIZE], np.int64), "int64",
+    assert_close(a2a_rs, np.zeros([SIZE], np.int32), "int32",
                  "alltoall received")
     assert_close(rs, np.zeros([0, 2], np.float32), "float32",
                  "reducescatter")
