@@ -35,16 +35,22 @@ authentication with the key): one request, one reply, per round trip.
                                              over) starts a new name
 
 The server answers each connection in its own thread; waits are on one
-condition variable, never busy. A client that cannot reach the server
-raises ConnectionError naming the address (the compute job is gone).
+condition variable, never busy, and none is longer than the seconds its
+request names (clients ask for at most a second at a time). A client that
+cannot reach the server raises ConnectionError naming the address (the
+compute job is gone), and so does a round trip that takes longer than the
+client's timeout: a host that accepts the connection but never answers (a
+stopped process, a half-open TCP connection) ends a call instead of
+blocking it forever.
 """
 import os
 import secrets
 import socket
+import struct
 import threading
 import time
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import (Client, Listener,
+from multiprocessing.connection import (Connection, Listener,
                                         answer_challenge,
                                         deliver_challenge)
 from typing import Any, Dict, Optional, Tuple
@@ -62,6 +68,44 @@ def advertised_host() -> str:
 
 def new_key() -> str:
     return secrets.token_hex(16)
+
+
+# Seconds a client waits for one round trip beyond what the request asks
+# the server to wait (at most a second): connecting, the key handshake,
+# sending the request and reading the reply each must make progress within
+# it. The server answers in microseconds; only a stopped or unreachable
+# host takes this long.
+RPC_TIMEOUT_S = 30.0
+
+
+def _connect(address: str, key: str, timeout: float) -> Connection:
+    """A connection to ``address`` ("host:port") that authenticated with
+    ``key``, whose every read and write fails after ``timeout`` seconds
+    without progress.
+
+    The timeouts are the kernel's (SO_RCVTIMEO / SO_SNDTIMEO) on a
+    blocking socket, because multiprocessing's Connection reads and writes
+    the descriptor directly; a Python-level socket timeout would make it
+    non-blocking. A read that times out raises BlockingIOError.
+    """
+    host, port = address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=timeout)
+    try:
+        sock.settimeout(None)
+        seconds = int(timeout)
+        limit = struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+        conn = Connection(sock.detach())
+    finally:
+        sock.close()  # a no-op once detached
+    try:  # the same handshake as Client(authkey=...)
+        answer_challenge(conn, key.encode())
+        deliver_challenge(conn, key.encode())
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def _shut_down(conn: Any) -> None:
@@ -235,12 +279,26 @@ class ComputeServiceServer:
 
 
 class ComputeServiceClient:
-    """A connection to the compute service (thread-safe)."""
+    """A connection to the compute service (thread-safe).
 
-    def __init__(self, address: str, key: str, verbose: bool = False) -> None:
+    Args:
+      address: the service's "host:port".
+      key: the authentication key of the config file.
+      verbose: print what ``wait_for`` waits for, once a second.
+      timeout: seconds one round trip may go without progress (beyond the
+        server-side wait a request asks for) before the call raises
+        ConnectionError.
+    """
+
+    def __init__(self, address: str, key: str, verbose: bool = False,
+                 timeout: float = RPC_TIMEOUT_S) -> None:
+        if not timeout > 0:
+            raise ValueError("timeout must be a positive number of seconds, "
+                             "got %r" % (timeout,))
         self.address = address
         self._key = key
         self._verbose = verbose
+        self._timeout = float(timeout)
         self._lock = threading.Lock()
         self._conn: Any = None
 
@@ -249,19 +307,26 @@ class ComputeServiceClient:
 
         Raises:
           ConnectionError: the service cannot be reached (the compute job
-            is not running any more), or it refused the key (a stale
-            config file).
+            is not running any more), it did not answer within the
+            client's timeout, or it refused the key (a stale config file).
         """
         with self._lock:
             try:
                 if self._conn is None:
-                    host, port = self.address.rsplit(":", 1)
-                    self._conn = Client((host, int(port)),
-                                        authkey=self._key.encode())
+                    self._conn = _connect(self.address, self._key,
+                                          self._timeout)
                 self._conn.send(request)
                 return self._conn.recv()
+            except (BlockingIOError, socket.timeout) as exc:
+                # The connection is mid-message now: drop it.
+                self._drop()
+                raise ConnectionError(
+                    "the tf.data service compute job's service at %s did "
+                    "not answer within %g s: is the compute job's process "
+                    "stopped, or its host unreachable?" % (
+                        self.address, self._timeout)) from exc
             except AuthenticationError as exc:
-                self._conn = None
+                self._drop()
                 raise ConnectionError(
                     "the tf.data service compute job's service at %s refused "
                     "this config file's key (%s): the config file is stale or "
@@ -269,7 +334,7 @@ class ComputeServiceClient:
                     "the compute job has written it anew" % (
                         self.address, exc)) from exc
             except (OSError, EOFError) as exc:
-                self._conn = None
+                self._drop()
                 raise ConnectionError(
                     "the tf.data service compute job's service at %s cannot "
                     "be reached (%s): is the compute job still running?" % (
@@ -294,8 +359,16 @@ class ComputeServiceClient:
             if self._verbose:
                 print("hbcore: waiting for %s" % what, flush=True)
 
+    def _drop(self) -> None:
+        """Closes the connection after a failed round trip (caller holds
+        the lock); the next call connects anew."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+            self._conn = None
+
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            self._drop()

@@ -332,6 +332,10 @@ def _dispatcher_id(config: TfDataServiceConfig, rank: int,
 # compute job keeps its service up for longer than that after it was told
 # to stop (compute_worker.py), so that every watchdog sees the request.
 WATCH_INTERVAL_S = 2.0
+# How long one ping may go unanswered (seconds): a compute service answers
+# in microseconds, so a ping this slow means a stopped or unreachable host,
+# which counts as a failed ping (the watchdog would otherwise block in it).
+WATCH_TIMEOUT_S = 10.0
 
 
 class _Watchdog:
@@ -340,9 +344,9 @@ class _Watchdog:
     The tf.data service client retries an unreachable dispatcher for a
     long time inside a TF op; a job whose compute side died would hang
     there. One daemon thread per process pings the compute service every
-    WATCH_INTERVAL_S; when it cannot be reached twice in a row, it prints
-    why and exits the process with status 1 (hbrun then stops the other
-    ranks). The watch ends without a word when ``stop_watching()`` is
+    WATCH_INTERVAL_S; when it cannot be reached, or does not answer within
+    WATCH_TIMEOUT_S, twice in a row, it prints why and exits the process
+    with status 1 (hbrun then stops the other ranks). The watch ends without a word when ``stop_watching()`` is
     called (leaving ``tf_data_service``; asking the compute job to stop
     from this process) or when a ping answers that the training job asked
     the compute job to stop: a compute job that ends on request is not a
@@ -354,7 +358,8 @@ class _Watchdog:
     _instance: Optional["_Watchdog"] = None
 
     def __init__(self, config: TfDataServiceConfig) -> None:
-        self._client = ComputeServiceClient(config.addresses[0], config.key)
+        self._client = ComputeServiceClient(config.addresses[0], config.key,
+                                            timeout=WATCH_TIMEOUT_S)
         self._stop = threading.Event()
         threading.Thread(target=self._run, daemon=True,
                          name="hbcore-data-service-watchdog").start()

@@ -30,8 +30,9 @@ import pytest
 
 from train_util import launch, tensorflow_missing
 
-from test_data_service import (TIMEOUT_S, finish, kill_tree, leftovers,
-                               run_code, start_compute_job, wait_for_config)
+from data_service_util import (TIMEOUT_S, call_in_thread, finish, kill_tree,
+                               leftovers, run_code, start_compute_job,
+                               wait_for_config)
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -39,27 +40,6 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 
 def _port(address):
     return int(address.rsplit(":", 1)[1])
-
-
-def _call_in_thread(fn, timeout=20.0):
-    """fn()'s result, or pytest.fail when it does not return in time (the
-    call would otherwise hang the test)."""
-    result, error = [], []
-
-    def body():
-        try:
-            result.append(fn())
-        except BaseException as exc:  # pylint: disable=broad-except
-            error.append(exc)
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        pytest.fail("the call did not return within %ss" % timeout)
-    if error:
-        raise error[0]
-    return result[0]
 
 
 def test_wrong_key_client_does_not_stop_the_service():
@@ -74,14 +54,14 @@ def test_wrong_key_client_does_not_stop_the_service():
                                            _port(server.address)))
         stale = ComputeServiceClient(server.address, new_key())
         with pytest.raises(ConnectionError) as info:
-            _call_in_thread(lambda: stale.call("ping"))
+            call_in_thread(lambda: stale.call("ping"))
         message = str(info.value)
         assert server.address in message and "key" in message, message
         assert "stale" in message, message
         # The service still answers the clients that hold its key.
         for _ in range(2):
             good = ComputeServiceClient(server.address, server.key)
-            assert _call_in_thread(lambda: good.call("ping")) is True
+            assert call_in_thread(lambda: good.call("ping")) is True
             good.close()
         silent.close()
     finally:
@@ -260,7 +240,7 @@ def test_read_without_a_time_limit(tmp_path, monkeypatch):
                                               config.write(path)))
     writer.start()
     try:
-        got = _call_in_thread(lambda: TfDataServiceConfig.read(
+        got = call_in_thread(lambda: TfDataServiceConfig.read(
             path, wait_for_file_creation=True, timeout=None), timeout=30)
     finally:
         writer.join(30)
