@@ -62,7 +62,7 @@ class BucketReducer(GradientReducer):
 
 def make_reducer(name: str = REDUCER_NAME) -> BucketReducer:
     """A reducer with the current ``grad_nbuckets`` option."""
-    return BucketReducer(name, groups=int(options.grad_nbuckets))
+    return BucketReducer(name, groups=int(options.grad_nbuckets) or None)
 
 
 # --- tf.compat.v1 ---------------------------------------------------------------
@@ -128,8 +128,8 @@ def _settings() -> Any:
                                  groups=self.groups)
 
     return _BucketSettings(
-        None, Compression.none, False, 1, Average, 1.0, False, 0,
-        int(options.grad_nbuckets), "", "", global_process_set, True)
+        None, Compression.none, False, 1, Average, 1.0, False,
+        int(options.grad_nbuckets) or None, "", "", global_process_set, True)
 
 
 def make_data_parallel(obj: Any) -> None:

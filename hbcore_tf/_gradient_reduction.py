@@ -77,23 +77,23 @@ def resolve_groups(num_groups: Any, groups: Any, stacklevel: int = 3) -> Any:
     return groups
 
 
-def _normalize_groups(num_groups: int, groups: Any) -> Any:
-    """Returns None (one group of everything), an int k (k groups in
-    order), or a list of lists of variables. ``num_groups`` stands for
-    ``groups`` when that is None (as in Horovod)."""
-    if num_groups and groups is None:
-        groups = num_groups
+def _group_lists(groups: Any) -> Any:
+    """GradientReducer's ``groups`` (already through resolve_groups): None
+    (one group of everything) or a positive int k (k groups in order) as
+    given, or a list of lists of variables, copied.
+
+    Raises:
+        ValueError: anything else.
+    """
     if groups is None:
         return None
-    if isinstance(groups, (int, np.integer)) and not isinstance(groups, bool):
-        if groups < 0:
-            raise ValueError("groups must be a non-negative integer or a list "
-                             "of lists of tf.Variable, got %d" % groups)
-        return int(groups) or None
+    if isinstance(groups, (int, np.integer)) and not isinstance(
+            groups, (bool, np.bool_)) and groups > 0:
+        return int(groups)
     if isinstance(groups, (list, tuple)) and all(
             isinstance(g, (list, tuple)) for g in groups):
         return [list(g) for g in groups]
-    raise ValueError("groups must be a non-negative integer or a list of "
+    raise ValueError("groups should be a positive integer or a list of "
                      "lists of tf.Variable, got %r" % (groups,))
 
 
@@ -109,10 +109,11 @@ class GradientReducer:
         op: Average (default) or Sum; Adasum is not supported.
         gradient_predivide_factor: with Average, divide by this before the
             sum and by size/factor after it.
-        num_groups: deprecated; as ``groups=int``.
-        groups: None (one fused call for all), an int k (k calls over
-            consecutive gradients), or lists of variables, each list one
-            call (variables in no list get a call each).
+        groups: None (one fused call for all), a positive int k (k calls
+            over consecutive gradients), or lists of variables, each list
+            one call (variables in no list get a call each). The public
+            functions' ``num_groups`` is resolved into it by
+            resolve_groups first.
         device_dense, device_sparse: passed to grouped_allreduce.
         process_set: the ranks the gradients are reduced over (default:
             all; Average divides by the set's size). Every member must
@@ -133,7 +134,7 @@ class GradientReducer:
 
     def __init__(self, name: str, compression: Any = Compression.none,
                  sparse_as_dense: bool = False, op: Any = Average,
-                 gradient_predivide_factor: float = 1.0, num_groups: int = 0,
+                 gradient_predivide_factor: float = 1.0,
                  groups: Any = None, device_dense: str = "",
                  device_sparse: str = "",
                  process_set: Any = process_sets.global_process_set,
@@ -157,7 +158,7 @@ class GradientReducer:
         self.op = op
         self.prescale = 1.0 / gradient_predivide_factor
         self.postscale = float(gradient_predivide_factor)
-        self.groups = _normalize_groups(num_groups, groups)
+        self.groups = _group_lists(groups)
         self.device_dense = device_dense
         self.device_sparse = device_sparse
         self.scale_local_gradients = scale_local_gradients

@@ -16,7 +16,7 @@ from typing import Any, Dict, Tuple
 import tensorflow as tf
 
 from hbcore_tf import _compat, process_sets
-from hbcore_tf._gradient_reduction import GradientReducer
+from hbcore_tf._gradient_reduction import GradientReducer, resolve_groups
 from hbcore_tf.compression import Compression
 from hbcore_tf.mpi_ops import Average
 
@@ -130,9 +130,11 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         op: Average (default) or Sum.
         gradient_predivide_factor: with Average, divide gradients by this
             before the sum and by size/factor after it.
-        num_groups: deprecated alias of ``groups`` as an integer.
-        groups: None (one fused collective per gradient() call), an integer
-            k, or a list of lists of variables (one collective per list).
+        num_groups: deprecated (DeprecationWarning): ``groups`` as an
+            integer, used only when ``groups`` is None (as Horovod).
+        groups: None (one fused collective per gradient() call), a
+            positive integer k, or a list of lists of variables (one
+            collective per list).
         process_set: the ranks gradients are reduced over (default: all).
         scale_local_gradients: divide gradients of local sources (see
             ``register_local_source``) by size().
@@ -142,15 +144,22 @@ def DistributedGradientTape(gradtape: tf.GradientTape, device_dense: str = "",
         state.
 
     Raises:
-        ValueError: not a tf.GradientTape, invalid reduction arguments, or
-            a process set that is not registered.
+        ValueError: not a tf.GradientTape, invalid reduction arguments
+            (an integer ``groups`` <= 0 included, as Horovod), or a process
+            set that is not registered.
         NotImplementedError: op=Adasum.
+
+    Warns:
+        DeprecationWarning: ``num_groups`` is not 0 (use ``groups``).
     """
+    # As Horovod's tape: num_groups warns and stands for groups only when
+    # groups is None; an integer groups must be positive.
+    groups = resolve_groups(num_groups, groups, stacklevel=3)
     reducer = GradientReducer(
         "DistributedGradientTape", compression=compression,
         sparse_as_dense=sparse_as_dense, op=op,
         gradient_predivide_factor=gradient_predivide_factor,
-        num_groups=num_groups, groups=groups, device_dense=device_dense,
+        groups=groups, device_dense=device_dense,
         device_sparse=device_sparse, process_set=process_set,
         scale_local_gradients=scale_local_gradients)
     _share_eager_fns(reducer, (
@@ -195,11 +204,13 @@ def PartialDistributedGradientTape(gradtape: tf.GradientTape,
         NotImplementedError: as DistributedGradientTape.
     """
     local_vars = _compat.local_layer_variables(local_layers)
+    # Resolved here, so that num_groups' warning names this caller.
+    groups = resolve_groups(num_groups, groups, stacklevel=3)
     tape = DistributedGradientTape(
         gradtape, device_dense=device_dense, device_sparse=device_sparse,
         compression=compression, sparse_as_dense=sparse_as_dense, op=op,
         gradient_predivide_factor=gradient_predivide_factor,
-        num_groups=num_groups, groups=groups, process_set=process_set,
+        groups=groups, process_set=process_set,
         scale_local_gradients=scale_local_gradients)
     for variable in local_vars:
         tape.register_local_source(variable)

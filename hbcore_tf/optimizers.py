@@ -41,7 +41,7 @@ class _Settings:
     def __init__(self, name: Optional[str], compression: Any,
                  sparse_as_dense: bool, backward_passes_per_step: int,
                  op: Any, gradient_predivide_factor: float,
-                 average_aggregated_gradients: bool, num_groups: int,
+                 average_aggregated_gradients: bool,
                  groups: Any, device_dense: str, device_sparse: str,
                  process_set: Any, scale_local_gradients: bool,
                  bucket_bytes: int = 0) -> None:
@@ -53,7 +53,6 @@ class _Settings:
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.average_aggregated_gradients = average_aggregated_gradients
-        self.num_groups = num_groups
         self.groups = groups
         self.device_dense = device_dense
         self.device_sparse = device_sparse
@@ -68,7 +67,7 @@ class _Settings:
             self.name or default_name,
             compression=self.compression, sparse_as_dense=self.sparse_as_dense,
             op=self.op, gradient_predivide_factor=self.gradient_predivide_factor,
-            num_groups=self.num_groups, groups=self.groups,
+            groups=self.groups,
             device_dense=self.device_dense, device_sparse=self.device_sparse,
             process_set=self.process_set,
             scale_local_gradients=self.scale_local_gradients,
@@ -460,7 +459,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
     settings = _Settings(name, compression, sparse_as_dense,
                          backward_passes_per_step, op,
                          gradient_predivide_factor,
-                         average_aggregated_gradients, 0, groups,
+                         average_aggregated_gradients, groups,
                          device_dense, device_sparse, process_set,
                          scale_local_gradients)
     # Validate the reduction arguments now, not at the first step.

@@ -316,7 +316,7 @@ def load_model(filepath: str, custom_optimizers: Optional[Sequence[type]] = None
         The model, compiled with a distributed optimizer when it was saved
         compiled.
     """
-    settings = _Settings(None, compression, False, 1, Average, 1.0, False, 0,
+    settings = _Settings(None, compression, False, 1, Average, 1.0, False,
                          None, "", "", global_process_set, True)
     objects: Dict[str, Any] = {}
     for cls in list(_compat.keras_optimizer_classes()) + list(

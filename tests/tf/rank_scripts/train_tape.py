@@ -4,6 +4,8 @@ The loss is sum(w_i * x_i) with rank-seeded x_i, so each rank's gradient
 is its own x_i and the expected reduced gradient is numpy's mean over the
 ranks' x_i. Run by tests/tf/test_tape.py under hbrun.
 """
+import warnings
+
 import numpy as np
 
 from train_common import run_table  # noqa: E402
@@ -21,6 +23,7 @@ CASES = [
     "nested_sources", "unconnected_none", "op_sum", "fp16", "groups",
     "sparse", "sparse_as_dense", "partial_local_layer",
     "partial_unscaled", "register_local_source", "errors",
+    "groups_arguments",
 ]
 
 
@@ -173,6 +176,50 @@ def main():
         expect_raises(lambda: hvd.PartialDistributedGradientTape(
             tape, local_layers=[object()]), ValueError, "layers")
 
+    def groups_arguments():
+        """As Horovod 0.28's tapes: an integer groups (or num_groups
+        standing for it) must be > 0 (ValueError showing the value);
+        num_groups warns (DeprecationWarning at the caller's line) and
+        yields to groups when both are given."""
+        with tf.GradientTape() as tape:
+            pass
+        for wrap in (hvd.DistributedGradientTape,
+                     hvd.PartialDistributedGradientTape):
+            for kwargs in ({"groups": 0}, {"groups": -2},
+                           {"num_groups": -1}, {"groups": 1.5}):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    err = expect_raises(lambda: wrap(tape, **kwargs),
+                                        ValueError, "groups")
+                value = repr(list(kwargs.values())[0])
+                check(value in str(err), "%s %s: message does not show the "
+                      "value: %s" % (wrap.__name__, kwargs, err))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                wrapped = wrap(tape, num_groups=2)
+            found = [w for w in caught
+                     if issubclass(w.category, DeprecationWarning)]
+            check(len(found) == 1 and "num_groups" in str(found[0].message),
+                  "%s num_groups=2 warned %r" % (
+                      wrap.__name__, [str(w.message) for w in found]))
+            check(found and found[0].filename == __file__,
+                  "%s: the warning points at %s, not the caller" % (
+                      wrap.__name__, found and found[0].filename))
+            check(wrapped._hb_reducer.groups == 2,
+                  "num_groups=2 gave groups %r" % (wrapped._hb_reducer.groups,))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                wrapped = wrap(tape, num_groups=3, groups=1)
+            check(wrapped._hb_reducer.groups == 1,
+                  "groups=1 with num_groups=3 gave %r" % (
+                      wrapped._hb_reducer.groups,))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                wrap(tape, groups=2)
+            check(not [w for w in caught
+                       if issubclass(w.category, DeprecationWarning)],
+                  "%s groups=2 warned" % wrap.__name__)
+
     table = {
         "class": class_,
         "eager": lambda: check_mean(grads_with(10), 10),
@@ -194,6 +241,7 @@ def main():
         "partial_unscaled": lambda: partial(False),
         "register_local_source": register_local_source,
         "errors": errors,
+        "groups_arguments": groups_arguments,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
