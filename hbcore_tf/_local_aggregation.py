@@ -19,6 +19,13 @@ function being traced (``tf.init_scope``), as non-trainable local
 variables (in v1 graphs: the LOCAL_VARIABLES collection, so savers and
 BroadcastGlobalVariablesHook leave them alone and local_init_op zeroes
 them).
+
+A variable whose gradient is None on the update pass but was not on an
+earlier pass of the cycle still gets its aggregate applied, and its
+accumulator reset, in eager mode, where each pass may leave out other
+variables: the aggregator remembers which accumulators took a gradient
+since the last update. (A traced function has one pattern of None
+gradients for all its passes, so the question does not arise there.)
 """
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -56,6 +63,9 @@ class LocalGradientAggregator:
         self.name = name
         self._accumulators: Dict[Any, tf.Variable] = {}
         self._counters: Dict[Any, tf.Variable] = {}
+        # Eager mode: variable key -> accumulator of every variable that
+        # took a gradient since the last update pass (see the module doc).
+        self._eager_pending: Dict[Any, tf.Variable] = {}
 
     def _graph_key(self) -> Any:
         # v1 graphs each need their own variables; eager and tf.function
@@ -86,6 +96,29 @@ class LocalGradientAggregator:
             self._accumulators[key] = acc
         return acc
 
+    def _pass_accumulators(self, grads: List[Any], variables: List[Any]
+                           ) -> List[Optional[tf.Variable]]:
+        """The accumulator of each variable this pass involves, else None:
+        those with a gradient now, and (eager) those that took one earlier
+        in the cycle."""
+        eager = tf.executing_eagerly()
+        accumulators: List[Optional[tf.Variable]] = []
+        for grad, variable in zip(grads, variables):
+            key = _compat.variable_key(variable)
+            if grad is not None:
+                acc = self._accumulator(variable)
+                if eager:
+                    self._eager_pending[key] = acc
+            else:
+                acc = self._eager_pending.get(key) if eager else None
+            accumulators.append(acc)
+        return accumulators
+
+    def _cycle_ended(self) -> None:
+        """Called where an update pass resets the accumulators."""
+        if tf.executing_eagerly():
+            self._eager_pending.clear()
+
     def __call__(self, grads: Sequence[Any], variables: Sequence[Any],
                  apply_fn: Callable[[List[Any]], Any],
                  skip_fn: Optional[Callable[[], Any]] = None) -> Any:
@@ -105,8 +138,7 @@ class LocalGradientAggregator:
         """
         grads = list(grads)
         variables = list(variables)
-        accumulators = [None if g is None else self._accumulator(v)
-                        for g, v in zip(grads, variables)]
+        accumulators = self._pass_accumulators(grads, variables)
         counter = self._counter()
         updates = []
         for grad, acc in zip(grads, accumulators):
@@ -133,6 +165,7 @@ class LocalGradientAggregator:
                 resets = [acc.assign(tf.zeros_like(acc)) for acc in
                           accumulators if acc is not None]
                 resets.append(counter.assign(tf.constant(0, tf.int64)))
+            self._cycle_ended()
             with tf.control_dependencies(resets):
                 return tf.constant(True)
 
@@ -163,15 +196,18 @@ class LocalGradientAggregator:
                 across ranks, returning the list in the same order.
 
         Returns:
-            One dense gradient per variable (None kept).
+            One dense gradient per variable (None kept; in eager mode an
+            update pass also returns the aggregate of a variable whose
+            gradient is None now but was not earlier in the cycle).
         """
         grads = list(grads)
         variables = list(variables)
         present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
             return grads
-        accumulators = [None if g is None else self._accumulator(v)
-                        for g, v in zip(grads, variables)]
+        accumulators = self._pass_accumulators(grads, variables)
+        # On update passes: every variable with an accumulator this pass.
+        involved = [i for i, acc in enumerate(accumulators) if acc is not None]
         dense = [None if g is None else tf.convert_to_tensor(g)
                  for g in grads]
         counter = self._counter()
@@ -183,29 +219,40 @@ class LocalGradientAggregator:
         def reduce_branch():
             scale = 1.0 / self.passes if self.average else 1.0
             aggregated: List[Any] = [None] * len(grads)
-            for i in present:
+            for i in involved:
                 value = accumulators[i].read_value()
                 if scale != 1.0:
                     value = value * tf.cast(scale, value.dtype)
                 aggregated[i] = value
             reduced = reduce_fn(aggregated)
-            values = [tf.cast(tf.convert_to_tensor(reduced[i]), dense[i].dtype)
-                      for i in present]
+            values = [tf.cast(tf.convert_to_tensor(reduced[i]),
+                              accumulators[i].dtype) for i in involved]
             with tf.control_dependencies(values):
                 resets = [accumulators[i].assign(
-                    tf.zeros_like(accumulators[i])) for i in present]
+                    tf.zeros_like(accumulators[i])) for i in involved]
                 resets.append(counter.assign(tf.constant(0, tf.int64)))
+            self._cycle_ended()
             with tf.control_dependencies(resets):
                 return [tf.identity(v) for v in values]
 
         def local_branch():
             return [tf.identity(dense[i]) for i in present]
 
-        result = tf.cond(count >= self.passes, reduce_branch, local_branch)
+        if tf.executing_eagerly():
+            # Eager: the branches may differ in length (``involved`` holds
+            # the pending variables too), so no tf.cond.
+            update = bool(count >= self.passes)
+            result = reduce_branch() if update else local_branch()
+            indices = involved if update else present
+        else:
+            # Traced: ``involved`` is ``present``.
+            result = tf.cond(count >= self.passes, reduce_branch,
+                             local_branch)
+            indices = present
         if not isinstance(result, (list, tuple)):
             result = [result]
         out: List[Any] = [None] * len(grads)
-        for i, value in zip(present, result):
+        for i, value in zip(indices, result):
             out[i] = value
         return out
 

@@ -29,6 +29,8 @@ CASES = [
     "v1/eager_minimize", "v1/slots_delegate", "v1/groups_arguments",
     "v1/num_groups_and_groups", "keras3/num_groups_and_groups",
     "v1/bpps_compute_transform_apply", "v1/eager_momentum_bpps",
+    "keras3/bpps_none_on_update_pass", "v1/eager_bpps_none_on_update_pass",
+    "v1/eager_minimize_bpps_none_on_update_pass",
 ]
 
 
@@ -495,6 +497,44 @@ def main():
             expected = expected - lr * accum
         close(var, expected, "variable")
 
+    def none_on_update_pass(opt, apply_pass):
+        """backward_passes_per_step=2, eager, 4 passes: variable 1 has a
+        gradient on passes 0 and 2 only (None on both update passes),
+        variable 0 on every pass. Each update applies what was
+        accumulated since the last one: variable 1 gets its pass-0 and
+        pass-2 gradients (one each update), not nothing, and no pass's
+        gradient twice."""
+        variables = zeros_vars()[:2]
+        seeds = [300 + k for k in range(4)]
+        for k, seed in enumerate(seeds):
+            g = grads(seed, rank)
+            apply_pass(opt, variables, [g[0], g[1] if k % 2 == 0 else None])
+            # After each update pass: the sums of the passes so far.
+            if k % 2 == 1:
+                done = seeds[:k + 1]
+                exp0 = sum(expected_mean(s, size)[0] for s in done)
+                exp1 = sum(expected_mean(s, size)[1] for s in done[::2])
+                close(variables[0], -exp0, "variable 0 after pass %d" % k)
+                close(variables[1], -exp1, "variable 1 after pass %d" % k)
+
+    def apply_pairs(opt, variables, values):
+        pairs = [(None if x is None else tf.constant(x), v)
+                 for x, v in zip(values, variables)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            opt.apply_gradients(pairs)
+
+    def minimize_pass(opt, variables, values):
+        xs = [None if x is None else tf.constant(x) for x in values]
+
+        def loss():  # d loss / d variables[i] = xs[i]; None: unconnected
+            return tf.add_n([tf.reduce_sum(v * x)
+                             for v, x in zip(variables, xs) if x is not None])
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            opt.minimize(loss, var_list=variables)
+
     table = {
         "keras3/class_and_config": class_and_config,
         "keras3/apply_eager": apply_eager,
@@ -523,6 +563,17 @@ def main():
         "keras3/num_groups_and_groups": keras3_num_groups_and_groups,
         "v1/bpps_compute_transform_apply": v1_bpps_compute_transform_apply,
         "v1/eager_momentum_bpps": v1_eager_momentum_bpps,
+        "keras3/bpps_none_on_update_pass": lambda: none_on_update_pass(
+            sgd(backward_passes_per_step=2), apply_pairs),
+        "v1/eager_bpps_none_on_update_pass": lambda: none_on_update_pass(
+            hvd.DistributedOptimizer(v1.train.GradientDescentOptimizer(1.0),
+                                     backward_passes_per_step=2),
+            apply_pairs),
+        "v1/eager_minimize_bpps_none_on_update_pass":
+            lambda: none_on_update_pass(
+                hvd.DistributedOptimizer(
+                    v1.train.GradientDescentOptimizer(1.0),
+                    backward_passes_per_step=2), minimize_pass),
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
