@@ -83,29 +83,43 @@ _BROADCASTABLE = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32,
 
 # --- the patches ----------------------------------------------------------------
 
-def _wrap_init(cls: type, after: Callable[[Any], None]) -> None:
-    original = cls.__dict__["__init__"]
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        after(self)
-
-    _patches.append((cls, "__init__", original))
-    cls.__init__ = __init__
+def _patch(owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+    """Sets ``owner.attr`` to ``make(original)`` until _uninstall restores
+    the original. A class's original is its own ``__dict__`` entry (the
+    raw function or staticmethod, as setattr must put it back)."""
+    original = (owner.__dict__[attr] if isinstance(owner, type)
+                else getattr(owner, attr))
+    _patches.append((owner, attr, original))
+    setattr(owner, attr, make(original))
 
 
-def _wrap_new(cls: type, after: Callable[[Any], None]) -> None:
-    original = cls.__dict__["__new__"]
-    fn = original.__func__ if isinstance(original, staticmethod) else original
+def _calling_after_init(after: Callable[[Any], None]
+                        ) -> Callable[[Any], Any]:
+    """A ``make`` for _patch: ``__init__`` that runs the original, then
+    ``after(self)``."""
+    def make(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            after(self)
+        return __init__
+    return make
 
-    def __new__(klass, *args, **kwargs):
-        obj = fn(klass, *args, **kwargs)
-        after(obj)
-        return obj
 
-    _patches.append((cls, "__new__", original))
-    cls.__new__ = staticmethod(__new__)
+def _calling_after_new(after: Callable[[Any], None]
+                       ) -> Callable[[Any], Any]:
+    """A ``make`` for _patch: ``__new__`` (a staticmethod) that runs the
+    original, then ``after(obj)``."""
+    def make(original: Any) -> Any:
+        fn = (original.__func__ if isinstance(original, staticmethod)
+              else original)
+
+        def __new__(klass, *args, **kwargs):
+            obj = fn(klass, *args, **kwargs)
+            after(obj)
+            return obj
+        return staticmethod(__new__)
+    return make
 
 
 def _optimizer_bases() -> List[type]:
@@ -167,15 +181,10 @@ def _scoped_monitored_training_session(original: Callable) -> Callable:
     return monitored_training_session
 
 
-def _patch_attr(owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
-    original = getattr(owner, attr)
-    _patches.append((owner, attr, original))
-    setattr(owner, attr, make(original))
-
-
-def _wrap_saver_init() -> None:
-    saver_class = tf.compat.v1.train.Saver
-    original = saver_class.__dict__["__init__"]
+def _saver_init_with_relative_paths(original: Callable) -> Callable:
+    """``Saver.__init__`` defaulting ``save_relative_paths`` to True (a
+    checkpoint directory can then be moved, as HybridBackend's scope
+    makes it)."""
     # save_relative_paths' place among Saver's positional arguments.
     position = list(inspect.signature(original).parameters).index(
         "save_relative_paths") - 1  # less self
@@ -186,20 +195,22 @@ def _wrap_saver_init() -> None:
             kwargs.setdefault("save_relative_paths", True)
         original(self, *args, **kwargs)
 
-    _patches.append((saver_class, "__init__", original))
-    saver_class.__init__ = __init__
+    return __init__
 
 
 def _install() -> None:
-    _patch_attr(tf.compat.v1.train, "MonitoredTrainingSession",
-                _scoped_monitored_training_session)
-    _wrap_saver_init()
+    _patch(tf.compat.v1.train, "MonitoredTrainingSession",
+           _scoped_monitored_training_session)
+    _patch(tf.compat.v1.train.Saver, "__init__",
+           _saver_init_with_relative_paths)
     if _compat.use_legacy_keras():
         _compat.keras_module()  # import tf_keras so its bases get patched
     for base in _optimizer_bases():
-        _wrap_init(base, _data_parallel.make_data_parallel)
+        _patch(base, "__init__",
+               _calling_after_init(_data_parallel.make_data_parallel))
     for base in _model_bases():
-        _wrap_new(base, _data_parallel.make_data_parallel_model)
+        _patch(base, "__new__",
+               _calling_after_new(_data_parallel.make_data_parallel_model))
 
 
 def _uninstall() -> None:
