@@ -9,7 +9,7 @@ import numpy as np
 from hbcore import _gpu_libs
 from hbcore import process_sets as process_sets_module
 from hbcore._native import MPI_LIBRARY, core
-from hbcore.exceptions import NotInitializedError
+from hbcore.exceptions import InvalidArgumentError, NotInitializedError
 from hbcore.knobs import value_text
 
 _NOT_INITIALIZED = "hbcore has not been initialized; use hbcore.init()."
@@ -214,6 +214,40 @@ def shutdown() -> None:
 def is_initialized() -> bool:
     """Returns whether ``init()`` has been called (and not shut down)."""
     return core.is_initialized()
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Starts recording a Chrome-trace timeline into ``file_path`` (as
+    Horovod's ``hvd.start_timeline``): rank 0 writes it, from the next
+    operation on; other ranks record nothing. Calling it again switches to
+    the new file (the previous one is finished). Works whatever
+    ``HB_TIMELINE`` is set to (Horovod needs ``HOROVOD_TIMELINE=DYNAMIC``;
+    hbcore accepts that value and then starts without a file).
+
+    Args:
+        file_path: the timeline file (truncated).
+        mark_cycles: also mark the start of each background cycle
+            (``CYCLE_START``), as ``HB_TIMELINE_MARK_CYCLES``.
+
+    Raises:
+        NotInitializedError: before ``init()`` (a ValueError, as Horovod's).
+        InvalidArgumentError: ``file_path`` is empty.
+        ConfigError: rank 0 cannot open the file.
+    """
+    if not isinstance(file_path, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            "start_timeline: file_path must be a path, got %r" % (file_path,))
+    core.start_timeline(os.fspath(file_path), bool(mark_cycles))
+
+
+def stop_timeline() -> None:
+    """Stops recording the timeline and finishes its file (valid JSON);
+    does nothing when no timeline is being recorded.
+
+    Raises:
+        NotInitializedError: before ``init()``.
+    """
+    core.stop_timeline()
 
 
 def _checked(value: int) -> int:

@@ -94,8 +94,12 @@ KNOBS: Tuple[Knob, ...] = (
          2 ** 20, "slots", "response cache entries (0 disables the cache)",
          Flag("--cache-capacity", "N")),
     Knob("timeline", "HB_TIMELINE", "string", "", 0, 0, "path",
-         "write a Chrome trace timeline to this file (rank 0)",
+         "write a Chrome trace timeline to this file (rank 0; DYNAMIC: "
+         "none until start_timeline)",
          Flag("--timeline-filename", "FILE")),
+    Knob("timeline_mark_cycles", "HB_TIMELINE_MARK_CYCLES", "bool", "0", 0,
+         0, "flag", "mark the start of each background cycle in the timeline",
+         Flag("--timeline-mark-cycles", "", const="1")),
     Knob("stall_check_time_seconds", "HB_STALL_CHECK_TIME_SECONDS", "number",
          "60", 0, math.inf, "seconds",
          "warn about tensors only some ranks submitted after this long "

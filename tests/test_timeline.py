@@ -1,5 +1,8 @@
 """Timeline: HB_TIMELINE (or hbrun --timeline-filename) writes a Chrome
-trace with negotiation, fusion copy and collective phases per tensor."""
+trace with negotiation, fusion copy and collective phases per tensor;
+start_timeline / stop_timeline (Horovod's) record between the calls, and
+cycle markers come with mark_cycles or HB_TIMELINE_MARK_CYCLES."""
+import importlib.util
 import json
 import os
 from collections import defaultdict
@@ -69,3 +72,64 @@ def test_timeline_is_a_chrome_trace(tmp_path, how):
     for t in ("tl.group.0", "tl.group.1", "tl.group.2"):
         assert {"ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER"} <= phases[t], (
             t, phases[t])
+
+
+DYNAMIC_SCRIPT = script_path("timeline_dynamic.py")
+
+
+def _tracks(events):
+    return {e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e.get("name") == "process_name"}
+
+
+def _has(tracks, name):
+    """Whether a track is named ``name`` (TF may prefix a scope)."""
+    return any(t == name or t.endswith("/" + name) for t in tracks)
+
+
+@pytest.mark.parametrize("np_,front,setting", [
+    (2, "numpy", None), (3, "numpy", "DYNAMIC"),
+    pytest.param(2, "tf", "DYNAMIC", marks=pytest.mark.skipif(
+        importlib.util.find_spec("tensorflow") is None,
+        reason="tensorflow is not installed"))])
+def test_start_and_stop_timeline(tmp_path, np_, front, setting):
+    """Horovod's hvd.start_timeline / stop_timeline: rank 0 records
+    between the calls only, a second start switches files, mark_cycles adds
+    CYCLE_START markers, and HOROVOD_TIMELINE=DYNAMIC (Horovod's setting
+    for this) opens no file of that name."""
+    env = {} if setting is None else {"HOROVOD_TIMELINE": setting}
+    run = run_ranks(DYNAMIC_SCRIPT, np_, timeout=120 if front == "tf" else 60,
+                    env=env, args=[str(tmp_path), front])
+    run.assert_ok()
+    run.assert_cases(["timeline/before-init", "timeline/record",
+                      "timeline/errors"])
+    assert not os.path.exists("DYNAMIC") and not os.path.exists(
+        str(tmp_path / "DYNAMIC"))
+    assert sorted(os.listdir(str(tmp_path))) == ["first.json",
+                                                 "second.json"], run.describe()
+    first = _load(str(tmp_path / "first.json"), run)
+    second = _load(str(tmp_path / "second.json"), run)
+    tracks = _tracks(first)
+    for i in range(3):
+        assert _has(tracks, "tl.first.%d" % i), tracks
+    for name in ("tl.before", "tl.second", "tl.after", "tl.after-errors"):
+        assert not _has(tracks, name), (name, tracks)
+    assert any(e.get("name") == "CYCLE_START" and e.get("ph") == "i"
+               for e in first), "no cycle markers in the first file"
+    tracks = _tracks(second)
+    assert _has(tracks, "tl.second"), tracks
+    for name in ("tl.first.0", "tl.after", "tl.after-errors"):
+        assert not _has(tracks, name), (name, tracks)
+    assert not any(e.get("name") == "CYCLE_START" for e in second)
+
+
+def test_mark_cycles_knob(tmp_path):
+    """HB_TIMELINE_MARK_CYCLES (hbrun --timeline-mark-cycles, as
+    horovodrun's) marks cycles in the HB_TIMELINE file."""
+    path = str(tmp_path / "tl.json")
+    run = run_ranks(SCRIPT, 2, timeout=60,
+                    hbrun_args=["--timeline-filename", path,
+                                "--timeline-mark-cycles"])
+    run.assert_ok()
+    events = _load(path, run)
+    assert any(e.get("name") == "CYCLE_START" for e in events), events[:5]

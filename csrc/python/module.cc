@@ -512,6 +512,23 @@ PYBIND11_MODULE(_core, m) {
     hb_shutdown();
   });
   m.def("is_initialized", [] { return hb_is_initialized() != 0; });
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool mark_cycles) {
+        char err[1024] = {0};
+        const int code = hb_start_timeline(path.c_str(), mark_cycles ? 1 : 0,
+                                           err, sizeof(err));
+        if (code != HB_OK) RaiseFor(code, err);
+      },
+      "start_timeline(path, mark_cycles): hb_start_timeline");
+  m.def(
+      "stop_timeline",
+      [] {
+        char err[1024] = {0};
+        const int code = hb_stop_timeline(err, sizeof(err));
+        if (code != HB_OK) RaiseFor(code, err);
+      },
+      "stop_timeline(): hb_stop_timeline");
   m.def("rank", &hb_rank);
   m.def("size", &hb_size);
   m.def("local_rank", &hb_local_rank);

@@ -112,7 +112,6 @@ _UNSUPPORTED = (
     (("--autotune-steps-per-sample",), 1, "hbcore has no autotuner"),
     (("--autotune-bayes-opt-max-samples",), 1, "hbcore has no autotuner"),
     (("--autotune-gaussian-process-noise",), 1, "hbcore has no autotuner"),
-    (("--timeline-mark-cycles",), 0, "the timeline has no cycle markers"),
     (("--min-np", "--min-num-proc"), 1, "elastic training is not supported"),
     (("--max-np", "--max-num-proc"), 1, "elastic training is not supported"),
     (("--slots-per-host",), 1, "elastic training is not supported"),

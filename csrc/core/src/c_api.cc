@@ -33,6 +33,12 @@ void CopyError(const std::string& text, char* err, size_t err_len) {
   err[n] = '\0';
 }
 
+int NotInitialized(char* err, size_t err_len) {
+  CopyError("hbcore has not been initialized; call hbcore.init() first", err,
+            err_len);
+  return HB_ERR_NOT_INITIALIZED;
+}
+
 // Copies hb_init's or hb_check_config's entries; false (with `err` set)
 // for a null name or value.
 bool ToOverrides(const hb_config_entry* config, int count,
@@ -99,9 +105,7 @@ int RunSetOp(hbcore::OpType op, const std::vector<int>& ranks, int id,
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (!g_runtime) {
-      CopyError("hbcore has not been initialized; call hbcore.init() first",
-                err, err_len);
-      return HB_ERR_NOT_INITIALIZED;
+      return NotInitialized(err, err_len);
     }
     const int code = SubmitSetOp(g_runtime.get(), op, ranks, id, false,
                                  &waiter, err, err_len);
@@ -227,9 +231,7 @@ int hb_enqueue(const hb_request* requests, int count, char* err,
                size_t err_len) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_runtime) {
-    CopyError("hbcore has not been initialized; call hbcore.init() first",
-              err, err_len);
-    return HB_ERR_NOT_INITIALIZED;
+    return NotInitialized(err, err_len);
   }
   hbcore::Status s = g_runtime->Enqueue(requests, count);
   if (!s.ok()) CopyError(s.message(), err, err_len);
@@ -246,6 +248,25 @@ int hb_add_process_set(const int* ranks, int n, int* id, char* err,
 int hb_remove_process_set(int id, int* removed, char* err, size_t err_len) {
   return RunSetOp(hbcore::OpType::kProcessSetRemove, {}, id, removed, err,
                   err_len);
+}
+
+int hb_start_timeline(const char* path, int mark_cycles, char* err,
+                      size_t err_len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime) {
+    return NotInitialized(err, err_len);
+  }
+  hbcore::Status s = g_runtime->StartTimeline(path != nullptr ? path : "",
+                                              mark_cycles != 0);
+  if (!s.ok()) CopyError(s.message(), err, err_len);
+  return s.code();
+}
+
+int hb_stop_timeline(char* err, size_t err_len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime) return NotInitialized(err, err_len);
+  g_runtime->StopTimeline();
+  return HB_OK;
 }
 
 int hb_process_set_info(int id, int* size, int* rank, int* ranks,

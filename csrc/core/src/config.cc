@@ -30,6 +30,8 @@ const hb_knob kKnobs[] = {
     {"cache_capacity", "HB_CACHE_CAPACITY", HB_KNOB_INTEGER, "1024", 0,
      1048576, "slots"},
     {"timeline", "HB_TIMELINE", HB_KNOB_STRING, "", 0, 0, "path"},
+    {"timeline_mark_cycles", "HB_TIMELINE_MARK_CYCLES", HB_KNOB_BOOL, "0", 0,
+     0, "flag"},
     {"stall_check_time_seconds", "HB_STALL_CHECK_TIME_SECONDS",
      HB_KNOB_NUMBER, "60", 0, kUnbounded, "seconds"},
     // After stall_check_time_seconds: when true it overrides that knob.
@@ -70,6 +72,7 @@ const Apply kApply[] = {
       c->cache_capacity = static_cast<int>(v.integer);
     },
     [](const Value& v, Config* c) { c->timeline_path = v.text; },
+    [](const Value& v, Config* c) { c->timeline_mark_cycles = v.flag; },
     [](const Value& v, Config* c) { c->stall_check_seconds = v.number; },
     [](const Value& v, Config* c) {
       if (v.flag) c->stall_check_seconds = 0;
@@ -289,6 +292,7 @@ std::string Config::ToString() const {
       << "HB_CYCLE_TIME=" << cycle_time_ms << "\n"
       << "HB_CACHE_CAPACITY=" << cache_capacity << "\n"
       << "HB_TIMELINE=" << timeline_path << "\n"
+      << "HB_TIMELINE_MARK_CYCLES=" << (timeline_mark_cycles ? 1 : 0) << "\n"
       << "HB_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"
       << "HB_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds << "\n"
       << "HB_LOG_LEVEL=" << LogLevelName(log_level) << "\n"

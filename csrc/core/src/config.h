@@ -41,8 +41,12 @@ struct Config {
   double cycle_time_ms = 1.0;
   // Response-cache slots; 0 disables the bit-vector fast path.
   int cache_capacity = 1024;
-  // Chrome-trace output path; empty disables the timeline.
+  // Chrome-trace output path; empty disables the timeline, and so does
+  // "DYNAMIC" (Horovod's value for "started later by hb_start_timeline",
+  // which hbcore allows whatever the setting).
   std::string timeline_path;
+  // CYCLE_START markers in the timeline.
+  bool timeline_mark_cycles = false;
   // Report tensors submitted by only some ranks after this long; 0 disables.
   double stall_check_seconds = 60.0;
   // Shut the job down when a stall lasts this long; 0 disables.

@@ -104,8 +104,13 @@ Status Runtime::Start(int64_t comm) {
                      "from other threads while hbcore runs is unsafe");
   }
   Status timeline = Status::OK();
-  if (!config_.timeline_path.empty() && topo.rank == 0) {
-    timeline = timeline_.Open(config_.timeline_path);
+  if (!config_.timeline_path.empty() && config_.timeline_path != "DYNAMIC" &&
+      topo.rank == 0) {
+    timeline = timeline_.Open(config_.timeline_path,
+                              config_.timeline_mark_cycles);
+    if (!timeline.ok()) {
+      timeline = Status(timeline.code(), timeline.message() + " (HB_TIMELINE)");
+    }
   }
   s = CheckSharedSettings(timeline.ok());
   if (!timeline.ok()) return timeline;
@@ -285,6 +290,16 @@ void Runtime::Flush() {
   cv_.notify_one();
 }
 
+Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (path.empty()) {
+    return Status::InvalidArgument("start_timeline: the file path is empty");
+  }
+  if (topology().rank != 0) return Status::OK();
+  return timeline_.Open(path, mark_cycles);
+}
+
+void Runtime::StopTimeline() { timeline_.Close(); }
+
 void Runtime::Shutdown() {
   // A runtime whose Start failed before the transport existed has nothing
   // to stop (and no rank to name).
@@ -434,6 +449,7 @@ void Runtime::Loop() {
     }
     CycleOutput output;
     last_cycle_ = Clock::now();
+    timeline_.MarkCycle(last_cycle_);
     const bool ok = RunSetCycle(global_, input, &output);
     ++next_cycle_;
     if (!ok) return;

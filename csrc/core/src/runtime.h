@@ -104,6 +104,10 @@ class Runtime {
   // Ends the current burst: what is queued is negotiated without waiting
   // for more submissions (a front-end thread is about to wait for results).
   void Flush();
+  // Starts (or switches to) a timeline file on rank 0; other ranks keep no
+  // timeline and return OK. Callable from any thread (Timeline locks).
+  Status StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline();
   // True once the background loop ended (a shutdown anywhere, or a failure).
   bool stopped();
   // Negotiated shutdown: every pending request on every rank fails with a

@@ -24,14 +24,19 @@ std::string JsonEscape(const std::string& text) {
   return out;
 }
 
-Status Timeline::Open(const std::string& path) {
+Status Timeline::Open(const std::string& path, bool mark_cycles) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CloseLocked();
   out_.open(path, std::ios::out | std::ios::trunc);
   if (!out_.is_open()) {
-    return Status(HB_ERR_CONFIG, "cannot open timeline file '" + path +
-                                     "' (HB_TIMELINE)");
+    return Status(HB_ERR_CONFIG, "cannot open timeline file '" + path + "'");
   }
   origin_ = std::chrono::steady_clock::now();
+  first_ = true;
+  mark_cycles_ = mark_cycles;
+  tracks_.clear();
   out_ << "[\n";
+  enabled_.store(true, std::memory_order_relaxed);
   return Status::OK();
 }
 
@@ -55,6 +60,8 @@ int Timeline::TrackOf(const std::string& tensor) {
 void Timeline::Event(const std::string& tensor, const std::string& phase,
                      Time start, Time end, const std::string& args) {
   if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!out_.is_open()) return;
   using us = std::chrono::duration<double, std::micro>;
   int track = TrackOf(tensor);
   char buf[160];
@@ -68,7 +75,26 @@ void Timeline::Event(const std::string& tensor, const std::string& phase,
   Write(record);
 }
 
+void Timeline::MarkCycle(Time when) {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!out_.is_open() || !mark_cycles_) return;
+  using us = std::chrono::duration<double, std::micro>;
+  char buf[160];
+  std::snprintf(buf, sizeof(buf),
+                "{\"name\": \"CYCLE_START\", \"ph\": \"i\", \"s\": \"g\", "
+                "\"pid\": 0, \"tid\": 0, \"ts\": %.3f}",
+                us(when - origin_).count());
+  Write(buf);
+}
+
 void Timeline::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CloseLocked();
+}
+
+void Timeline::CloseLocked() {
+  enabled_.store(false, std::memory_order_relaxed);
   if (!out_.is_open()) return;
   out_ << "\n]\n";
   out_.close();

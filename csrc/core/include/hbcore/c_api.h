@@ -239,6 +239,16 @@ HB_API int hb_remove_process_set(int id, int* removed, char* err,
  * rank's rank in it (-1 if not a member) and up to `max_ranks` of its
  * members (ascending global ranks). HB_ERR_INVALID_ARGUMENT for an unknown
  * id, HB_ERR_NOT_INITIALIZED before init. */
+/* Horovod's start_timeline / stop_timeline: rank 0 starts writing a
+ * Chrome-trace timeline to `path` (truncated; a file already being written
+ * is finished first), with CYCLE_START markers when `mark_cycles`; other
+ * ranks write none and return HB_OK. Local calls (no communication),
+ * allowed whatever HB_TIMELINE is set to. hb_stop_timeline finishes the
+ * file (valid JSON); without one it does nothing. */
+HB_API int hb_start_timeline(const char* path, int mark_cycles, char* err,
+                             size_t err_len);
+HB_API int hb_stop_timeline(char* err, size_t err_len);
+
 HB_API int hb_process_set_info(int id, int* size, int* rank, int* ranks,
                                int max_ranks);
 /* The ids of the sets that exist, ascending (0 first); returns how many
