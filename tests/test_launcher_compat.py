@@ -57,6 +57,66 @@ def test_horovodrun_switches_without_an_effect_here_are_accepted():
     assert cli.flags_to_env(args) == {}
 
 
+def test_more_horovodrun_switches_without_an_effect_are_accepted():
+    """--num-nccl-streams (hbcore runs one NCCL stream per device),
+    --gloo-timeout-seconds (no Gloo controller) and --log-without-timestamp
+    / --log-hide-timestamp (hbcore's log lines carry none)."""
+    args, _ = cli.parse_args(["-np", "2", "--num-nccl-streams", "2",
+                              "--gloo-timeout-seconds", "60",
+                              "--log-without-timestamp",
+                              "--log-hide-timestamp", "python", "t.py"])
+    assert args.command == ["python", "t.py"]
+    assert cli.flags_to_env(args) == {}
+
+
+def test_version_flag(capsys):
+    from hbcore import __version__
+    for flag in ("-v", "--version"):
+        with pytest.raises(SystemExit) as exc:
+            cli.parse_args([flag])
+        assert exc.value.code == 0
+        assert capsys.readouterr().out == "hbrun (hbcore) %s\n" % __version__
+
+
+def test_binding_args_come_before_mpi_args():
+    args, _ = cli.parse_args(["-np", "2", "--binding-args=-bind-to core",
+                              "--mpi-args=-launcher fork", "python", "t.py"])
+    assert args.mpi_args == ["-bind-to", "core", "-launcher", "fork"]
+    args, _ = cli.parse_args(["-np", "2", "python", "t.py"])
+    assert args.mpi_args == []
+
+
+def test_binding_args_bind_the_ranks():
+    """--binding-args reaches mpiexec: bound to one core each (hydra's
+    -bind-to core), every rank's affinity holds one CPU; without it, all."""
+    code = "import os; print('cpus', len(os.sched_getaffinity(0)))"
+    bound = hbrun("-np", "2", "--binding-args=-bind-to core", PY, "-c", code)
+    assert bound.returncode == 0, bound.stderr
+    assert bound.stdout.count("<stdout>:cpus 1\n") == 2, bound.stdout
+    free = hbrun("-np", "2", PY, "-c", code)
+    assert free.returncode == 0, free.stderr
+    assert free.stdout.count("<stdout>:cpus %d\n"
+                             % len(os.sched_getaffinity(0))) == 2, free.stdout
+
+
+def test_prefix_output_with_timestamp():
+    """horovodrun's format: the local time (time.asctime), then the rank
+    prefix, on every line of every stream."""
+    import re
+    code = "import sys; print('out'); print('err', file=sys.stderr)"
+    stamp = r"[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+    for flag in ("-prefix-timestamp", "--prefix-output-with-timestamp"):
+        proc = hbrun("-np", "2", flag, PY, "-c", code)
+        assert proc.returncode == 0, proc.stderr
+        for rank in (0, 1):
+            assert re.search(r"(?m)^%s\[%d\]<stdout>:out$" % (stamp, rank),
+                             proc.stdout), proc.stdout
+            assert re.search(r"(?m)^%s\[%d\]<stderr>:err$" % (stamp, rank),
+                             proc.stderr), proc.stderr
+    plain = hbrun("-np", "1", PY, "-c", code)
+    assert "[0]<stdout>:out\n" in plain.stdout.splitlines(True)
+
+
 def test_negative_switches_set_their_knob():
     args, _ = cli.parse_args(["-np", "2", "--no-hierarchical-allreduce",
                               "--no-hierarchical-allgather", "--no-stall-check",
@@ -75,6 +135,9 @@ def test_negative_switches_set_their_knob():
     (["--autotune"], "--autotune"),
     (["--config-file", "conf.yaml"], "--config-file"),
     (["--min-np", "2"], "--min-np"),
+    (["--log-with-timestamp"], "--log-with-timestamp"),
+    (["--mpi-threads-disable"], "--mpi-threads-disable"),
+    (["--binding-args", "-bind-to 'core"], "--binding-args"),
 ])
 def test_bad_or_unsupported_horovodrun_flags_are_named(argv, flag, capsys):
     err = _parse_error(["-np", "2"] + argv + ["python", "t.py"], capsys)

@@ -16,6 +16,7 @@ import shlex
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from hbcore import __version__
 from hbcore.knobs import BY_NAME, CHOICES, KNOBS, LOG_LEVELS, Knob
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
@@ -112,6 +113,12 @@ _UNSUPPORTED = (
     (("--autotune-steps-per-sample",), 1, "hbcore has no autotuner"),
     (("--autotune-bayes-opt-max-samples",), 1, "hbcore has no autotuner"),
     (("--autotune-gaussian-process-noise",), 1, "hbcore has no autotuner"),
+    (("--log-with-timestamp", "--no-log-hide-timestamp"), 0, "hbcore's log "
+     "lines carry no timestamp; --prefix-output-with-timestamp stamps every "
+     "output line"),
+    (("--mpi-threads-disable",), 0, "hbcore needs MPI_THREAD_MULTIPLE when "
+     "it initializes MPI (a program that initializes MPI itself chooses the "
+     "thread level before hbcore.init())"),
     (("--min-np", "--min-num-proc"), 1, "elastic training is not supported"),
     (("--max-np", "--max-num-proc"), 1, "elastic training is not supported"),
     (("--slots-per-host",), 1, "elastic training is not supported"),
@@ -228,6 +235,17 @@ def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
                           help="extra arguments for mpiexec, one string "
                                "(write --mpi-args=\"-bind-to core\" when it "
                                "starts with -)")
+    launcher.add_argument("--binding-args", metavar="ARGS", default="",
+                          help="process binding arguments for mpiexec, one "
+                               "string, as horovodrun's (e.g. "
+                               "--binding-args=\"-bind-to core\"); default: "
+                               "no binding")
+    launcher.add_argument("-prefix-timestamp",
+                          "--prefix-output-with-timestamp",
+                          dest="prefix_output_with_timestamp",
+                          action="store_true",
+                          help="put the local time in front of every output "
+                               "line")
     launcher.add_argument("--verbose", action="store_true",
                           help="print the mpiexec command line")
 
@@ -256,6 +274,9 @@ def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
     add_tuning_flags(parser)
     parser.add_argument("-cb", "--check-build", action="store_true",
                         help="print what was built and found, and exit")
+    parser.add_argument("-v", "--version", action="version",
+                        version="%(prog)s (hbcore) " + __version__,
+                        help="print hbcore's version and exit")
     remote = parser.add_argument_group("hosts and network (as horovodrun)")
     remote.add_argument("-p", "--ssh-port", type=_port, metavar="PORT",
                         help="ssh port on all the hosts (ssh -p)")
@@ -275,6 +296,14 @@ def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
                         help="MPI is the only controller")
     compat.add_argument("--tcp", action="store_true",
                         help="as horovodrun under MPICH: nothing to change")
+    compat.add_argument("--num-nccl-streams", type=_positive_int,
+                        metavar="N", help="hbcore runs one NCCL stream per "
+                        "device")
+    compat.add_argument("--gloo-timeout-seconds", type=_positive_int,
+                        metavar="S", help="hbcore has no Gloo controller")
+    compat.add_argument("--log-without-timestamp", "--log-hide-timestamp",
+                        action="store_true", dest="log_without_timestamp",
+                        help="hbcore's log lines carry no timestamp")
     for options, nargs, reason in _UNSUPPORTED:
         parser.add_argument(*options, nargs=nargs,
                             action=_unsupported_action(reason),
@@ -358,10 +387,15 @@ def validate_common(parser: argparse.ArgumentParser,
         parser.error("argument --stall-check-shutdown-time-seconds: %s is "
                      "less than --stall-check-warning-time-seconds %s"
                      % (_format_number(stop), _format_number(warn)))
-    try:
-        args.mpi_args = shlex.split(args.mpi_args or "")
-    except ValueError as exc:
-        parser.error("argument --mpi-args: %s" % exc)
+    # Binding arguments first, then --mpi-args (as horovodrun orders them).
+    mpi_args = []
+    for option in ("binding_args", "mpi_args"):
+        try:
+            mpi_args += shlex.split(getattr(args, option, "") or "")
+        except ValueError as exc:
+            parser.error("argument --%s: %s" % (option.replace("_", "-"),
+                                                exc))
+    args.mpi_args = mpi_args
 
 
 def _resolve_hosts(parser: argparse.ArgumentParser,
@@ -451,7 +485,9 @@ def run_job(args: argparse.Namespace, np: int, hosts: Optional[List[Host]],
         result = launch(args.command, np, hosts=hosts,
                         env=env, mpi_args=args.mpi_args,
                         output_dir=output_dir, per_rank_env=per_rank_env,
-                        verbose=args.verbose, environ=environ)
+                        verbose=args.verbose, environ=environ,
+                        timestamp_output=getattr(
+                            args, "prefix_output_with_timestamp", False))
     except LauncherError as exc:
         sys.stderr.write("%s: error: %s\n" % (program, exc))
         return 1

@@ -167,19 +167,24 @@ def mpiexec_version(mpiexec: str, timeout: float = 10.0) -> str:
 
 
 def wrapped_command(command: Sequence[str],
-                    output_dir: Optional[str] = None) -> List[str]:
+                    output_dir: Optional[str] = None,
+                    timestamp: bool = False) -> List[str]:
     """Returns the per-rank command: the rank wrapper running ``command``.
 
     Args:
         command: The user's command (e.g. ``["python", "train.py"]``).
         output_dir: Directory for per-rank output files, or None.
+        timestamp: Prefix every output line with the local time.
 
     Returns:
-        ``[sys.executable, RANK_WRAPPER, (--output-dir DIR,) "--", *command]``.
+        ``[sys.executable, RANK_WRAPPER, (--output-dir DIR,) (--timestamp,)
+        "--", *command]``.
     """
     args = [sys.executable, RANK_WRAPPER]
     if output_dir is not None:
         args += ["--output-dir", output_dir]
+    if timestamp:
+        args.append("--timestamp")
     return args + ["--"] + list(command)
 
 

@@ -20,7 +20,8 @@ path, without importing the ``hbcore`` package (see rank_wrapper.py).
 
 import os
 import threading
-from typing import BinaryIO, List, Optional
+import time
+from typing import BinaryIO, Callable, List, Optional, Union
 
 STDOUT = "stdout"
 STDERR = "stderr"
@@ -41,6 +42,25 @@ def line_prefix(rank: int, stream: str) -> bytes:
         The prefix, e.g. ``b"[1]<stdout>:"``.
     """
     return ("[%d]<%s>:" % (rank, stream)).encode()
+
+
+def timestamped_prefix(rank: int, stream: str) -> Callable[[], bytes]:
+    """Returns a function giving the prefix with the local time in front,
+    as horovodrun's ``--prefix-output-with-timestamp`` writes it:
+    ``Thu Nov 26 14:30:00 2026[1]<stdout>:``.
+
+    Args:
+        rank: The rank that produced the line.
+        stream: ``"stdout"`` or ``"stderr"``.
+
+    Returns:
+        A function called once per line.
+    """
+    base = line_prefix(rank, stream)
+
+    def prefix() -> bytes:
+        return time.asctime(time.localtime()).encode() + base
+    return prefix
 
 
 def rank_dir_name(rank: int, size: int) -> str:
@@ -88,12 +108,14 @@ class LinePump(threading.Thread):
     Args:
         pipe: The child's stdout or stderr (binary, read until EOF).
         out_fd: The file descriptor the prefixed lines are written to.
-        prefix: Put in front of every line, e.g. from line_prefix.
+        prefix: Put in front of every line, e.g. from line_prefix; or a
+            function called for each line (timestamped_prefix).
         tee: Optional binary file that gets the raw output (no prefix);
             closed at EOF.
     """
 
-    def __init__(self, pipe: BinaryIO, out_fd: int, prefix: bytes,
+    def __init__(self, pipe: BinaryIO, out_fd: int,
+                 prefix: Union[bytes, Callable[[], bytes]],
                  tee: Optional[BinaryIO] = None) -> None:
         super().__init__(daemon=True)
         self._pipe = pipe
@@ -112,7 +134,9 @@ class LinePump(threading.Thread):
         if self._out_ok:
             try:
                 for line in lines:
-                    write_all(self._out_fd, self._prefix + line)
+                    prefix = (self._prefix() if callable(self._prefix)
+                              else self._prefix)
+                    write_all(self._out_fd, prefix + line)
             except OSError:
                 self._out_ok = False
 

@@ -40,10 +40,10 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 if __package__:
     from hbcore.launcher.rank_output import (LinePump, STDERR, STDOUT,
                                              line_prefix, rank_dir_name,
-                                             write_all)
+                                             timestamped_prefix, write_all)
 else:  # run by path: sys.path[0] is this directory
     from rank_output import (LinePump, STDERR, STDOUT, line_prefix,  # type: ignore
-                             rank_dir_name, write_all)
+                             rank_dir_name, timestamped_prefix, write_all)
 
 # Starts a status line on the wrapper's stderr; chosen so that no program
 # prints it by accident.
@@ -173,19 +173,25 @@ def parent_death_preexec(signum: int = signal.SIGKILL
     return preexec
 
 
-def _parse_args(argv: List[str]) -> Tuple[Optional[str], List[str]]:
+def _parse_args(argv: List[str]
+                ) -> Tuple[Optional[str], bool, List[str]]:
     output_dir = None
+    timestamp = False
     args = list(argv)
     while args and args[0] != "--":
         if args[0] == "--output-dir" and len(args) > 1:
             output_dir = args[1]
             args = args[2:]
+        elif args[0] == "--timestamp":
+            timestamp = True
+            args = args[1:]
         else:
             raise SystemExit("rank_wrapper: unexpected argument %r" % args[0])
     command = args[1:]
     if not command:
-        raise SystemExit("usage: rank_wrapper.py [--output-dir DIR] -- CMD...")
-    return output_dir, command
+        raise SystemExit("usage: rank_wrapper.py [--output-dir DIR] "
+                         "[--timestamp] -- CMD...")
+    return output_dir, timestamp, command
 
 
 def _open_tee(output_dir: Optional[str], rank: int, size: int,
@@ -197,13 +203,16 @@ def _open_tee(output_dir: Optional[str], rank: int, size: int,
     return open(os.path.join(directory, stream), "wb")
 
 
-def run_rank(command: List[str], output_dir: Optional[str] = None) -> int:
+def run_rank(command: List[str], output_dir: Optional[str] = None,
+             timestamp: bool = False) -> int:
     """Runs one rank's command, relays its output, and reports its end.
 
     Args:
         command: The rank's command line.
         output_dir: If set, raw copies of the output go to
             ``output_dir/rank.N/stdout`` and ``.../stderr``.
+        timestamp: Put the local time in front of every relayed line
+            (hbrun --prefix-output-with-timestamp).
 
     Returns:
         The wrapper's exit code: the child's code, or 128 + signal.
@@ -250,8 +259,9 @@ def run_rank(command: List[str], output_dir: Optional[str] = None) -> int:
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
 
-    pumps = [LinePump(child.stdout, 1, line_prefix(rank, STDOUT), tees[STDOUT]),
-             LinePump(child.stderr, 2, line_prefix(rank, STDERR), tees[STDERR])]
+    prefix = timestamped_prefix if timestamp else line_prefix
+    pumps = [LinePump(child.stdout, 1, prefix(rank, STDOUT), tees[STDOUT]),
+             LinePump(child.stderr, 2, prefix(rank, STDERR), tees[STDERR])]
     for pump in pumps:
         pump.start()
     returncode = child.wait()
@@ -275,7 +285,8 @@ def run_rank(command: List[str], output_dir: Optional[str] = None) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point: ``rank_wrapper.py [--output-dir DIR] -- CMD...``.
+    """Entry point: ``rank_wrapper.py [--output-dir DIR] [--timestamp] --
+    CMD...``.
 
     Args:
         argv: Arguments without the program name (default: sys.argv[1:]).
@@ -283,8 +294,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     Returns:
         The exit code for the wrapper process.
     """
-    output_dir, command = _parse_args(sys.argv[1:] if argv is None else argv)
-    return run_rank(command, output_dir)
+    output_dir, timestamp, command = _parse_args(
+        sys.argv[1:] if argv is None else argv)
+    return run_rank(command, output_dir, timestamp)
 
 
 if __name__ == "__main__":

@@ -334,7 +334,8 @@ def launch(command: Sequence[str], np: int,
            stdout: Optional[TextIO] = None,
            stderr: Optional[TextIO] = None,
            stdin: Optional[int] = None,
-           grace_s: float = TERMINATE_GRACE_S) -> LaunchResult:
+           grace_s: float = TERMINATE_GRACE_S,
+           timestamp_output: bool = False) -> LaunchResult:
     """Launches ``command`` on ``np`` ranks through mpiexec and waits.
 
     Every rank runs under the rank wrapper, its output lines prefixed with
@@ -358,6 +359,8 @@ def launch(command: Sequence[str], np: int,
         stderr: Stream for the ranks' stderr (default: sys.stderr).
         stdin: stdin for mpiexec (forwarded to rank 0); default inherited.
         grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
+        timestamp_output: Put the local time in front of every output
+            line (horovodrun's ``--prefix-output-with-timestamp``).
 
     Returns:
         A LaunchResult; ``result.message()`` is the line to print on
@@ -368,7 +371,8 @@ def launch(command: Sequence[str], np: int,
         ValueError: If ``np`` < 1.
     """
     mpiexec = find_mpiexec(environ)
-    args = build_command(mpiexec, wrapped_command(command, output_dir), np,
+    args = build_command(mpiexec, wrapped_command(command, output_dir,
+                                                  timestamp_output), np,
                          hosts=hosts, env=env, mpi_args=mpi_args,
                          per_rank_env=per_rank_env)
     if verbose:
