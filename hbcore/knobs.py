@@ -117,6 +117,10 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("dynamic_process_sets", "HB_DYNAMIC_PROCESS_SETS", "bool", "0", 0,
          0, "flag",
          "allow adding and removing process sets after init"),
+    Knob("thread_affinity", "HB_THREAD_AFFINITY", "string", "", 0, 0, "cpus",
+         "pin each rank's background thread: one CPU id per local rank, "
+         "e.g. 0,1",
+         Flag("--thread-affinity", "CPUS")),
     Knob("nccl_library", "HB_NCCL_LIBRARY", "string", "", 0, 0, "path",
          "NCCL library to load for GPU collectives (default: the "
          "nvidia-nccl-cu12 wheel, else libnccl.so.2)"),

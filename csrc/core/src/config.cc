@@ -43,6 +43,8 @@ const hb_knob kKnobs[] = {
      "level"},
     {"dynamic_process_sets", "HB_DYNAMIC_PROCESS_SETS", HB_KNOB_BOOL, "0", 0,
      0, "flag"},
+    {"thread_affinity", "HB_THREAD_AFFINITY", HB_KNOB_STRING, "", 0, 0,
+     "cpus"},
     // GPU support (see gpu_libraries.h): empty means the default soname.
     {"nccl_library", "HB_NCCL_LIBRARY", HB_KNOB_STRING, "", 0, 0, "path"},
     {"cuda_runtime_library", "HB_CUDA_RUNTIME_LIBRARY", HB_KNOB_STRING, "", 0,
@@ -80,6 +82,7 @@ const Apply kApply[] = {
     [](const Value& v, Config* c) { c->stall_shutdown_seconds = v.number; },
     [](const Value& v, Config* c) { c->log_level = v.level; },
     [](const Value& v, Config* c) { c->dynamic_process_sets = v.flag; },
+    [](const Value& v, Config* c) { c->thread_affinity = v.text; },
     [](const Value& v, Config* c) { c->nccl_library = v.text; },
     [](const Value& v, Config* c) { c->cuda_runtime_library = v.text; },
 };
@@ -297,6 +300,7 @@ std::string Config::ToString() const {
       << "HB_STALL_SHUTDOWN_TIME_SECONDS=" << stall_shutdown_seconds << "\n"
       << "HB_LOG_LEVEL=" << LogLevelName(log_level) << "\n"
       << "HB_DYNAMIC_PROCESS_SETS=" << (dynamic_process_sets ? 1 : 0) << "\n"
+      << "HB_THREAD_AFFINITY=" << thread_affinity << "\n"
       << "HB_NCCL_LIBRARY=" << nccl_library << "\n"
       << "HB_CUDA_RUNTIME_LIBRARY=" << cuda_runtime_library << "\n";
   return out.str();

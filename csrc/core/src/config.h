@@ -55,6 +55,9 @@ struct Config {
   // Process sets may be added and removed after init (collectively, see
   // hb_add_process_set); without it they can only be given to hb_init.
   bool dynamic_process_sets = false;
+  // One CPU id per local rank for the background thread; empty: unpinned
+  // (thread_affinity.h).
+  std::string thread_affinity;
   // Where NCCL and the CUDA runtime are loaded from at init (empty: the
   // default sonames); GPU requests need both (see gpu_libraries.h).
   std::string nccl_library;

@@ -9,6 +9,7 @@
 #include "fusion.h"
 #include "logging.h"
 #include "nccl_backend.h"
+#include "thread_affinity.h"
 
 namespace hbcore {
 namespace {
@@ -112,8 +113,13 @@ Status Runtime::Start(int64_t comm) {
       timeline = Status(timeline.code(), timeline.message() + " (HB_TIMELINE)");
     }
   }
-  s = CheckSharedSettings(timeline.ok());
+  int background_cpu = -1;
+  const Status affinity = BackgroundThreadCpu(
+      config_.thread_affinity, topo.local_rank, topo.local_size,
+      &background_cpu);
+  s = CheckSharedSettings(timeline.ok(), affinity.ok());
   if (!timeline.ok()) return timeline;
+  if (!affinity.ok()) return affinity;
   if (!s.ok()) return s;
   auto global = std::make_unique<SetState>();
   global->info = ProcessSetInfo::Global(topo.size);
@@ -124,10 +130,13 @@ Status Runtime::Start(int64_t comm) {
   set_table_[0] = global->info;
   sets_[0] = std::move(global);
   thread_ = std::thread([this] { Loop(); });
+  // Validated above on every rank; a failure here is the kernel's.
+  s = PinThread(thread_, background_cpu);
+  if (!s.ok()) HB_LOG(kWarning, s.message());
   return Status::OK();
 }
 
-Status Runtime::CheckSharedSettings(bool timeline_ok) {
+Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok) {
   // A different cache capacity changes the length of every cycle's
   // bit-vector, a different fusion threshold the fusion plan: either would
   // corrupt the collectives, so init fails on every rank instead. Equality
@@ -141,7 +150,8 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
       static_cast<uint64_t>(config_.hierarchical_allgather);
   std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
                                  hier, ~hier, gather, ~gather,
-                                 timeline_ok ? ~uint64_t{0} : 0};
+                                 timeline_ok ? ~uint64_t{0} : 0,
+                                 affinity_ok ? ~uint64_t{0} : 0};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
   auto differs = [](const char* name, uint64_t mine) {
@@ -164,6 +174,10 @@ Status Runtime::CheckSharedSettings(bool timeline_ok) {
   if (words[8] != ~words[9]) {
     return choice_differs("HB_HIERARCHICAL_ALLGATHER",
                           config_.hierarchical_allgather);
+  }
+  if (words[11] == 0 && affinity_ok) {
+    return Status(HB_ERR_CONFIG, "HB_THREAD_AFFINITY is invalid on another "
+                                 "rank (that rank's error names why)");
   }
   if (words[10] == 0) {
     return Status(HB_ERR_CONFIG, "rank 0 could not open the timeline file '" +

@@ -117,7 +117,7 @@ class Runtime {
  private:
   explicit Runtime(const Config& config);
   Status Start(int64_t comm);
-  Status CheckSharedSettings(bool timeline_ok);
+  Status CheckSharedSettings(bool timeline_ok, bool affinity_ok);
   // `set`: the request's process set (checked to contain this rank).
   Status Validate(const hb_request& r, const ProcessSetInfo& set,
                   TensorEntry* entry) const;

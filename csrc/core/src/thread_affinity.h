@@ -1,0 +1,27 @@
+// HB_THREAD_AFFINITY (Horovod's HOROVOD_THREAD_AFFINITY): pins each rank's
+// background thread to one CPU. The value lists one CPU id per local rank,
+// separated by commas ("0,2" on a host running 2 ranks); local rank r's
+// thread runs on the r-th. The framework's threads are left alone.
+#ifndef HBCORE_THREAD_AFFINITY_H_
+#define HBCORE_THREAD_AFFINITY_H_
+
+#include <string>
+#include <thread>
+
+#include "status.h"
+
+namespace hbcore {
+
+// The CPU for this local rank's background thread, or -1 when `list` is
+// empty. A list that does not parse, names fewer CPUs than `local_size`,
+// or names a CPU this process may not run on is a HB_ERR_CONFIG status
+// naming the variable.
+Status BackgroundThreadCpu(const std::string& list, int local_rank,
+                           int local_size, int* cpu);
+
+// Restricts `thread` to `cpu` (no-op for -1).
+Status PinThread(std::thread& thread, int cpu);
+
+}  // namespace hbcore
+
+#endif  // HBCORE_THREAD_AFFINITY_H_
