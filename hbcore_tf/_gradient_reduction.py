@@ -117,7 +117,8 @@ class GradientReducer:
         device_dense, device_sparse: passed to grouped_allreduce.
         process_set: the ranks the gradients are reduced over (default:
             all; Average divides by the set's size). Every member must
-            reduce; ranks outside it must not.
+            reduce; on ranks outside it the gradients come back
+            unreduced, as in Horovod.
         scale_local_gradients: multiply gradients of local variables (see
             register_local) by 1/size (with any op, as Horovod does: the
             loss of each rank is one share of the global loss).
@@ -172,6 +173,15 @@ class GradientReducer:
         if process_sets.process_set_id(self.process_set) == 0:
             return size()
         return self.process_set.size()
+
+    def _member(self) -> bool:
+        """Whether this rank belongs to the reducer's process set (always
+        for the global set). Decided in Python when the step is traced, as
+        Horovod does outside elastic mode: membership cannot change while
+        a set exists."""
+        if process_sets.process_set_id(self.process_set) == 0:
+            return True
+        return bool(self.process_set.included())
 
     # -- local (not reduced) variables ------------------------------------
     def register_local(self, variable: Any) -> None:
@@ -304,7 +314,10 @@ class GradientReducer:
                 out[i] = grad
             work.append(grad)
             positions.append(i)
-        if not work:
+        if not work or not self._member():
+            # As Horovod: a rank outside the process set keeps its own
+            # gradients (no collective is issued, so it cannot block or
+            # fail the set's members).
             return out
         plan = self._plan([variables[i] for i in positions],
                           list(range(len(work))))

@@ -447,7 +447,7 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
     Raises:
         ValueError: an unsupported optimizer type or invalid argument
             (e.g. an integer ``groups`` <= 0, as Horovod).
-        NotImplementedError: op=Adasum or a non-global process set.
+        NotImplementedError: op=Adasum.
 
     Warns:
         DeprecationWarning: ``num_groups`` is not 0 (use ``groups``).
