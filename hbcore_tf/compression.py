@@ -10,6 +10,20 @@ from typing import Any, Tuple
 import tensorflow as tf
 
 
+# Kept as they are: tf.cast casts their values and keeps the structure (as
+# Horovod's compressor does); tf.convert_to_tensor would densify
+# IndexedSlices and reject SparseTensor.
+_COMPOSITE = (tf.IndexedSlices, tf.SparseTensor)
+
+
+def _as_tensor(value: Any) -> Any:
+    """Returns ``value`` as a tensor, leaving IndexedSlices and
+    SparseTensor as they are."""
+    if isinstance(value, _COMPOSITE):
+        return value
+    return tf.convert_to_tensor(value)
+
+
 class Compressor:
     """Interface of a compression algorithm (static methods only)."""
 
@@ -79,14 +93,15 @@ class FP16Compressor(Compressor):
         """Casts a floating-point tensor to float16.
 
         Args:
-            tensor: the tensor to send (anything tf.convert_to_tensor
-                accepts).
+            tensor: the tensor to send: a tf.IndexedSlices or
+                tf.SparseTensor (kept as such, its values cast), or
+                anything tf.convert_to_tensor accepts.
 
         Returns:
             The tensor to send (float16 for floating dtypes, else the input
             converted to a tensor) and the original dtype as the context.
         """
-        tensor = tf.convert_to_tensor(tensor)
+        tensor = _as_tensor(tensor)
         if tensor.dtype.is_floating and tensor.dtype != tf.float16:
             return tf.cast(tensor, tf.float16), tensor.dtype
         return tensor, tensor.dtype

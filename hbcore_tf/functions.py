@@ -87,12 +87,19 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
         process_set: the ranks it runs over (default: all).
 
     Returns:
-        The root's object, unpickled on every rank.
+        On ``root_rank``, ``obj`` itself (as Horovod returns it, not a
+        copy); on the other ranks, the root's object unpickled.
+
+    Raises:
+        ValueError: hbcore is not initialized.
+        hbcore.InvalidArgumentError: ``root_rank`` is not a rank of
+            ``process_set`` (a ValueError).
     """
     del session
     mpi_ops._check_initialized()
-    return hbcore.broadcast_object(obj, root_rank, name=name,
-                                   process_set=process_set)
+    received = hbcore.broadcast_object(obj, root_rank, name=name,
+                                       process_set=process_set)
+    return obj if mpi_ops.rank() == root_rank else received
 
 
 def broadcast_object_fn(root_rank: int = 0, session: Any = None,

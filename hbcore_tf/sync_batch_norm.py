@@ -149,6 +149,10 @@ def _keras3_class() -> type:
             _check_fused(fused)
             # Keras 3's BatchNormalization has no `fused` argument.
             super().__init__(**kwargs)
+            # The allreduce has no XLA kernel: a model holding this layer
+            # then compiles without XLA (Keras 3's jit_compile="auto" turns
+            # it on for GPUs; jit_compile=True falls back with a warning).
+            self.supports_jit = False
 
         def _moments(self, inputs: Any, mask: Any) -> Tuple[Any, Any]:
             weights = None if mask is None else _mask_weights(mask, inputs)
