@@ -482,9 +482,10 @@ def check_not_xla(what: str) -> None:
     if in_xla_context():
         raise ValueError(
             "%s cannot run inside an XLA-compiled function: hbcore's "
-            "collectives have no XLA kernel. Compile the Keras model with "
-            "jit_compile=False (Keras 3 turns XLA on by default on GPUs), or "
-            "use tf.function(jit_compile=False)." % what)
+            "collectives have no XLA kernel. Use tf.function(jit_compile="
+            "False), or compile the Keras model with jit_compile=False (a "
+            "Keras 3 model whose optimizer is hbcore's DistributedOptimizer "
+            "does so by itself)." % what)
 
 
 # --- callbacks -------------------------------------------------------------------

@@ -27,7 +27,7 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-from hbcore_tf import _compat, process_sets
+from hbcore_tf import _compat, _keras_xla, process_sets
 from hbcore_tf._gradient_reduction import GradientReducer, resolve_groups
 from hbcore_tf._local_aggregation import LocalGradientAggregator
 from hbcore_tf._local_aggregation import _as_deps as _local_aggregation_deps
@@ -239,6 +239,8 @@ def distributed_keras_class(base: type, settings: _Settings,
         base = base.__mro__[1]
     if family is None:
         family = _compat.optimizer_class_family(base)
+    if family == _compat.KERAS3:
+        _keras_xla.install()  # models using it compile without XLA
     methods = (_keras3_methods(base) if family == _compat.KERAS3
                else _tf_keras_methods(base, family))
 

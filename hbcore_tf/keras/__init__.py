@@ -9,8 +9,8 @@
 
 Keras 3 is served by default; tf_keras when TF_USE_LEGACY_KERAS=1 (the same
 rule as tf.keras). Keras 3 compiles train steps with XLA on GPUs by
-default; hbcore's collectives have no XLA kernel, so compile with
-``jit_compile=False`` there.
+default; hbcore's collectives have no XLA kernel, so a model compiled with
+hbcore's DistributedOptimizer compiles without XLA (see _keras_xla.py).
 """
 from typing import Any, Dict, Optional, Sequence
 
