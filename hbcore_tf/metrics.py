@@ -3,6 +3,7 @@
     auc, auc_update = hb.metrics.auc(labels, probabilities)
     acc, acc_update = hb.metrics.accuracy(labels, predicted_classes)
     loss_mean, loss_update = hb.metrics.mean(loss)
+    gauc, gauc_update = hb.metrics.gauc(labels, probabilities, user_ids)
 
 Semantics are those of tf.compat.v1.metrics (local variables in the
 LOCAL_VARIABLES and METRIC_VARIABLES collections, ``(value, update_op)``,
@@ -55,9 +56,21 @@ def _summed(variables: List[tf.Variable], name: str) -> List[tf.Tensor]:
 
 
 def _weights_like(values: tf.Tensor, weights: Any) -> tf.Tensor:
+    """``weights`` as float64 in the shape of ``values``.
+
+    As tf.compat.v1.metrics (``_remove_squeezable_dimensions``): weights
+    with one more dimension than ``values`` lose their trailing dimension
+    of 1, weights with one dimension fewer gain one, then they broadcast.
+    """
     if weights is None:
         return tf.ones_like(values, tf.float64)
     weights = tf.cast(weights, tf.float64)
+    v_rank, w_rank = values.shape.rank, weights.shape.rank
+    if v_rank is not None and w_rank:
+        if w_rank == v_rank + 1 and weights.shape[-1] in (1, None):
+            weights = tf.squeeze(weights, [-1])
+        elif v_rank == w_rank + 1:
+            weights = tf.expand_dims(weights, -1)
     return tf.broadcast_to(weights, tf.shape(values))
 
 
@@ -292,4 +305,94 @@ def _interpolated_pr_area(tp: tf.Tensor, fp: tf.Tensor, fn: tf.Tensor
         tf.maximum(tp[1:] + fn[1:], 0.0)))
 
 
-__all__ = ["accuracy", "auc", "auc_thresholds", "mean"]
+def gauc(labels: Any, predictions: Any, indicators: Any = None,
+         metrics_collections: Any = None, updates_collections: Any = None,
+         name: Optional[str] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Group AUC: the mean of per-group ROC AUCs, weighted by group size,
+    over every rank's examples.
+
+    Within each batch, the examples with the same ``indicators`` value
+    (e.g. a user id) form a group; a group's AUC is the exact
+    rank-statistic AUC of its examples (ties count one half). Groups whose
+    examples are all positive or all negative are left out. The global
+    value is ``sum(size_g * auc_g) / sum(size_g)`` over the groups of every
+    batch of every rank (a group split over batches or ranks counts as one
+    group per batch).
+
+    Args:
+      labels: click labels in [0, 1] (soft labels allowed: an example adds
+        ``label`` to the positives and ``1 - label`` to the negatives), of
+        shape ``[n]`` or ``[n, 1]``; or ``[n, 2]`` holding (non-click,
+        click), then ``predictions`` is ``[n, 2]`` too and its column 1 is
+        the score.
+      predictions: scores, the same number of examples as ``labels``.
+      indicators: the group of each example (int32 or int64, ``[n]``);
+        None: every example is its own group (so no group counts).
+      metrics_collections, updates_collections, name: as
+        tf.compat.v1.metrics.
+
+    Returns:
+      ``(gauc, update_op)`` (see ``mean``).
+
+    Raises:
+      RuntimeError: eager execution is enabled.
+    """
+    _check_graph_mode("gauc")
+    with tf.compat.v1.variable_scope(name, "gauc",
+                                     (labels, predictions, indicators)):
+        aucs, sizes = _group_aucs(labels, predictions, indicators)
+        return mean(aucs, sizes, metrics_collections, updates_collections)
+
+
+def _click_columns(labels: Any, predictions: Any
+                   ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Labels and scores as float64 vectors (column 1 of ``[n, 2]``)."""
+    labels = tf.cast(labels, tf.float64)
+    predictions = tf.cast(predictions, tf.float64)
+    if labels.shape.rank == 2 and labels.shape[-1] == 2:
+        labels, predictions = labels[:, 1], predictions[:, 1]
+    return tf.reshape(labels, [-1]), tf.reshape(predictions, [-1])
+
+
+def _group_aucs(labels: Any, predictions: Any, indicators: Any
+                ) -> Tuple[tf.Tensor, tf.Tensor]:
+    """The AUC and size of each group with positives and negatives."""
+    labels, scores = _click_columns(labels, predictions)
+    if indicators is None:
+        indicators = tf.range(tf.size(scores))
+    unique, group = tf.unique(tf.reshape(indicators, [-1]))
+    num_groups = tf.size(unique)
+    pos, neg = labels, 1.0 - labels
+    # Sort by (group, score); runs of equal (group, score) are the ties.
+    by_score = tf.argsort(scores, stable=True)
+    order = tf.gather(by_score, tf.argsort(tf.gather(group, by_score),
+                                           stable=True))
+    g, s = tf.gather(group, order), tf.gather(scores, order)
+    first = tf.ones([tf.minimum(tf.size(g), 1)], tf.bool)
+    new_run = tf.concat([first, tf.logical_or(
+        tf.not_equal(g[1:], g[:-1]), tf.not_equal(s[1:], s[:-1]))], 0)
+    run = tf.cumsum(tf.cast(new_run, tf.int32)) - 1
+    num_runs = tf.reduce_sum(tf.cast(new_run, tf.int32))
+    run_pos = tf.math.unsorted_segment_sum(tf.gather(pos, order), run,
+                                           num_runs)
+    run_neg = tf.math.unsorted_segment_sum(tf.gather(neg, order), run,
+                                           num_runs)
+    run_group = tf.math.unsorted_segment_max(g, run, num_runs)
+    # Negatives below each run within its group: an exclusive prefix sum
+    # less the prefix at the group's first run.
+    before = tf.cumsum(run_neg, exclusive=True)
+    group_first = tf.math.unsorted_segment_min(tf.range(num_runs),
+                                               run_group, num_groups)
+    below = before - tf.gather(before, tf.gather(group_first, run_group))
+    area = tf.math.unsorted_segment_sum(run_pos * (below + 0.5 * run_neg),
+                                        run_group, num_groups)
+    total_pos = tf.math.unsorted_segment_sum(pos, group, num_groups)
+    total_neg = tf.math.unsorted_segment_sum(neg, group, num_groups)
+    sizes = tf.math.unsorted_segment_sum(tf.ones_like(pos), group,
+                                         num_groups)
+    valid = tf.logical_and(total_pos > 0, total_neg > 0)
+    aucs = tf.math.divide_no_nan(area, total_pos * total_neg)
+    return tf.boolean_mask(aucs, valid), tf.boolean_mask(sizes, valid)
+
+
+__all__ = ["accuracy", "auc", "auc_thresholds", "gauc", "mean"]

@@ -5,7 +5,9 @@ written, by rank 0; the SavedModel is an ordinary one (no hbcore op in
 it), loadable and servable without hbcore. ``export`` also takes
 HybridBackend's signature ``export(export_dir_base, checkpoint_path,
 signature_def_fn, ...)``: a SavedModel built from a checkpoint, with every
-sharded embedding table whole (hbcore_tf.embedding.saving.export).
+sharded embedding table whole (hbcore_tf.embedding.saving.export), and
+``export_all`` is HybridBackend's SavedModel of several signatures from a
+checkpoint (hbcore_tf.embedding.saving.export_all).
 """
 import os
 from typing import Any, Optional
@@ -64,6 +66,34 @@ def export(export_dir: str, obj: Any, signatures: Any = None,
 
         hbcore.barrier()
     return written
+
+
+def export_all(export_dir_base: str, checkpoint_path: str,
+               signature_defs_and_main_op_fn: Any, *args: Any,
+               **kwargs: Any) -> str:
+    """HybridBackend's ``hb.saved_model.export_all``: a SavedModel from a
+    checkpoint, with the signatures (and optionally the main op) that
+    ``signature_defs_and_main_op_fn`` returns, sharded tables whole.
+
+    Args:
+        export_dir_base: the SavedModel goes to ``<base>/<timestamp>``.
+        checkpoint_path: a checkpoint prefix, or a directory (its latest).
+        signature_defs_and_main_op_fn: returns a dict key -> SignatureDef,
+            or ``(dict, main_op)``.
+        *args, **kwargs: ``assets_extra=None, as_text=False,
+            clear_devices=True, strip_default_attrs=True, modes=None``
+            (hbcore_tf.embedding.saving.export_all).
+
+    Returns:
+        The export directory, on every rank (call it on every rank).
+
+    Raises:
+        ValueError: see hbcore_tf.embedding.saving.export_all.
+    """
+    from hbcore_tf.embedding.saving import export_all as export_checkpoint
+
+    return export_checkpoint(export_dir_base, checkpoint_path,
+                             signature_defs_and_main_op_fn, *args, **kwargs)
 
 
 def export_v1(export_dir: str, session: Any, inputs: dict, outputs: dict,
