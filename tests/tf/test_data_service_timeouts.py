@@ -4,7 +4,6 @@ connection) ends a call with ConnectionError after the client's timeout,
 and the readers' watchdog then stops the training process instead of
 hanging in its ping.
 """
-import os
 import socket
 import subprocess
 import sys
@@ -16,14 +15,12 @@ from multiprocessing.connection import (Listener, answer_challenge,
 
 import pytest
 
-from data_service_util import call_in_thread
+from data_service_util import base_env, call_in_thread
 from train_util import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 # Hard limit on any one call in these tests (a hang is a failure).
 GUARD_S = 30.0
 
@@ -110,7 +107,8 @@ def test_server_that_stops_answering_mid_session():
     assert not thread.is_alive()
 
 
-def test_watchdog_stops_the_process_when_pings_go_unanswered(mute_listener):
+def test_watchdog_stops_the_process_when_pings_go_unanswered(mute_listener,
+                                                            tmp_path):
     """The readers' watchdog pinged without a timeout, so a compute host
     that stopped answering blocked it forever (and the training process
     hung inside the tf.data service op). Now two unanswered pings end the
@@ -126,10 +124,12 @@ def test_watchdog_stops_the_process_when_pings_go_unanswered(mute_listener):
         threading.Event().wait(%s)
         print("watchdog did not stop the process")
     """ % GUARD_S)
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep +
-               os.environ.get("PYTHONPATH", ""))
+    # Run from tmp_path with the launch environment (base_env: hbcore as
+    # the tests import it), never from the checkout, whose unbuilt
+    # packages would shadow an installed hbcore.
     proc = subprocess.run([sys.executable, "-c", script, mute_listener],
-                          env=env, capture_output=True, text=True,
+                          env=base_env(), cwd=str(tmp_path),
+                          capture_output=True, text=True,
                           timeout=GUARD_S + 60)
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
     assert "did not answer within 0.5 s" in proc.stderr, proc.stderr
