@@ -68,4 +68,7 @@ def __getattr__(name: str):
     if name == "estimator":
         # Raises ImportError: tf.estimator was removed in TensorFlow 2.16.
         import hbcore_tf.estimator  # noqa: F401
+    if name == "elastic":
+        # Raises ImportError: elastic training is not supported.
+        import hbcore_tf.elastic  # noqa: F401
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
