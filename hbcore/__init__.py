@@ -24,7 +24,7 @@ for _module, _names in {
     "hbcore.basics": (
         "init check_config shutdown is_initialized rank size local_rank "
         "local_size cross_rank cross_size mpi_threads_supported nccl_built "
-        "build_info start_timeline stop_timeline"),
+        "build_info start_timeline stop_timeline is_homogeneous"),
     "hbcore._compat_names": (
         "mpi_built mpi_enabled gloo_built gloo_enabled ccl_built ddl_built "
         "rocm_built cuda_built"),

@@ -291,6 +291,16 @@ def cross_size() -> int:
     return _checked(core.cross_size())
 
 
+def is_homogeneous() -> bool:
+    """Returns whether every host runs the same number of ranks (as
+    Horovod's ``is_homogeneous``; a single-host job is).
+
+    Raises:
+        NotInitializedError: before ``init()``.
+    """
+    return bool(_checked(core.is_homogeneous()))
+
+
 def mpi_threads_supported() -> bool:
     """Returns whether MPI runs with MPI_THREAD_MULTIPLE."""
     return bool(_checked(core.mpi_threads_supported()))

@@ -35,7 +35,8 @@ from hbcore_tf.mpi_ops import (Adasum, Average, Max, Min, Product, ReduceOp,
                                nccl_built, oob_allreduce,
                                process_set_included_op, rank, rank_op,
                                reducescatter, rocm_built, shutdown, size,
-                               size_op, start_timeline, stop_timeline)
+                               size_op, start_timeline, stop_timeline,
+                               is_homogeneous)
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)
 # The training layer (written alongside this file) builds on the above.

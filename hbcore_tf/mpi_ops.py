@@ -29,7 +29,8 @@ import tensorflow as tf
 from hbcore import (Adasum, Average, Max, Min, NotInitializedError, Product,
                     ReduceOp, Sum, cross_rank, cross_size, is_initialized,
                     local_rank, local_size, mpi_threads_supported, nccl_built,
-                    rank, shutdown, size, start_timeline, stop_timeline)
+                    rank, shutdown, size, start_timeline, stop_timeline,
+                    is_homogeneous)
 # Build probes that exist only for Horovod compatibility: one module.
 from hbcore._compat_names import (ccl_built, cuda_built, ddl_built,
                                   gloo_built, gloo_enabled, mpi_built,

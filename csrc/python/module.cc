@@ -536,6 +536,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("cross_rank", &hb_cross_rank);
   m.def("cross_size", &hb_cross_size);
   m.def("mpi_threads_supported", &hb_mpi_threads_supported);
+  m.def("is_homogeneous", &hb_is_homogeneous);
   m.def("version", [] { return std::string(hb_version()); });
   m.def("mpi_library_version",
         [] { return std::string(hb_mpi_library_version()); });

@@ -19,8 +19,9 @@ import tensorflow as tf
 from hbcore_tf import (Adasum, Average, Compression, Max, Min, Product, Sum,
                        allgather_object, broadcast_object, ccl_built,
                        cross_rank, cross_size, cuda_built, ddl_built,
-                       gloo_built, gloo_enabled, init, is_initialized,
-                       local_rank, local_size, mpi_built, mpi_enabled,
+                       gloo_built, gloo_enabled, init, is_homogeneous,
+                       is_initialized, local_rank, local_size, mpi_built,
+                       mpi_enabled,
                        mpi_threads_supported, nccl_built, rank, rocm_built,
                        shutdown, size)
 from hbcore_tf import _compat
@@ -417,8 +418,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size",
-    "local_rank", "cross_size", "cross_rank", "mpi_threads_supported",
-    "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
+    "local_rank", "cross_size", "cross_rank", "is_homogeneous",
+    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
     "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet",
     "global_process_set", "add_process_set", "remove_process_set",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",

@@ -509,6 +509,7 @@ def expected_topology(size: int) -> dict:
                         for r in range(size)],
         "cross sizes": [sum(1 for n in slots if n > local[r])
                         for r in range(size)],
+        "homogeneous": len(set(slots)) == 1,
     }
 
 
@@ -536,6 +537,9 @@ def misc_cases(size: int, rank: int) -> List[Case]:
             if got != want[name]:
                 raise CaseFailure("%s %s, expected %s" % (name, got,
                                                           want[name]))
+        if hb.is_homogeneous() is not want["homogeneous"]:
+            raise CaseFailure("is_homogeneous() = %r, expected %r"
+                              % (hb.is_homogeneous(), want["homogeneous"]))
     cases.append(("misc/topology", topology))
 
     def threads():

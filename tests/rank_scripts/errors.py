@@ -362,6 +362,7 @@ def main() -> None:
             raise CaseFailure("is_initialized() True before init")
         for fn in (hb.rank, hb.size, hb.local_rank, hb.local_size,
                    hb.cross_rank, hb.cross_size, hb.mpi_threads_supported,
+                   hb.is_homogeneous,
                    lambda: hb.allreduce(np.ones(2), name="early"),
                    lambda: hb.allgather(np.ones(2), name="early"),
                    lambda: hb.broadcast(np.ones(2), 0, name="early"),

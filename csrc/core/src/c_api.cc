@@ -222,6 +222,10 @@ int hb_cross_rank(void) {
 int hb_cross_size(void) {
   return WithTopology([](const hbcore::Topology& t) { return t.cross_size; });
 }
+int hb_is_homogeneous(void) {
+  return WithTopology(
+      [](const hbcore::Topology& t) { return t.homogeneous ? 1 : 0; });
+}
 int hb_mpi_threads_supported(void) {
   return WithTopology(
       [](const hbcore::Topology& t) { return t.threads_multiple ? 1 : 0; });

@@ -128,8 +128,10 @@ class MpiTransport : public Transport {
     const bool single_node = topo_.local_size == topo_.size;
     bool hierarchical = false;
     bool hier_allgather = false;
+    topo_.homogeneous = true;  // one host
     if (!single_node) {
-      Status s = ChooseHierarchical(config, &hierarchical, &hier_allgather);
+      Status s = ChooseHierarchical(config, &hierarchical, &hier_allgather,
+                                    &topo_.homogeneous);
       if (!s.ok()) return s;
     }
     std::unique_ptr<MpiHierAllgather> allgather;
@@ -208,8 +210,9 @@ class MpiTransport : public Transport {
   //    would be the flat one plus copies) and no rank says 0.
   // A rank saying 0 where others do not turns every rank's answer off; init
   // then fails in the runtime's agreement check, which names the knob.
+  // `homogeneous`: every host runs the same number of ranks.
   Status ChooseHierarchical(const Config& config, bool* allreduce,
-                            bool* allgather) {
+                            bool* allgather, bool* homogeneous) {
     const int wants_allreduce =
         config.hierarchical_allreduce != Choice::kOff &&
         config.shm_allreduce_bytes > 0;
@@ -222,6 +225,7 @@ class MpiTransport : public Transport {
     int rc = MPI_Allreduce(mine, max, 4, MPI_INT, MPI_MAX, comm_);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
     const bool uniform = max[0] == -max[1];
+    *homogeneous = uniform;
     const int largest_host = max[0];
     *allreduce = uniform && topo_.local_size > 1 && max[2] == -1;
     *allgather = largest_host > 1 && max[3] == -1;

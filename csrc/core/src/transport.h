@@ -25,6 +25,8 @@ struct Topology {
   int cross_rank = 0;
   int cross_size = 1;
   bool threads_multiple = false;
+  // Every host runs the same number of ranks (Horovod's is_homogeneous).
+  bool homogeneous = true;
   // Fused allreduces reduce within each host, then across hosts (see
   // mpi_shm_allreduce.h); the same on every rank.
   bool hierarchical_allreduce = false;

@@ -204,6 +204,9 @@ HB_API int hb_local_size(void);
 HB_API int hb_cross_rank(void);
 HB_API int hb_cross_size(void);
 HB_API int hb_mpi_threads_supported(void);
+/* 1 when every host runs the same number of ranks, else 0 (-1 before
+ * hb_init), as Horovod's is_homogeneous. */
+HB_API int hb_is_homogeneous(void);
 
 /* Submit `count` requests atomically: they are announced to the other ranks
  * in the same negotiation cycle (so a group fuses). Either all are accepted
