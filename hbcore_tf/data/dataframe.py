@@ -72,15 +72,38 @@ class DataFrame:
                 self.ragged_rank, ", sparse=True" if self.sparse else "")
 
 
-def to_sparse(features: Any) -> Any:
+_TRANSFORMATION = object()
+
+
+def to_sparse(features: Any = _TRANSFORMATION,
+              num_parallel_calls: Optional[int] = None) -> Any:
     """Turns every tf.RaggedTensor in a (nested) batch into a tf.SparseTensor.
 
+    Two forms: ``ds.map(hb.data.to_sparse)`` (a map function: called with a
+    batch), and HybridBackend's ``ds.apply(hb.data.to_sparse())`` or
+    ``ds.apply(hb.data.to_sparse(num_parallel_calls=n))`` (called without
+    a batch: a dataset transformation that maps every batch so).
+
     Args:
-      features: a batch of a ParquetDataset (usually a dict).
+      features: a batch of a ParquetDataset (usually a dict). Omitted, or
+        a Python int (HybridBackend's positional ``num_parallel_calls``):
+        the transformation form.
+      num_parallel_calls: the transformation's ``map`` parallelism.
 
     Returns:
-      The same structure with ragged tensors converted; others unchanged.
+      With a batch, the same structure with ragged tensors converted;
+      others unchanged. Without, a function ``dataset -> dataset``.
     """
+    if features is _TRANSFORMATION or (
+            isinstance(features, int) and not isinstance(features, bool)):
+        if features is not _TRANSFORMATION:
+            num_parallel_calls = features
+
+        def apply(dataset: Any) -> Any:
+            return dataset.map(to_sparse,
+                               num_parallel_calls=num_parallel_calls)
+
+        return apply
     return tf.nest.map_structure(
         lambda t: t.to_sparse() if isinstance(t, tf.RaggedTensor) else t,
         features, expand_composites=False)

@@ -1,5 +1,6 @@
 """tf.compat.v1 iterators over synchronized datasets (HybridBackend's
-``hb.data.make_one_shot_iterator`` and friends).
+``hb.data.make_one_shot_iterator`` and friends), which initialize hbcore
+on first use as hb.context does.
 
 The iterator reads ``synchronized(ds)``, so its ``get_next()`` raises
 tf.errors.OutOfRangeError on every rank in the same step, which
@@ -57,6 +58,12 @@ def _check_graph_mode(what: str) -> None:
         raise RuntimeError(
             "hb.data.%s is for tf.compat.v1 graphs; in TF2 code iterate "
             "hb.data.synchronized(ds) directly" % what)
+    # HybridBackend's iterators need no prior call: initialize hbcore as
+    # hb.context and hb.scope do (a script never calls init(); one process
+    # started without hbrun is a job of one rank).
+    from hbcore_tf.context import context
+
+    context.rank
 
 
 def make_one_shot_iterator(ds: tf.data.Dataset,

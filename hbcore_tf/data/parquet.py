@@ -471,6 +471,43 @@ class ParquetDataset(tf.data.Dataset):
         self._dataset = dataset
         super().__init__(dataset._variant_tensor)  # pylint: disable=protected-access
 
+    @classmethod
+    def read_schema(cls, filename: str, fields: Any = None,
+                    lower: bool = False) -> Tuple["DataFrame.Field", ...]:
+        """HybridBackend's ``ParquetDataset.read_schema``: the typed Fields
+        of a file's columns, to pass as ``fields=`` (e.g. when filenames
+        come as a dataset, which needs typed Fields).
+
+        Args:
+          filename: a Parquet file.
+          fields: column names and/or DataFrame.Field (None: every column
+            of the file), as ``fields`` of ParquetDataset.
+          lower: a column the file does not hold under its name is looked
+            up under its name in lower case.
+
+        Returns:
+          A tuple of DataFrame.Field with name, dtype and ragged_rank (a
+          Field's own dtype, to cast to, and ``sparse`` are kept).
+
+        Raises:
+          FileNotFoundError, ValueError, TypeError: as ParquetDataset (a
+            missing column, a Field that disagrees with the file, a column
+            type with no tensor equivalent, a file that is not Parquet).
+        """
+        path = _paths(filename)[0]
+        schema = _metadata(path).schema.to_arrow_schema()
+        wanted = list(as_dict(fields if fields is not None
+                              else schema.names).values())
+        if lower:
+            wanted = [DataFrame.Field(
+                f.name.lower(), f.dtype, ragged_rank=f.ragged_rank,
+                shape=f.shape, sparse=f.sparse)
+                if schema.get_field_index(f.name) < 0 else f for f in wanted]
+        return tuple(
+            DataFrame.Field(c.name, c.dtype, ragged_rank=int(c.ragged),
+                            sparse=c.sparse)
+            for c in _resolve_columns(schema, wanted, path))
+
     def _inputs(self) -> List[tf.data.Dataset]:
         return []
 

@@ -3,13 +3,14 @@
 - ``<Name>Optimizer`` for every tf.compat.v1.train optimizer (generated,
   hbcore_tf.train.optimizers), ``wraps_optimizer`` for your own class;
 - ``MonitoredTrainingSession`` (hbcore_tf.train.session);
-- ``Server`` and ``device_setter`` (hbcore_tf.train.server);
+- ``Server``, ``monitored_session`` and ``device_setter``
+  (hbcore_tf.train.server);
 - ``EvaluationHook`` (hbcore_tf.train.evaluation, imported on first use);
 - ``export``: a SavedModel from a checkpoint with sharded tables
   (hbcore_tf.embedding.saving.export).
 """
 from hbcore_tf.train.optimizers import OPTIMIZERS, wraps_optimizer
-from hbcore_tf.train.server import Server, device_setter
+from hbcore_tf.train.server import Server, device_setter, monitored_session
 from hbcore_tf.train.session import MonitoredTrainingSession
 from hbcore_tf.embedding.saving import export
 
@@ -17,7 +18,7 @@ globals().update(OPTIMIZERS)
 
 __all__ = sorted(OPTIMIZERS) + [
     "EvaluationHook", "MonitoredTrainingSession", "Server", "device_setter",
-    "export", "wraps_optimizer"]
+    "export", "monitored_session", "wraps_optimizer"]
 
 
 def __getattr__(name: str):

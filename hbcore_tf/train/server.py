@@ -43,6 +43,42 @@ class Server:
     def join(self) -> None:
         """Returns at once: there is no parameter-server role to serve."""
 
+    def monitored_session(self, **kwargs: Any) -> Any:
+        """HybridBackend's ``Server.monitored_session(**kwargs)``:
+        ``hb.train.MonitoredTrainingSession(master=self.target, **kwargs)``
+        created inside ``hb.scope()`` (as HybridBackend opens its scope
+        around it, so the scaffold's default Saver records relative paths).
+
+        Args:
+            **kwargs: every argument of hb.train.MonitoredTrainingSession
+                but ``master``.
+
+        Returns:
+            A MonitoredSession.
+        """
+        from hbcore_tf.scope import scope
+        from hbcore_tf.train.session import MonitoredTrainingSession
+
+        with scope():
+            return MonitoredTrainingSession(master=self.target, **kwargs)
+
+
+def monitored_session(**kwargs: Any) -> Any:
+    """HybridBackend's ``hb.train.monitored_session(**kwargs)``: the data-
+    parallel MonitoredTrainingSession of the default server
+    (``Server.get().monitored_session(**kwargs)``), which HybridBackend's
+    own tests and examples open with ``with hb.train.monitored_session(
+    hooks=..., checkpoint_dir=..., eval_fn=...) as sess``.
+
+    Args:
+        **kwargs: every argument of hb.train.MonitoredTrainingSession but
+            ``master``.
+
+    Returns:
+        A MonitoredSession.
+    """
+    return Server.get().monitored_session(**kwargs)
+
 
 def device_setter(*args: Any, **kwargs: Any) -> str:
     """This rank's placement, for ``with tf.device(hb.train.device_setter())``:

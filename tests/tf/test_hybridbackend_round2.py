@@ -1,0 +1,28 @@
+"""HybridBackend parity, round 2, at 2 and 3 ranks
+(tests/tf/rank_scripts/hybridbackend_round2.py): ``hb.train.monitored_session``
+and ``hb.train.Server.monitored_session``, the session HybridBackend's own
+tests and examples open, with training values checked against numpy;
+``hb.data.make_one_shot_iterator`` in a script that never called init();
+``hb.data.ParquetDataset.read_schema``; ``ds.apply(hb.data.to_sparse())``.
+"""
+import pytest
+
+from train_util import case_names, launch, tensorflow_missing
+
+pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
+                                reason=str(tensorflow_missing()))
+
+SCRIPT = "hybridbackend_round2.py"
+NPS = [2, 3]
+TIMEOUT_S = 240
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_launch_is_clean(np_):
+    launch(SCRIPT, np_, timeout=TIMEOUT_S).assert_ok()
+
+
+@pytest.mark.parametrize("np_", NPS)
+@pytest.mark.parametrize("case", case_names(SCRIPT))
+def test_case(np_, case):
+    launch(SCRIPT, np_, timeout=TIMEOUT_S).assert_cases([case])
