@@ -47,12 +47,18 @@ class Option(NamedTuple):
 
     Attributes:
         name: the attribute / keyword name.
-        type: bool, int, float or str.
+        type: bool, int, float or str; or ``object`` for HybridBackend's
+            options that take a value or a per-column dict and that hbcore
+            accepts without using (any value; the environment's text as
+            is).
         default: the default value (of ``type``).
         doc: one line for the docs.
         check: None, or a function that raises ValueError for a value of
             the right type that the option does not accept, and returns the
             value to store (e.g. upper-cased).
+        from_env: whether ``HB_<NAME>`` sets it (False for HybridBackend's
+            options that have no variable there, so that an unrelated
+            HB_MODE or HB_BATCH_SIZE in a user's shell is never read).
     """
 
     name: str
@@ -60,6 +66,7 @@ class Option(NamedTuple):
     default: Any
     doc: str
     check: Optional[Callable[[str, Any], Any]] = None
+    from_env: bool = True
 
     @property
     def env(self) -> str:
@@ -84,6 +91,38 @@ def _one_of(choices: Tuple[str, ...], upper: bool) -> Callable[[str, Any], Any]:
                 name, ", ".join(choices), value))
         return norm
     return check
+
+
+def _optional(kind: type, low: float) -> Callable[[str, Any], Any]:
+    """None, or a number of ``kind`` (int: not a bool) >= ``low``; numbers
+    from the environment's text are parsed."""
+    def check(name: str, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                value = kind(value)
+            except ValueError:
+                raise ValueError("option %s expects None or a number, got %r"
+                                 % (name, value)) from None
+        if isinstance(value, bool) or not isinstance(
+                value, (int,) if kind is int else (int, float)):
+            raise TypeError("option %s expects None or %s, got %r (%s)" % (
+                name, kind.__name__, value, type(value).__name__))
+        if value < low:
+            raise ValueError("option %s must be >= %s, got %r" % (
+                name, low, value))
+        return kind(value)
+    return check
+
+
+def _emb_backend(name: str, value: Any) -> Any:
+    if value.upper() != "DEFAULT":
+        raise ValueError(
+            "option %s=%r: hbcore has one embedding backend, DEFAULT (its "
+            "sharded tables); PAIEV needs DeepRec's EmbeddingVariable, which "
+            "TensorFlow 2.16+ does not have" % (name, value))
+    return "DEFAULT"
 
 
 def _comm_backend(name: str, value: Any) -> Any:
@@ -134,8 +173,87 @@ OPTIONS: Tuple[Option, ...] = (
            "whole", _at_least(1)),
     Option("emb_wire_dtype", str, "float32",
            "sharded embedding: dtype of the embedding rows exchanged "
-           "between ranks (float32, float16 or bfloat16)",
+           "between ranks (float32, float16 or bfloat16; a tf.DType is "
+           "taken by its name)",
            _one_of(WIRE_DTYPES, upper=False)),
+    # HybridBackend's training options.
+    Option("keep_checkpoint_max", object, None,
+           "inside hb.scope, a tf.compat.v1.train.Saver keeps this many "
+           "checkpoints (its max_to_keep), as HybridBackend's scope sets "
+           "it; None: the Saver's own argument",
+           _optional(int, 0),
+           from_env=False),
+    Option("keep_checkpoint_every_n_hours", object, None,
+           "inside hb.scope, a Saver also keeps one checkpoint every this "
+           "many hours; None: the Saver's own argument",
+           _optional(float, 0),
+           from_env=False),
+    Option("grad_lazy_sync", bool, False,
+           "HybridBackend reduces gradients in apply_gradients instead of "
+           "compute_gradients; hbcore reduces them in compute_gradients, "
+           "as Horovod does, and applies the same values: accepted, "
+           "changes nothing"),
+    Option("mode", object, None,
+           "HybridBackend's estimator mode key (train, eval, infer); "
+           "accepted, unused (tf.estimator is gone)",
+           from_env=False),
+    Option("batch_size", int, -1,
+           "HybridBackend's batch size hint; accepted, unused",
+           from_env=False),
+    Option("model_dir", object, None,
+           "HybridBackend's model directory; accepted, unused (give "
+           "checkpoint_dir to hb.train.MonitoredTrainingSession)",
+           from_env=False),
+    Option("use_hierarchical_embedding_lookup", bool, False,
+           "HybridBackend's two-level lookup exchange; hbcore's exchange "
+           "is one alltoall per table: accepted, changes nothing"),
+    # HybridBackend's embedding options that tune its own kernels (a value,
+    # or a dict per column): hbcore's sharded tables place and exchange
+    # rows their own way, so these are accepted and change nothing.
+    Option("emb_backend", str, "DEFAULT",
+           "HybridBackend's embedding backend: DEFAULT only (PAIEV needs "
+           "DeepRec)", _emb_backend),
+    Option("emb_num_groups", int, 1,
+           "HybridBackend's lookup groups; accepted, changes nothing",
+           _at_least(1)),
+    Option("emb_enable_concat", bool, True,
+           "HybridBackend's concatenated lookups; accepted, changes "
+           "nothing",
+           from_env=False),
+    Option("emb_device", object, "",
+           "HybridBackend's table device (or a dict per column); hbcore "
+           "keeps each shard on its rank's device: accepted, unused",
+           from_env=False),
+    Option("emb_input_device", object, "",
+           "HybridBackend's id device (or a dict per column); accepted, "
+           "unused",
+           from_env=False),
+    Option("emb_dtype", object, "float32",
+           "HybridBackend's table dtype (or a dict per column); the "
+           "variable's own dtype rules: accepted, unused",
+           from_env=False),
+    Option("emb_input_dtype", object, "int64",
+           "HybridBackend's id dtype (or a dict per column); accepted, "
+           "unused",
+           from_env=False),
+    Option("emb_pad", object, False,
+           "HybridBackend's padded lookups (or a dict per column); "
+           "accepted, unused",
+           from_env=False),
+    Option("emb_num_buckets_max", object, 2 ** 63 - 1,
+           "HybridBackend's bucket cap (or a dict per column); accepted, "
+           "unused",
+           from_env=False),
+    Option("emb_segment_rank", object, 0,
+           "HybridBackend's segment rank (or a dict per column); "
+           "accepted, unused",
+           from_env=False),
+    Option("emb_buffer_size", int, 0,
+           "HybridBackend's embedding buffer rows; accepted, unused",
+           _at_least(0)),
+    Option("emb_buffer_load_factor", float, 0.5,
+           "HybridBackend's embedding buffer load factor; accepted, "
+           "unused"),
 )
 
 _BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
@@ -188,6 +306,11 @@ def validate(name: str, value: Any) -> Any:
     option = _BY_NAME.get(name)
     if option is None:
         raise ValueError(_unknown(name))
+    if option.type is object:
+        return option.check(name, value) if option.check else value
+    if option.type is str and type(value).__name__ == "DType" and hasattr(
+            value, "name"):
+        value = value.name  # a tf.DType, as HybridBackend's dtype options
     ok = isinstance(value, option.type)
     if option.type is int and isinstance(value, bool):
         ok = False
@@ -266,7 +389,7 @@ class Options:
             environ = os.environ if self._environ is None else self._environ
             base = {}
             for option in OPTIONS:
-                text = environ.get(option.env)
+                text = environ.get(option.env) if option.from_env else None
                 base[option.name] = (option.default if text is None
                                      or text.strip() == ""
                                      else parse_env_value(option, text))

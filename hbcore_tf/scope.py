@@ -182,17 +182,27 @@ def _scoped_monitored_training_session(original: Callable) -> Callable:
 
 
 def _saver_init_with_relative_paths(original: Callable) -> Callable:
-    """``Saver.__init__`` defaulting ``save_relative_paths`` to True (a
-    checkpoint directory can then be moved, as HybridBackend's scope
-    makes it)."""
-    # save_relative_paths' place among Saver's positional arguments.
-    position = list(inspect.signature(original).parameters).index(
-        "save_relative_paths") - 1  # less self
+    """``Saver.__init__`` inside hb.scope, as HybridBackend's scope makes
+    it: ``save_relative_paths`` defaults to True (a checkpoint directory
+    can then be moved), and ``max_to_keep`` / ``keep_checkpoint_every_n_
+    hours`` default to the options ``keep_checkpoint_max`` /
+    ``keep_checkpoint_every_n_hours`` when those are set. An argument the
+    caller gives wins."""
+    # Each argument's place among Saver's positional arguments (less self).
+    names = list(inspect.signature(original).parameters)
+    position = {name: names.index(name) - 1 for name in (
+        "save_relative_paths", "max_to_keep",
+        "keep_checkpoint_every_n_hours")}
 
     @functools.wraps(original)
     def __init__(self, *args, **kwargs):
-        if len(args) <= position:
-            kwargs.setdefault("save_relative_paths", True)
+        defaults = {"save_relative_paths": True,
+                    "max_to_keep": options.keep_checkpoint_max,
+                    "keep_checkpoint_every_n_hours":
+                        options.keep_checkpoint_every_n_hours}
+        for name, value in defaults.items():
+            if value is not None and len(args) <= position[name]:
+                kwargs.setdefault(name, value)
         original(self, *args, **kwargs)
 
     return __init__

@@ -131,3 +131,88 @@ def test_seed():
     assert result["in_function"] == result["want"], result
     for error in result["errors"]:
         assert error is not None and "seed expects an int" in error, result
+
+
+HB_OPTIONS_CODE = r"""
+import json
+import os
+# HybridBackend has no variables for these options: an unrelated HB_MODE or
+# HB_BATCH_SIZE in the shell must not be read (nor break the options).
+os.environ.update(HB_BATCH_SIZE="abc", HB_MODE="x", HB_EMB_NUM_GROUPS="3")
+import tensorflow as tf
+import hbcore_tf as hb
+from hbcore_tf.options import options
+
+out = {"from_env": [options.batch_size, options.mode, options.emb_num_groups]}
+
+tf.compat.v1.disable_eager_execution()
+# HybridBackend's own scripts pass these (its Criteo example:
+# @hb.function(emb_device='/cpu:0')); they were unknown-option ValueErrors.
+accepted = dict(mode="train", batch_size=512, model_dir="/tmp/m",
+                grad_lazy_sync=True, use_hierarchical_embedding_lookup=True,
+                emb_backend="default", emb_num_groups=2,
+                emb_enable_concat=False, emb_device="/cpu:0",
+                emb_input_device={"user": "/cpu:0"}, emb_dtype=tf.float32,
+                emb_input_dtype={"user": tf.int64}, emb_pad=True,
+                emb_num_buckets_max=1000, emb_segment_rank=1,
+                emb_buffer_size=100, emb_buffer_load_factor=0.75,
+                emb_wire_dtype=tf.float16)
+
+@hb.function(**accepted)
+def read():
+    return {name: options.as_dict()[name] for name in accepted}
+
+got = read()
+out["stored"] = {k: (v if isinstance(v, (str, int, float, bool)) else repr(v))
+                 for k, v in got.items()}
+errors = {}
+for kwargs in ({"emb_backend": "PAIEV"}, {"keep_checkpoint_max": -1},
+               {"keep_checkpoint_max": "x"}, {"keep_checkpoint_max": 2.5},
+               {"keep_checkpoint_every_n_hours": True}):
+    try:
+        with hb.scope(**kwargs):
+            pass
+        errors[repr(kwargs)] = None
+    except (TypeError, ValueError) as exc:
+        errors[repr(kwargs)] = [type(exc).__name__, str(exc)]
+out["errors"] = errors
+# Savers made inside the scope take keep_checkpoint_max / _every_n_hours
+# (as HybridBackend's scope sets them); an explicit argument wins.
+with tf.Graph().as_default():
+    tf.compat.v1.Variable(1.0, name="v")
+    with hb.scope(keep_checkpoint_max=2, keep_checkpoint_every_n_hours=3):
+        default = tf.compat.v1.train.Saver()
+        explicit = tf.compat.v1.train.Saver(max_to_keep=7)
+    outside = tf.compat.v1.train.Saver()
+    out["savers"] = [
+        [s.saver_def.max_to_keep, s.saver_def.keep_checkpoint_every_n_hours]
+        for s in (default, explicit, outside)]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_hybridbackend_options_accepted():
+    """HybridBackend's other documented options are accepted (the ones
+    that tune its own kernels change nothing here, documented as such);
+    emb_backend other than DEFAULT, and keep_checkpoint_* of the wrong
+    type or sign, are errors naming the option; a Saver made in the scope
+    takes keep_checkpoint_max / keep_checkpoint_every_n_hours."""
+    out = _result(HB_OPTIONS_CODE)
+    assert out["from_env"] == [-1, None, 3], out["from_env"]
+    stored = out["stored"]
+    assert stored["emb_backend"] == "DEFAULT", stored
+    assert stored["emb_wire_dtype"] == "float16", stored
+    assert stored["emb_device"] == "/cpu:0" and stored["mode"] == "train"
+    assert stored["batch_size"] == 512 and stored["grad_lazy_sync"] is True
+    errors = out["errors"]
+    kind, message = errors[repr({"emb_backend": "PAIEV"})]
+    assert kind == "ValueError" and "emb_backend" in message and \
+        "DeepRec" in message, message
+    kind, message = errors[repr({"keep_checkpoint_max": -1})]
+    assert kind == "ValueError" and "keep_checkpoint_max" in message
+    for bad in ({"keep_checkpoint_max": "x"}, {"keep_checkpoint_max": 2.5},
+                {"keep_checkpoint_every_n_hours": True}):
+        kind, message = errors[repr(bad)]
+        assert kind in ("TypeError", "ValueError"), (bad, kind)
+        assert list(bad)[0] in message, (bad, message)
+    assert out["savers"] == [[2, 3.0], [7, 3.0], [5, 10000.0]], out["savers"]
