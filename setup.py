@@ -94,6 +94,15 @@ class BuildNative(build_ext):
         # submission).
         flags = ["-std=c++17", "-O2", "-DNDEBUG", "-fPIC", "-Wall", "-Wextra",
                  "-pthread", '-DHBCORE_VERSION="%s"' % VERSION]
+        # Symbols of static archives stay inside each shared object. Some
+        # toolchains link libstdc++ statically into every shared object
+        # (seen: a GCC in /opt/gcc of a CUDA image); libhbcore.so and the
+        # module then each carry a copy, and exported copies interpose
+        # with each other and with the process's libstdc++.so, which broke
+        # std::ostream (a crash formatting any number). The C API is the
+        # only interface between them, so nothing of libstdc++ needs to
+        # cross. With the usual shared libstdc++ this changes nothing.
+        link_flags = ["-Wl,--exclude-libs,ALL"]
         core_inc = os.path.join(ROOT, "csrc", "core", "include")
 
         sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "core", "src", "*.cc")))
@@ -118,7 +127,8 @@ class BuildNative(build_ext):
         lib = os.path.join(out_dir, "libhbcore.so")
         # Outputs are written beside and renamed into place, so a process
         # that has the old library loaded keeps a valid file.
-        subprocess.check_call(cxx + flags + ["-shared", "-Wl,-soname,libhbcore.so"]
+        subprocess.check_call(cxx + flags + link_flags +
+                              ["-shared", "-Wl,-soname,libhbcore.so"]
                               + objects + ["-L", mpi_lib, mpi_link_arg(mpi_lib),
                                            rpath, "-o", lib + ".tmp"])
         os.replace(lib + ".tmp", lib)
@@ -140,7 +150,8 @@ class BuildNative(build_ext):
         module_sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "python",
                                                        "*.cc")))
         subprocess.check_call(
-            cxx + flags + ["-shared", "-fvisibility=hidden", "-I", core_inc,
+            cxx + flags + link_flags +
+            ["-shared", "-fvisibility=hidden", "-I", core_inc,
                            "-I", pybind11.get_include(), "-I", py_inc,
                            *module_sources,
                            "-L", out_dir, "-lhbcore", "-Wl,-rpath,$ORIGIN",
