@@ -181,7 +181,7 @@ def _scoped_monitored_training_session(original: Callable) -> Callable:
     return monitored_training_session
 
 
-def _saver_init_with_relative_paths(original: Callable) -> Callable:
+def _scoped_saver_init(original: Callable) -> Callable:
     """``Saver.__init__`` inside hb.scope, as HybridBackend's scope makes
     it: ``save_relative_paths`` defaults to True (a checkpoint directory
     can then be moved), and ``max_to_keep`` / ``keep_checkpoint_every_n_
@@ -212,7 +212,7 @@ def _install() -> None:
     _patch(tf.compat.v1.train, "MonitoredTrainingSession",
            _scoped_monitored_training_session)
     _patch(tf.compat.v1.train.Saver, "__init__",
-           _saver_init_with_relative_paths)
+           _scoped_saver_init)
     if _compat.use_legacy_keras():
         _compat.keras_module()  # import tf_keras so its bases get patched
     for base in _optimizer_bases():

@@ -53,7 +53,12 @@ class SyncIterator:
         return getattr(self._iterator, attr)
 
 
-def _check_graph_mode(what: str) -> None:
+def _prepare(what: str) -> None:
+    """Refuses eager mode, then initializes hbcore (see below).
+
+    Raises:
+        RuntimeError: eager execution is enabled.
+    """
     if tf.executing_eagerly():
         raise RuntimeError(
             "hb.data.%s is for tf.compat.v1 graphs; in TF2 code iterate "
@@ -82,7 +87,7 @@ def make_one_shot_iterator(ds: tf.data.Dataset,
       RuntimeError: called eagerly.
       TypeError, ValueError: as ``synchronized``.
     """
-    _check_graph_mode("make_one_shot_iterator")
+    _prepare("make_one_shot_iterator")
     return SyncIterator(tf.compat.v1.data.make_one_shot_iterator(
         synchronized(ds, drop_remainder)))
 
@@ -105,7 +110,7 @@ def make_initializable_iterator(ds: tf.data.Dataset,
       RuntimeError: called eagerly.
       TypeError, ValueError: as ``synchronized``.
     """
-    _check_graph_mode("make_initializable_iterator")
+    _prepare("make_initializable_iterator")
     return SyncIterator(tf.compat.v1.data.make_initializable_iterator(
         synchronized(ds, drop_remainder)))
 
@@ -126,5 +131,5 @@ def make_iterator(ds: tf.data.Dataset,
       RuntimeError: called eagerly.
       TypeError, ValueError: as ``synchronized``.
     """
-    _check_graph_mode("make_iterator")
+    _prepare("make_iterator")
     return make_one_shot_iterator(ds, drop_remainder)
