@@ -533,7 +533,10 @@ def test_init_errors(nccl: FakeNccl, monkeypatch: Any) -> None:
         nccl.init_rank(2, uid, 0)[0]))
     first.start()
     deadline = time.monotonic() + 5
-    while not shm_files(uid) and time.monotonic() < deadline:
+    # Wait for rank 0's published segment (not its staging file, which
+    # Publish links into place afterwards).
+    while (not any(f.endswith("-init") for f in shm_files(uid))
+           and time.monotonic() < deadline):
         time.sleep(0.01)
     assert nccl.init_rank(2, uid, 0)[0] == NCCL_INVALID_ARGUMENT
     first.join(10)

@@ -36,7 +36,7 @@
 // not disturb the others. Zero-count sends and receives are no-ops on both
 // sides (they take no number). A task runs its operations in 3 phases:
 //  1. Publish: for each op, the rank writes what it contributes into a
-//     segment (see fake_shm.h: written to a .tmp file, then renamed, so a
+//     segment (see fake_shm.h: written to a staging file, then renamed, so a
 //     visible segment is complete):
 //       AllReduce, AllGather  "o<rank>-c<seq>"  its send buffer
 //       ReduceScatter         "o<rank>-c<seq>"  its whole send buffer

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -85,7 +87,12 @@ ShmStatus OwnedSegment::Publish(const std::string& path,
                                 const SegmentHeader& header,
                                 const void* payload, bool exclusive,
                                 std::unique_ptr<OwnedSegment>* out) {
-  std::string tmp = path + ".tmp";
+  // A name of this writer's own: two writers racing for one path (the
+  // same rank claimed twice) must not share, or truncate, a staging file,
+  // and a reader waiting for `path` must never see it half-written.
+  const std::string tmp =
+      path + ".tmp." + std::to_string(::getpid()) + "." +
+      std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
   size_t length = kPayloadOffset + header.payload_bytes;
   std::unique_ptr<Mapping> mapping;
   {

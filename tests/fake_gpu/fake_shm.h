@@ -4,8 +4,9 @@
 // them is described at the top of fake_nccl.cc; this file provides:
 //
 // - OwnedSegment (owner side): Publish writes the header and payload into
-//   "<path>.tmp", then renames it to <path> (or links it, when exclusive),
-//   so a reader that can open <path> sees the complete segment.
+//   a staging file of its own, "<path>.tmp.<pid>.<thread>", then renames
+//   it to <path> (or links it, when exclusive), so a reader that can open
+//   <path> sees the complete segment.
 //   WaitRetired waits until `expected_readers` readers have marked it read,
 //   then unlinks it. The destructor unlinks it if that did not happen (an
 //   aborted or failed task), so a rank never leaves its own segments
