@@ -79,9 +79,12 @@ def defer_config(config: Mapping[str, Any]) -> None:
 def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
          config: Optional[Mapping[str, Any]] = None) -> None:
     """Starts the runtime of this process: MPI (if nobody did), the private
-    communicator and the background thread. Idempotent: while the runtime
-    runs, further calls return at once, whatever ``comm`` and ``config``
-    they pass.
+    communicator and the background thread. Idempotent: until this rank
+    calls :func:`shutdown`, further calls return at once, whatever ``comm``
+    and ``config`` they pass. That holds too once a peer's shutdown (or a
+    stall shutdown) stopped the runtime, as in Horovod: operations then keep
+    raising :class:`~hbcore.exceptions.ShutdownError`, and a new runtime
+    needs ``shutdown()`` then ``init()`` on every rank.
 
     Args:
         comm: the processes to run over, as in Horovod. None: every rank of
@@ -123,12 +126,15 @@ def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
             an invalid value, or a ``config`` name is unknown.
         InternalError: MPI could not be initialised.
     """
+    if core.is_initialized():
+        # Before anything collective: building the ranks' communicator of
+        # ``comm=[...]`` would wait for ranks that do not call init again.
+        return
     entries = dict(_deferred)
     entries.update(_config_entries(config))
-    if not core.is_initialized():
-        # NCCL and the CUDA runtime from the pip wheels, for each library
-        # the user did not choose (config, HB_* or HOROVOD_* variable).
-        entries.update(_gpu_libs.init_overrides(entries))
+    # NCCL and the CUDA runtime from the pip wheels, for each library the
+    # user did not choose (config, HB_* or HOROVOD_* variable).
+    entries.update(_gpu_libs.init_overrides(entries))
     if comm is not None and not isinstance(comm, (list, tuple, range)) and \
             not callable(getattr(comm, "py2f", None)):
         raise TypeError("init(comm=...) takes None, a list of ranks or an "

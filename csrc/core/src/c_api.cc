@@ -144,13 +144,12 @@ int hb_check_config(const hb_config_entry* config, int count, char* err,
 int hb_init(int64_t comm, const hb_config_entry* config, int config_count,
             const int* set_ranks, const int* set_sizes, int num_sets,
             char* err, size_t err_len) {
-  std::unique_ptr<hbcore::Runtime> stale;
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_runtime && !g_runtime->stopped()) return HB_OK;
-  // A runtime stopped by a shutdown elsewhere is replaced: every rank is
-  // expected to call init again after such a shutdown.
-  stale.swap(g_runtime);
-  stale.reset();
+  // A runtime stays until this rank's hb_shutdown, also once a peer's
+  // shutdown (or a stall shutdown) stopped it: its requests then keep
+  // failing with that shutdown's error, as in Horovod. Replacing it here
+  // would enter MPI_Comm_dup, which a peer that already left never joins.
+  if (g_runtime) return HB_OK;
   hbcore::ConfigOverrides overrides;
   if (!ToOverrides(config, config_count, &overrides, err, err_len)) {
     return HB_ERR_CONFIG;

@@ -183,7 +183,10 @@ HB_API int hb_check_config(const hb_config_entry* config, int count,
 
 /* Lifecycle. hb_init returns a status code; on failure `err` holds why.
  * `config` (may be NULL when `config_count` is 0) overrides the
- * environment for this runtime; it is ignored while a runtime runs.
+ * environment for this runtime; it is ignored while a runtime exists: from
+ * one hb_init to this rank's hb_shutdown, hb_init returns HB_OK at once,
+ * also once a shutdown elsewhere stopped the runtime (its requests then
+ * fail with that shutdown's error).
  * `set_ranks` holds `num_sets` process sets back to back, set i being its
  * next `set_sizes[i]` ranks of the communicator (see hb_add_process_set:
  * every rank passes the same sets in the same order, except that a rank
