@@ -526,7 +526,9 @@ def test_init_errors(nccl: FakeNccl, monkeypatch: Any) -> None:
     assert NCCL_INVALID_ARGUMENT in rcs
     assert set(rcs) <= {NCCL_INVALID_ARGUMENT, NCCL_SYSTEM_ERROR}
     assert shm_files(uid) == []
-    # The same rank twice: the second is refused, the first times out.
+    # The same rank twice: the second is refused, the first times out. The
+    # first waits long enough that the second surely finds it still there.
+    monkeypatch.setenv("FAKE_NCCL_TIMEOUT_S", "3")
     uid = nccl.get_unique_id()
     results: List[int] = []
     first = threading.Thread(target=lambda: results.append(
