@@ -17,6 +17,17 @@ scalar, strings or numbers, one numeric dtype unless a Field names the dtype
 to cast to); a difference is a ValueError naming the column and both files
 when the dataset is built, not a failure in the middle of training.
 
+Corrupted data (HybridBackend's ``skip_corrupted_data``, default False): a
+row group that pyarrow cannot read (its pages do not decode: bytes
+overwritten, a broken page header) is a ValueError naming the file and the
+row group when the batch that needs it is read; with
+``skip_corrupted_data=True`` its rows are skipped instead (an error is
+logged to the "hbcore_tf.data" logger) and reading goes on with the next
+row group. As in HybridBackend, only data that fails while being read is
+skipped: a file whose footer cannot be read (truncated, not Parquet,
+missing) is still an error, and so are schema mismatches and null values.
+Corruption that still decodes (no page checksums) cannot be detected.
+
 Partitioning (``partition_count`` readers, this one ``partition_index``):
 every row is read by exactly one partition. With at least as many files as
 partitions, partition k reads files k, k + count, k + 2 count, ... whole;
@@ -27,12 +38,15 @@ rows.
 pyarrow is an optional dependency (``pip install "hbcore[parquet]"``); it
 is imported when a ParquetDataset is built, not when hbcore_tf.data is.
 """
+import logging
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from hbcore_tf.data.dataframe import DataFrame, as_dict
+
+_LOG = logging.getLogger("hbcore_tf.data")
 
 _INSTALL_HINT = ('hb.data.ParquetDataset needs pyarrow, an optional extra of '
                  'hbcore: pip install "hbcore[parquet]" (from a checkout: '
@@ -281,14 +295,46 @@ def _to_arrays(table: Any, columns: List[_Column], path: str) -> Dict[str, Any]:
     return out
 
 
+def _read_group(reader: Any, group: int, names: List[str], path: str,
+                use_threads: bool, skip_corrupted_data: bool) -> Any:
+    """Row group ``group`` of ``path`` (the ``names`` columns), or None when
+    it cannot be read and ``skip_corrupted_data`` is set (logged).
+
+    Raises:
+      ValueError: it cannot be read (its pages do not decode) and
+        ``skip_corrupted_data`` is not set; names the file and row group.
+    """
+    pa, _ = _pyarrow()
+    try:
+        return reader.read_row_group(group, columns=names,
+                                     use_threads=use_threads)
+    except (OSError, pa.ArrowException) as exc:
+        rows = reader.metadata.row_group(group).num_rows
+        if not skip_corrupted_data:
+            raise ValueError(
+                "ParquetDataset: cannot read row group %d (%d rows) of %s, "
+                "the data is corrupted: %s (skip_corrupted_data=True skips "
+                "such row groups)" % (group, rows, path, exc)) from exc
+        _LOG.error("ParquetDataset: skipping corrupted data: row group %d "
+                   "(%d rows) of %s: %s", group, rows, path, exc)
+        return None
+
+
 def _read_rows(path: str, start: int, end: int, columns: List[_Column],
                batch_size: int, drop_remainder: bool,
-               use_threads: bool = True) -> Iterator[Dict[str, Any]]:
+               use_threads: bool = True,
+               skip_corrupted_data: bool = False
+               ) -> Iterator[Dict[str, Any]]:
     """Yields the batches of rows [start, end) of one file (end < 0: all).
+
+    Rows of a row group that cannot be read are skipped with
+    ``skip_corrupted_data`` (the batches are cut from the rows that remain).
 
     Raises:
       FileNotFoundError, ValueError, TypeError: as _open_file and
-        _check_columns (the file does not hold ``columns``), or null values.
+        _check_columns (the file does not hold ``columns``), null values,
+        or (without ``skip_corrupted_data``) a row group that cannot be
+        read.
     """
     pa, _ = _pyarrow()
     reader = _open_file(path)
@@ -302,9 +348,11 @@ def _read_rows(path: str, start: int, end: int, columns: List[_Column],
     for group in range(reader.metadata.num_row_groups):
         rows = reader.metadata.row_group(group).num_rows
         lo, hi = max(start, first), min(end, first + rows)
+        table = None
         if lo < hi:
-            table = reader.read_row_group(group, columns=names,
-                                          use_threads=use_threads)
+            table = _read_group(reader, group, names, path, use_threads,
+                                skip_corrupted_data)
+        if table is not None:
             pending.append(table.slice(lo - first, hi - lo))
             pending_rows += hi - lo
             while pending_rows >= batch_size:
@@ -381,6 +429,9 @@ class ParquetDataset(tf.data.Dataset):
         cast to).
       partition_count: how many readers share the files (e.g. world size).
       partition_index: which of them this one is (e.g. rank).
+      skip_corrupted_data: skip the rows of row groups that cannot be read
+        (logged) instead of failing; see the module docstring for what
+        counts (HybridBackend's argument and default).
       drop_remainder: drop each file's last batch when it is short.
       num_parallel_reads: files (pieces) read at the same time; None: one;
         tf.data.AUTOTUNE: as many as tf.data finds best.
@@ -397,13 +448,17 @@ class ParquetDataset(tf.data.Dataset):
       ValueError: a missing column (names it and the file), columns that
         differ between files or from their Field (names the column and the
         files), a file that is not Parquet (names it), null values, bad
-        batching, partition or parallelism arguments.
-      TypeError: a column type with no tensor equivalent (names it), or
-        filenames that are not strings.
+        batching, partition or parallelism arguments; when iterated (as
+        tf.errors.InvalidArgumentError): a row group that cannot be read
+        without skip_corrupted_data (names the file and row group).
+      TypeError: a column type with no tensor equivalent (names it),
+        filenames that are not strings, or skip_corrupted_data that is not
+        a bool.
     """
 
     def __init__(self, filenames: Any, batch_size: int = 1, fields: Any = None,
                  partition_count: int = 1, partition_index: int = 0,
+                 skip_corrupted_data: bool = False,
                  drop_remainder: bool = False,
                  num_parallel_reads: Optional[int] = None,
                  num_sequential_reads: int = 1,
@@ -411,6 +466,10 @@ class ParquetDataset(tf.data.Dataset):
         _check_batching(batch_size, partition_count, partition_index)
         _check_parallelism(num_parallel_reads, num_sequential_reads,
                            num_parallel_parser_calls)
+        if not isinstance(skip_corrupted_data, (bool, np.bool_)):
+            raise TypeError("ParquetDataset: skip_corrupted_data must be a "
+                            "bool, got %r" % (skip_corrupted_data,))
+        skip_corrupted_data = bool(skip_corrupted_data)
         _pyarrow()
         if tf.is_tensor(filenames):
             filenames = _tensor_filenames(filenames)
@@ -445,7 +504,7 @@ class ParquetDataset(tf.data.Dataset):
         def read(path: Any, start: Any, end: Any) -> Iterator[Dict[str, Any]]:
             return _read_rows(path.decode(), int(start), int(end), columns,
                               int(batch_size), bool(drop_remainder),
-                              use_threads)
+                              use_threads, skip_corrupted_data)
 
         def piece_dataset(path: tf.Tensor, start: tf.Tensor,
                           end: tf.Tensor) -> tf.data.Dataset:
@@ -527,7 +586,8 @@ def read_parquet(batch_size: int = 1, fields: Any = None,
                  drop_remainder: bool = False,
                  num_parallel_reads: Optional[int] = None,
                  num_sequential_reads: int = 1,
-                 num_parallel_parser_calls: Optional[int] = None) -> Any:
+                 num_parallel_parser_calls: Optional[int] = None,
+                 skip_corrupted_data: bool = False) -> Any:
     """``filenames_dataset.apply(hb.data.read_parquet(...))``: as
     ParquetDataset(filenames_dataset, ...) (see there for the arguments).
 
@@ -542,6 +602,8 @@ def read_parquet(batch_size: int = 1, fields: Any = None,
       num_sequential_reads: consecutive batches taken from one file before
         moving to the next when reading in parallel.
       num_parallel_parser_calls: see ParquetDataset.
+      skip_corrupted_data: skip row groups that cannot be read (see
+        ParquetDataset).
 
     Returns:
       A function from a tf.data.Dataset of file paths to the
@@ -549,9 +611,9 @@ def read_parquet(batch_size: int = 1, fields: Any = None,
     """
     def apply(filenames: tf.data.Dataset) -> ParquetDataset:
         return ParquetDataset(filenames, batch_size, fields, partition_count,
-                              partition_index, drop_remainder,
-                              num_parallel_reads, num_sequential_reads,
-                              num_parallel_parser_calls)
+                              partition_index, skip_corrupted_data,
+                              drop_remainder, num_parallel_reads,
+                              num_sequential_reads, num_parallel_parser_calls)
     return apply
 
 
