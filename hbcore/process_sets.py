@@ -258,15 +258,27 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int], Any]
         The registered ProcessSet (the one given, or a new one).
 
     Raises:
-        ValueError: (InvalidArgumentError) dynamic process sets are not
-            enabled ("Set HOROVOD_DYNAMIC_PROCESS_SETS=1 ..."); a set with
-            the same ranks exists ("Attempted to add a duplicate process
-            set"); a rank is out of range or repeated.
+        ValueError: an empty rank list, raised on every rank before
+            anything collective (Horovod's "Attempted to add a duplicate
+            process set": to Horovod no ranks means every rank, the global
+            set). (InvalidArgumentError, also raised before anything
+            collective:) dynamic process sets are not enabled ("Set
+            HOROVOD_DYNAMIC_PROCESS_SETS=1 ..."); a set with the same ranks
+            exists ("Attempted to add a duplicate process set"); a rank is
+            out of range or repeated.
         MismatchError: ranks passed different members.
         NotInitializedError: before init.
     """
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
+    if process_set.ranks is not None and not process_set.ranks:
+        # Checked here, not by the core: a rank outside a communicator set
+        # (MPI_COMM_NULL) legitimately sends no members, so an empty list
+        # would reach the collective negotiation and fail there for all.
+        raise ValueError(
+            "Attempted to add a duplicate process set: %s: an empty rank "
+            "list stands for every rank, the global process set, which "
+            "always exists; list the member ranks" % (process_set,))
     set_id = core.add_process_set(_members(process_set))
     process_set.process_set_id = set_id
     if process_set.ranks is None:
