@@ -11,7 +11,11 @@ How each family is wrapped (the differences live in hbcore_tf._compat):
   without hbcore.
 - tf_keras (``TF_USE_LEGACY_KERAS=1``; current and ``legacy`` optimizers):
   the same kind of subclass, overriding ``apply_gradients``, which
-  ``minimize`` and tf_keras' train step call.
+  ``minimize`` and tf_keras' train step call. Legacy optimizers also get
+  Horovod's ``get_gradients(loss, params)``, which returns reduced
+  gradients (tf_keras' v1 graph mode ``model.fit`` goes through it and
+  ``get_updates``); apply_gradients recognises those and does not reduce
+  them again.
 - tf.compat.v1.train.Optimizer: a wrapper (as in Horovod) whose
   ``compute_gradients`` returns allreduced gradients and whose
   ``apply_gradients`` delegates to the wrapped optimizer (so slot variables
@@ -189,6 +193,23 @@ def _keras3_methods(base: type) -> dict:
     return {"apply": apply}
 
 
+def _mark_reduced(grads: Sequence[Any], runtime: "_Runtime") -> None:
+    """Tags the gradients ``get_gradients`` returned as reduced by the
+    optimizer whose state is ``runtime``, so that its apply_gradients does
+    not reduce them a second time (tf_keras' get_updates, which v1 graph
+    mode model.fit calls, passes them straight to apply_gradients)."""
+    for grad in grads:
+        if grad is not None:
+            grad._hb_reduced_by = runtime  # pylint: disable=protected-access
+
+
+def _reduced_by(grad: Any, runtime: "_Runtime") -> bool:
+    """Whether ``grad`` came reduced from the get_gradients of the
+    optimizer whose state is ``runtime``."""
+    return (grad is not None
+            and getattr(grad, "_hb_reduced_by", None) is runtime)
+
+
 def _tf_keras_methods(base: type, family: str) -> dict:
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         hb = self._hb_runtime
@@ -197,6 +218,10 @@ def _tf_keras_methods(base: type, family: str) -> dict:
             return base.apply_gradients(self, pairs, *args, **kwargs)
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
+        done = [_reduced_by(g, hb) for g in grads]
+        if any(done):
+            return _hb_apply_reduced(self, grads, variables, done, args,
+                                     kwargs)
         if hb.aggregator is None:
             reduced = hb.reducer.reduce(grads, variables)
             return base.apply_gradients(self, list(zip(reduced, variables)),
@@ -215,7 +240,70 @@ def _tf_keras_methods(base: type, family: str) -> dict:
         hb.aggregator(grads, variables, apply_fn, skip_fn)
         return self.iterations
 
-    return {"apply_gradients": apply_gradients}
+    def _hb_apply_reduced(self, grads, variables, done, args, kwargs):
+        """apply_gradients of gradients from this optimizer's get_gradients
+        (``done``: which ones): those are applied as they are; any others
+        are reduced here (not with backward_passes_per_step > 1)."""
+        hb = self._hb_runtime
+        if hb.aggregator is None:
+            pending = [None if d else g for g, d in zip(grads, done)]
+            reduced = hb.reducer.reduce(pending, variables)
+            out = [g if d else r for g, r, d in zip(grads, reduced, done)]
+            return base.apply_gradients(self, list(zip(out, variables)),
+                                        *args, **kwargs)
+        if not all(d for g, d in zip(grads, done) if g is not None):
+            raise ValueError(
+                "apply_gradients got gradients from this optimizer's "
+                "get_gradients mixed with other gradients; with "
+                "backward_passes_per_step > 1 pass only what get_gradients "
+                "returned")
+        pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
+        # Slots must exist before the tf.cond that applies the gradients.
+        _compat.build_optimizer(self, family, [v for _, v in pairs])
+
+        def apply_branch():
+            applied = base.apply_gradients(self, pairs, *args, **kwargs)
+            with tf.control_dependencies(_local_aggregation_deps(applied)):
+                return tf.constant(True)
+
+        def skip_branch():
+            step = self.iterations.assign_add(1)
+            with tf.control_dependencies(_local_aggregation_deps(step)):
+                return tf.constant(False)
+
+        update = hb.aggregator.is_update_pass([g for g, _ in pairs])
+        applied = tf.cond(update, apply_branch, skip_branch)
+        if tf.executing_eagerly():
+            return self.iterations
+        return applied.op
+
+    def get_gradients(self, loss, params):
+        """The gradients of ``loss`` for ``params``, reduced over the
+        process set (as Horovod's get_gradients; tf_keras' legacy
+        optimizers, v1 graph mode or a tf.function).
+
+        With backward_passes_per_step = N > 1: the gradients are added to
+        local accumulators; every N-th call returns the reduced aggregate,
+        the other calls this pass's local gradients (apply_gradients then
+        only advances ``iterations``).
+        """
+        hb = self._hb_runtime
+        grads = list(base.get_gradients(self, loss, params))
+        variables = tf.nest.flatten(params)
+        if hb.aggregator is None:
+            reduced = hb.reducer.reduce(grads, variables)
+        else:
+            reduced = hb.aggregator.accumulate_and_reduce(
+                grads, variables,
+                lambda aggregated: hb.reducer.reduce(aggregated, variables))
+        _mark_reduced(reduced, hb)
+        return reduced
+
+    methods = {"apply_gradients": apply_gradients,
+               "_hb_apply_reduced": _hb_apply_reduced}
+    if hasattr(base, "get_gradients"):
+        methods["get_gradients"] = get_gradients
+    return methods
 
 
 def _register_local_var(self, var: Any) -> None:
