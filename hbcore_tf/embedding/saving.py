@@ -240,6 +240,36 @@ def _checkpoint_file(saver: Any, sess: Any, save_path: str,
     return "%s-%d" % (save_path, global_step), int(global_step)
 
 
+def checkpoint_prefix(saver: Any, sess: Any, save_path: str,
+                      global_step: Any = None) -> str:
+    """The prefix ``saver.save(sess, save_path, global_step)`` writes (TF's
+    naming rule, the step padded when the Saver pads it).
+
+    Args:
+        saver: a tf.compat.v1.train.Saver.
+        sess: the session (reads ``global_step`` when it is a tensor).
+        save_path: the prefix given to save.
+        global_step: None, an int, or a tensor / variable.
+
+    Returns:
+        The checkpoint prefix.
+    """
+    return _checkpoint_file(saver, sess, save_path, global_step)[0]
+
+
+def saves_collectively(saver: Any) -> bool:
+    """Whether ``saver.save`` is the collective save of sharded tables
+    (its variables include one, so every rank must call save).
+
+    Args:
+        saver: a tf.compat.v1.train.Saver.
+
+    Returns:
+        True when the Saver holds sharded tables.
+    """
+    return getattr(saver, _COMPANION, None) is not None
+
+
 class ShardedSaveError(RuntimeError):
     """A collective save of sharded tables failed on some rank."""
 

@@ -6,19 +6,27 @@
 - ``Server``, ``monitored_session`` and ``device_setter``
   (hbcore_tf.train.server);
 - ``EvaluationHook`` (hbcore_tf.train.evaluation, imported on first use);
+- ``Saver``: tf.compat.v1.train.Saver for data-parallel jobs: rank 0
+  writes the checkpoint, every rank its rows of the sharded tables (whose
+  save is collective) (hbcore_tf.train.saver);
+- ``StepStatHook``: logs secs/step and <unit>s/sec of this rank every N
+  steps (hbcore_tf.train.step_stat_hook);
 - ``export``: a SavedModel from a checkpoint with sharded tables
   (hbcore_tf.embedding.saving.export).
 """
 from hbcore_tf.train.optimizers import OPTIMIZERS, wraps_optimizer
+from hbcore_tf.train.saver import Saver
 from hbcore_tf.train.server import Server, device_setter, monitored_session
 from hbcore_tf.train.session import MonitoredTrainingSession
+from hbcore_tf.train.step_stat_hook import StepStatHook
 from hbcore_tf.embedding.saving import export
 
 globals().update(OPTIMIZERS)
 
 __all__ = sorted(OPTIMIZERS) + [
-    "EvaluationHook", "MonitoredTrainingSession", "Server", "device_setter",
-    "export", "monitored_session", "wraps_optimizer"]
+    "EvaluationHook", "MonitoredTrainingSession", "Saver", "Server",
+    "StepStatHook", "device_setter", "export", "monitored_session",
+    "wraps_optimizer"]
 
 
 def __getattr__(name: str):
