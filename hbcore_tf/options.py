@@ -29,7 +29,9 @@ environment variables (checked at import).
 import contextlib
 import numbers
 import os
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from collections.abc import Mapping
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple,
+                    Optional, Tuple)
 
 from hbcore import knobs as _core_knobs
 
@@ -48,9 +50,9 @@ class Option(NamedTuple):
     Attributes:
         name: the attribute / keyword name.
         type: bool, int, float or str; or ``object`` for HybridBackend's
-            options that take a value or a per-column dict and that hbcore
-            accepts without using (any value; the environment's text as
-            is).
+            options that hbcore accepts without using and whose values it
+            does not type (any value, or what ``check`` accepts; the
+            environment's text as is).
         default: the default value (of ``type``).
         doc: one line for the docs.
         check: None, or a function that raises ValueError for a value of
@@ -59,6 +61,9 @@ class Option(NamedTuple):
         from_env: whether ``HB_<NAME>`` sets it (False for HybridBackend's
             options that have no variable there, so that an unrelated
             HB_MODE or HB_BATCH_SIZE in a user's shell is never read).
+        per_column: whether it also takes a dict ``{column_name: value}``
+            (HybridBackend's per-column embedding options; the
+            environment's text is always one value).
     """
 
     name: str
@@ -67,6 +72,7 @@ class Option(NamedTuple):
     doc: str
     check: Optional[Callable[[str, Any], Any]] = None
     from_env: bool = True
+    per_column: bool = False
 
     @property
     def env(self) -> str:
@@ -137,6 +143,26 @@ def _comm_backend(name: str, value: Any) -> Any:
     return value
 
 
+def _dtype_of(kind: str) -> Callable[[str, Any], Any]:
+    """A check that takes the name of a TensorFlow dtype (a tf.DType is
+    taken by its name before the check) that is floating or integer
+    (``kind``), and stores its canonical name."""
+    def check(name: str, value: Any) -> Any:
+        import tensorflow as tf
+
+        try:
+            dtype = tf.as_dtype(value)
+        except TypeError:
+            raise ValueError("option %s expects the name of a TensorFlow "
+                             "dtype, got %r" % (name, value)) from None
+        ok = dtype.is_floating if kind == "floating" else dtype.is_integer
+        if not ok:
+            raise ValueError("option %s expects a %s dtype, got %r" % (
+                name, kind, value))
+        return dtype.name
+    return check
+
+
 OPTIONS: Tuple[Option, ...] = (
     Option("grad_nbuckets", int, 1,
            "gradients of one step travel as this many fused allreduce "
@@ -165,7 +191,8 @@ OPTIONS: Tuple[Option, ...] = (
            "(data parallel) instead of being sharded", _at_least(0)),
     Option("emb_unique", bool, True,
            "sharded embedding: deduplicate ids on each rank before they "
-           "are sent to the owning ranks"),
+           "are sent to the owning ranks (or a dict per column)",
+           per_column=True),
     Option("emb_checkpoint_block_bytes", int, 64 << 20,
            "sharded embedding: checkpoints store a tensor larger than this "
            "as row blocks of at most this size (a restoring rank reads "
@@ -174,8 +201,8 @@ OPTIONS: Tuple[Option, ...] = (
     Option("emb_wire_dtype", str, "float32",
            "sharded embedding: dtype of the embedding rows exchanged "
            "between ranks (float32, float16 or bfloat16; a tf.DType is "
-           "taken by its name)",
-           _one_of(WIRE_DTYPES, upper=False)),
+           "taken by its name; or a dict per column)",
+           _one_of(WIRE_DTYPES, upper=False), per_column=True),
     # HybridBackend's training options.
     Option("keep_checkpoint_max", object, None,
            "inside hb.scope, a tf.compat.v1.train.Saver keeps this many "
@@ -220,34 +247,34 @@ OPTIONS: Tuple[Option, ...] = (
            "HybridBackend's concatenated lookups; accepted, changes "
            "nothing",
            from_env=False),
-    Option("emb_device", object, "",
+    Option("emb_device", str, "",
            "HybridBackend's table device (or a dict per column); hbcore "
            "keeps each shard on its rank's device: accepted, unused",
-           from_env=False),
-    Option("emb_input_device", object, "",
+           from_env=False, per_column=True),
+    Option("emb_input_device", str, "",
            "HybridBackend's id device (or a dict per column); accepted, "
            "unused",
-           from_env=False),
-    Option("emb_dtype", object, "float32",
-           "HybridBackend's table dtype (or a dict per column); the "
-           "variable's own dtype rules: accepted, unused",
-           from_env=False),
-    Option("emb_input_dtype", object, "int64",
-           "HybridBackend's id dtype (or a dict per column); accepted, "
-           "unused",
-           from_env=False),
-    Option("emb_pad", object, False,
+           from_env=False, per_column=True),
+    Option("emb_dtype", str, "float32",
+           "HybridBackend's table dtype, a floating dtype (or a dict per "
+           "column); the variable's own dtype rules: accepted, unused",
+           _dtype_of("floating"), from_env=False, per_column=True),
+    Option("emb_input_dtype", str, "int64",
+           "HybridBackend's id dtype, an integer dtype (or a dict per "
+           "column); accepted, unused",
+           _dtype_of("integer"), from_env=False, per_column=True),
+    Option("emb_pad", bool, False,
            "HybridBackend's padded lookups (or a dict per column); "
            "accepted, unused",
-           from_env=False),
-    Option("emb_num_buckets_max", object, 2 ** 63 - 1,
-           "HybridBackend's bucket cap (or a dict per column); accepted, "
-           "unused",
-           from_env=False),
-    Option("emb_segment_rank", object, 0,
-           "HybridBackend's segment rank (or a dict per column); "
+           from_env=False, per_column=True),
+    Option("emb_num_buckets_max", int, 2 ** 63 - 1,
+           "HybridBackend's bucket cap, >= 1 (or a dict per column); "
            "accepted, unused",
-           from_env=False),
+           _at_least(1), from_env=False, per_column=True),
+    Option("emb_segment_rank", int, 0,
+           "HybridBackend's segment rank, >= 0 (or a dict per column); "
+           "accepted, unused",
+           _at_least(0), from_env=False, per_column=True),
     Option("emb_buffer_size", int, 0,
            "HybridBackend's embedding buffer rows; accepted, unused",
            _at_least(0)),
@@ -284,30 +311,38 @@ def _is_bool(value: Any) -> bool:
         type(value).__name__ in ("bool_", "bool"))
 
 
-def validate(name: str, value: Any) -> Any:
-    """Checks ``value`` for option ``name`` and returns the value to store.
+class PerColumn(Mapping):
+    """A per-column option's dict: ``{column_name: value}``, read-only.
 
-    Args:
-        name: the option's name (e.g. ``"grad_nbuckets"``).
-        value: the candidate value; an int is accepted (as a float) for a
-            float option, a bool is not accepted for an int option; numpy
-            scalars are accepted as the Python type they stand for
-            (``np.int64(2)`` for an int option, stored as ``2``).
-
-    Returns:
-        The value to store: ``value``, converted to float for a float
-        option, or normalized by the option's check (e.g. upper-cased).
-
-    Raises:
-        ValueError: unknown option, or a value outside the option's domain
-            (e.g. ``comm_default="NCCL"`` in a build without NCCL).
-        TypeError: a value of the wrong type.
+    Stored by ``validate`` for a dict given to a per-column option; its
+    values are validated (and normalized) as the option's plain values.
+    Columns it does not name take the option's default
+    (``Options.for_column``).
     """
-    option = _BY_NAME.get(name)
-    if option is None:
-        raise ValueError(_unknown(name))
+
+    def __init__(self, option: str, values: Dict[str, Any]) -> None:
+        self._option = option
+        self._values = dict(values)
+
+    def __getitem__(self, column: str) -> Any:
+        return self._values[column]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return "PerColumn(%s, %r)" % (self._option, self._values)
+
+
+def _validate_one(option: Option, label: str, value: Any) -> Any:
+    """Checks one plain value of ``option``; errors name ``label`` (the
+    option, or ``option['column']`` for an entry of a per-column dict)."""
+    name = option.name
     if option.type is object:
-        return option.check(name, value) if option.check else value
+        return option.check(label, value) if option.check else value
     if option.type is str and type(value).__name__ == "DType" and hasattr(
             value, "name"):
         value = value.name  # a tf.DType, as HybridBackend's dtype options
@@ -326,9 +361,63 @@ def validate(name: str, value: Any) -> Any:
     elif option.type is str and isinstance(value, str):
         value = str(value)
     if not ok:
-        raise TypeError("option %s expects a value of type %s, got %r (%s)" % (
-            name, _type_name(option.type), value, type(value).__name__))
-    return option.check(name, value) if option.check else value
+        hint = ""
+        if isinstance(value, Mapping) and name.startswith("emb_"):
+            hint = ("; a per-column dict is accepted by %s only" %
+                    ", ".join(o.name for o in OPTIONS if o.per_column))
+        raise TypeError("option %s expects a value of type %s, got %r (%s)%s"
+                        % (label, _type_name(option.type), value,
+                           type(value).__name__, hint))
+    return option.check(label, value) if option.check else value
+
+
+def validate(name: str, value: Any) -> Any:
+    """Checks ``value`` for option ``name`` and returns the value to store.
+
+    Args:
+        name: the option's name (e.g. ``"grad_nbuckets"``).
+        value: the candidate value; an int is accepted (as a float) for a
+            float option, a bool is not accepted for an int option; numpy
+            scalars are accepted as the Python type they stand for
+            (``np.int64(2)`` for an int option, stored as ``2``). A
+            per-column option (``Option.per_column``) also takes a dict
+            ``{column_name: value}`` whose values are checked the same
+            way.
+
+    Returns:
+        The value to store: ``value``, converted to float for a float
+        option, or normalized by the option's check (e.g. upper-cased); a
+        ``PerColumn`` of such values for a per-column dict.
+
+    Raises:
+        ValueError: unknown option, a value outside the option's domain
+            (e.g. ``comm_default="NCCL"`` in a build without NCCL), or a
+            per-column dict with the key ``'*'`` (columns a dict leaves
+            out take the option's default; a value for every column is
+            given as a plain value).
+        TypeError: a value of the wrong type, a dict for an option that
+            is not per-column, or a per-column dict whose key is not a
+            non-empty str (a column name).
+    """
+    option = _BY_NAME.get(name)
+    if option is None:
+        raise ValueError(_unknown(name))
+    if not (option.per_column and isinstance(value, Mapping)):
+        return _validate_one(option, name, value)
+    checked = {}
+    for column, item in value.items():
+        if not isinstance(column, str) or not column:
+            raise TypeError("option %s: the keys of a per-column dict are "
+                            "column names (non-empty str), got %r (%s)" % (
+                                name, column, type(column).__name__))
+        if column == "*":
+            raise ValueError(
+                "option %s: a per-column dict names columns; '*' is not "
+                "one (columns the dict leaves out take the option's "
+                "default; give a plain value to set every column)" % name)
+        checked[column] = _validate_one(option, "%s[%r]" % (name, column),
+                                        item)
+    return PerColumn(name, checked)
 
 
 def parse_env_value(option: Option, text: str) -> Any:
@@ -380,6 +469,9 @@ class Options:
     def __init__(self, environ: Optional[Dict[str, str]] = None) -> None:
         object.__setattr__(self, "_environ", environ)
         object.__setattr__(self, "_base", None)
+        # The defaults: built-in, or HB_<NAME> (what per-column dicts fall
+        # back to); set with _base, never changed by assignments.
+        object.__setattr__(self, "_defaults", None)
         object.__setattr__(self, "_stack", [])
 
     # -- layers ----------------------------------------------------------
@@ -393,6 +485,7 @@ class Options:
                 base[option.name] = (option.default if text is None
                                      or text.strip() == ""
                                      else parse_env_value(option, text))
+            object.__setattr__(self, "_defaults", dict(base))
             object.__setattr__(self, "_base", base)
         return base
 
@@ -410,13 +503,53 @@ class Options:
         self._values()[name] = validate(name, value)
 
     def __dir__(self) -> List[str]:
-        return sorted(_BY_NAME) + ["update", "scope", "as_dict", "reset"]
+        return sorted(_BY_NAME) + ["update", "scope", "as_dict", "reset",
+                                   "default", "for_column"]
 
     def __repr__(self) -> str:
         return "Options(%s)" % ", ".join(
             "%s=%r" % kv for kv in sorted(self.as_dict().items()))
 
     # -- API -------------------------------------------------------------
+    def default(self, name: str) -> Any:
+        """Returns option ``name``'s default: the value of ``HB_<NAME>``
+        when the option reads it and it is set, else the built-in default.
+
+        Raises:
+            AttributeError: an unknown option.
+            ValueError: a bad ``HB_<NAME>`` value.
+        """
+        if name not in _BY_NAME:
+            raise AttributeError(_unknown(name))
+        self._values()
+        return self._defaults[name]
+
+    def for_column(self, name: str, column: Optional[str]) -> Any:
+        """Returns the effective value of option ``name`` for one column.
+
+        HybridBackend's rule: a per-column dict gives the column its own
+        entry, else the option's default (``default(name)``); a plain
+        value applies to every column.
+
+        Args:
+            name: the option's name.
+            column: the column's name (a feature column's
+                ``categorical_column.name``), or None for a lookup that
+                belongs to no column (it gets the default from a dict).
+
+        Returns:
+            The value (never a ``PerColumn``).
+
+        Raises:
+            AttributeError: an unknown option.
+        """
+        value = getattr(self, name)
+        if isinstance(value, PerColumn):
+            if column is not None and column in value:
+                return value[column]
+            return self.default(name)
+        return value
+
     def as_dict(self) -> Dict[str, Any]:
         """Returns every option's effective value."""
         return {name: getattr(self, name) for name in _BY_NAME}
@@ -453,6 +586,7 @@ class Options:
         """Forgets process-wide values: the environment is read again at
         the next use (scopes that are active stay active)."""
         object.__setattr__(self, "_base", None)
+        object.__setattr__(self, "_defaults", None)
 
 
 def option_table() -> List[Option]:

@@ -2,16 +2,18 @@
 
 Each table's rows are split over the ranks; lookups move ids to the rows'
 owners and rows back with alltoall (hbcore_tf.embedding.exchange); the
-table is one logical variable for gradients and checkpoints. See
+table is one logical variable for gradients and checkpoints;
+``dense_features`` builds TensorFlow feature columns over such tables. See
 docs/embedding.md.
 """
 from hbcore_tf.embedding.partition import RowPartition
 from hbcore_tf.embedding.scope import embedding_scope
+from hbcore_tf.embedding.feature_columns import dense_features
 from hbcore_tf.embedding.table import ShardInfo, is_sharded, shard_info
 from hbcore_tf.embedding import saving
 
 # Collective Saver.save for graphs with sharded tables (see saving.py).
 saving.install()
 
-__all__ = ["RowPartition", "ShardInfo", "embedding_scope", "is_sharded",
-           "shard_info"]
+__all__ = ["RowPartition", "ShardInfo", "dense_features", "embedding_scope",
+           "is_sharded", "shard_info"]

@@ -34,12 +34,21 @@ averaged dense gradients (a rank with an empty batch does not shrink the
 average). Sum over ranks of d(loss_r)/d(row), divided by the number of
 ranks that had data.
 
+Options: ``emb_unique`` and ``emb_wire_dtype`` may be per-column dicts
+(hbcore_tf.options). A lookup reads them for the column being looked up
+(``lookup_column``, set by ``hb.dense_features`` around each feature
+column), with HybridBackend's rule: the column's own entry, else the
+option's default; a lookup outside any column gets the default. They are
+read once, when the lookup is built, so the graph holds plain values.
+
 Bad ids: an id outside [0, num_rows) raises InvalidArgumentError naming the
 table and the ids on the rank that looked it up, after that rank has taken
 part in both exchanges, so the other ranks' step completes; the failing
 rank's process then ends the job (hbrun stops every rank).
 """
-from typing import Any, Callable, NamedTuple, Optional
+import contextlib
+import threading
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -51,6 +60,44 @@ from hbcore_tf.options import options
 # Integer bookkeeping only: nothing to differentiate.
 tf.no_gradient("HbcoreShardRoute")
 tf.no_gradient("HbcoreShardReceive")
+
+
+_column = threading.local()  # .names: the stack of lookup_column names
+
+
+@contextlib.contextmanager
+def lookup_column(name: str) -> Iterator[None]:
+    """Lookups built inside belong to the feature column ``name``: they
+    read per-column options (``emb_unique``, ``emb_wire_dtype``) for it.
+
+    Per thread: the lookups of a column are built on the thread that
+    builds the column.
+
+    Args:
+        name: the column's name (a feature column's
+            ``categorical_column.name``, the key of per-column dicts).
+
+    Yields:
+        Nothing.
+    """
+    names = _column.__dict__.setdefault("names", [])
+    names.append(name)
+    try:
+        yield
+    finally:
+        names.pop()
+
+
+def current_column() -> Optional[str]:
+    """The innermost ``lookup_column`` name on this thread, or None."""
+    names = getattr(_column, "names", None)
+    return names[-1] if names else None
+
+
+def column_option(name: str) -> Any:
+    """Option ``name`` for the lookup being built: its value for the
+    current column (``options.for_column``)."""
+    return options.for_column(name, current_column())
 
 
 class RoutedIds(NamedTuple):
@@ -126,14 +173,15 @@ def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
     Returns:
         The RoutedIds of this lookup.
     """
+    unique = bool(column_option("emb_unique"))
     send, send_splits, restore, invalid = _lib.hbcore_shard_route(
         ids, _step_flag(), num_rows=info.num_rows,
-        num_shards=info.partition.num_shards, unique=options.emb_unique)
+        num_shards=info.partition.num_shards, unique=unique)
     received, received_splits = _alltoall(send, send_splits, name + "_ids",
                                           exact_names)
     distinct, index, counts, with_data = _lib.hbcore_shard_receive(
         received, received_splits, offset=info.offset, rows=info.rows,
-        unique=options.emb_unique)
+        unique=unique)
     return RoutedIds(restore, invalid, distinct, index, counts, with_data)
 
 
@@ -170,7 +218,7 @@ def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
 
     Args:
         rows: ``lookup_local``'s rows, one per received id (sent in the
-            ``emb_wire_dtype`` when floating).
+            ``emb_wire_dtype`` of the current column when floating).
         routed: what ``route_ids`` returned.
         dtype: the table's dtype, which the returned rows are cast to.
         name: prefix of the collective's name (``name + "_rows"``; its
@@ -181,7 +229,7 @@ def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
     Returns:
         A ``[number of flat ids, dim]`` tensor of ``dtype``.
     """
-    wire = tf.as_dtype(options.emb_wire_dtype)
+    wire = tf.as_dtype(column_option("emb_wire_dtype"))
     if wire != rows.dtype and rows.dtype.is_floating:
         rows = tf.cast(rows, wire)
     back, _ = _alltoall(rows, routed.received_counts, name + "_rows",

@@ -1,0 +1,178 @@
+"""``hb.dense_features``: TensorFlow feature columns over sharded tables
+(HybridBackend's ``hb.dense_features``).
+
+    with hb.scope():
+        columns = [tf.feature_column.embedding_column(
+            tf.feature_column.categorical_column_with_identity("user", 100000),
+            dimension=16)]
+        user_emb, = hb.dense_features(features, columns)   # [batch, 16]
+
+Nothing here looks anything up by itself. Each column is built by
+TensorFlow's own tf.compat.v1 feature-column code (the code behind
+``tf.compat.v1.feature_column.input_layer``), inside the sharding scope
+(hbcore_tf.embedding.scope): the ``embedding_weights`` an embedding column
+creates with ``get_variable`` become sharded tables, and its
+``safe_embedding_lookup_sparse`` reads them through the sharded lookup
+(hbcore_tf.embedding.exchange). Each column is built inside
+``lookup_column(<its categorical column's name>)``, so its lookups read
+per-column options (``emb_unique``, ``emb_wire_dtype``) for that column.
+
+Cross-rank contract: every rank calls ``dense_features`` with the same
+columns (and feature keys) at the same point of its graph. The columns are
+built in the same order on every rank (sorted by name, as input_layer
+builds them, whatever order the list has), so the tables, and the two
+alltoalls of each embedding column's lookup, are created identically on
+every rank; which rows a rank holds depends on its rank, never which ops
+exist.
+"""
+import contextlib
+from collections.abc import Mapping
+from typing import Any, Dict, Iterator, List, Sequence
+
+import tensorflow as tf
+
+from hbcore_tf.embedding.scope import sharding_variable_scope
+from hbcore_tf.embedding.table import is_sharded
+from hbcore_tf.options import options
+
+
+def column_key(column: Any) -> str:
+    """The name per-column options know a feature column by.
+
+    HybridBackend's rule: an embedding column (shared or not) goes by its
+    categorical column's name (the feature key for ``*_with_identity`` and
+    ``*_with_hash_bucket``); any other column by its own name.
+
+    Args:
+        column: a feature column.
+
+    Returns:
+        The column's name for per-column option dicts.
+    """
+    categorical = getattr(column, "categorical_column", None)
+    return (categorical if categorical is not None else column).name
+
+
+@contextlib.contextmanager
+def _shared_table_reused(column: Any) -> Iterator[None]:
+    """Lets a tf.compat.v1 shared embedding column look up the sharded
+    table an earlier column of its collection created.
+
+    TF's shared column takes the table from its graph collection and
+    checks that its shape is the whole table's, which a shard's is not.
+    Inside, the collection is empty and the column's ``get_variable`` of
+    ``embedding_weights`` returns that table, so TF's own lookup code runs
+    on it; on exit the collection holds the table alone again. Any other
+    column passes through unchanged.
+
+    Args:
+        column: the feature column about to be built.
+
+    Yields:
+        Nothing.
+    """
+    name = getattr(column, "shared_embedding_collection_name", None)
+    graph = tf.compat.v1.get_default_graph()
+    held = graph.get_collection(name) if name else []
+    if len(held) != 1 or not is_sharded(held[0]):
+        yield
+        return
+    table = held[0]
+
+    def reuse(getter: Any, *args: Any, **kwargs: Any) -> Any:
+        # TF passes the name by keyword; a getter may also get it first.
+        var_name = kwargs["name"] if "name" in kwargs else args[0]
+        if var_name.rsplit("/", 1)[-1] == "embedding_weights":
+            return table
+        return getter(*args, **kwargs)
+
+    collection = graph.get_collection_ref(name)
+    del collection[:]
+    try:
+        with tf.compat.v1.variable_scope(
+                tf.compat.v1.get_variable_scope(), custom_getter=reuse,
+                auxiliary_name_scope=False):
+            yield
+    finally:
+        collection[:] = [table]
+
+
+def dense_features(features: Mapping,
+                   feature_columns: Sequence[Any]) -> List[tf.Tensor]:
+    """Dense tensors of ``feature_columns``, embedding tables sharded
+    across ranks (HybridBackend's ``hb.dense_features``).
+
+    The tables of embedding columns (``embedding_column``, tf.compat.v1
+    ``shared_embedding_columns``) are created as sharded tables (a table
+    with fewer than ``max(world size, emb_min_rows_to_shard)`` rows stays
+    replicated) under ``dense_features[_N]/<column>_embedding/
+    embedding_weights`` and looked up across ranks; other dense columns
+    (numeric, indicator, ...) are computed locally. Tables are sharded
+    whatever the ``sharding`` option says (HybridBackend shards them
+    whenever there are several ranks), except while building a serving
+    graph for export. Each output equals
+    what ``tf.compat.v1.feature_column.input_layer`` computes for that
+    column on one unsharded table with the same values.
+
+    Each call creates new tables (as each call of input_layer, or each
+    new DenseFeatures layer, does). Works in tf.compat.v1 graphs, the mode
+    of HybridBackend's examples; its tables are made by tf.compat.v1
+    ``get_variable``, which neither eager execution nor tf.function can
+    keep from one call to the next.
+
+    Args:
+        features: a mapping from feature key to a Tensor or SparseTensor,
+            as for ``input_layer``.
+        feature_columns: the dense feature columns (v1 or v2 columns that
+            ``input_layer`` accepts), distinct names.
+
+    Returns:
+        One ``[batch, width]`` tensor per column, in the order of
+        ``feature_columns`` (HybridBackend's ``dense_features`` returns
+        the list; ``tf.concat(outputs, 1)`` is its concatenation in that
+        order).
+
+    Raises:
+        ValueError: ``features`` is not a mapping; ``feature_columns`` is
+            empty, holds a column twice (by name) or holds a column that
+            is not dense (a categorical column not wrapped by
+            ``embedding_column`` / ``indicator_column``).
+        RuntimeError: called eagerly or inside a tf.function.
+    """
+    from tensorflow.python.feature_column import feature_column as fc_v1
+
+    # The lookup's module loads the op library: imported on first use.
+    from hbcore_tf.embedding.exchange import lookup_column
+
+    if tf.executing_eagerly() or tf.compat.v1.get_default_graph(
+            ).building_function:
+        raise RuntimeError(
+            "hb.dense_features builds tf.compat.v1 feature columns, whose "
+            "tables each call creates anew with get_variable: call it while "
+            "building a tf.compat.v1 graph (as HybridBackend's examples "
+            "do), not eagerly or inside a tf.function")
+    if not isinstance(features, Mapping):
+        raise ValueError("hb.dense_features expects a mapping from feature "
+                         "key to tensor as features, got %s" %
+                         type(features).__name__)
+    # TF's checks: a non-empty list of feature columns with distinct names.
+    columns = fc_v1._normalize_feature_columns(feature_columns)  # noqa
+    outputs: Dict[Any, tf.Tensor] = {}
+    with options.scope(sharding=True), sharding_variable_scope():
+        with tf.compat.v1.variable_scope(
+                None, default_name="dense_features",
+                values=list(features.values())):
+            # Sorted by name, as input_layer builds them: the same tables in
+            # the same order on every rank, whatever order the list has.
+            for column in sorted(columns, key=lambda c: c.name):
+                with lookup_column(column_key(column)), \
+                        _shared_table_reused(column):
+                    # One column at a time, in this variable scope
+                    # (from_template: no scope of its own), with TF's own
+                    # per-column variable scope, lookup and reshape to
+                    # [batch, width]; it checks that the column is dense.
+                    fc_v1._internal_input_layer(  # noqa
+                        features, [column],
+                        scope=tf.compat.v1.get_variable_scope(),
+                        from_template=True, cols_to_output_tensors=outputs)
+    return [outputs[column] for column in columns]

@@ -1,0 +1,312 @@
+"""hb.dense_features at any rank count (run by
+tests/tf/test_hb_dense_features.py under hbrun).
+
+Every expected value comes from plain TensorFlow in the same process:
+``tf.compat.v1.feature_column.input_layer`` over the same columns on
+unsharded tables with the same initial values, fed this rank's batch
+(lookups) or the whole batch of every step (every rank's batch
+concatenated in rank order: training). The tables have 23, 11, 17 and 13
+rows: uneven blocks at 2 and at 3 ranks.
+"""
+import numpy as np
+
+from train_common import (check, Checker, close, expect_raises, rank_values,
+                          report, run_table, tf)
+
+import hbcore_tf as hb  # noqa: E402
+from hbcore_tf.embedding import shard_info  # noqa: E402
+
+V1 = tf.compat.v1
+FC = tf.feature_column
+
+CASES = ["lookups_match_input_layer", "shared_embedding_columns",
+         "adagrad_training_matches_single_process",
+         "graph_is_rank_independent", "errors"]
+BATCH, STEPS, LR = 4, 3, 0.1
+ROWS = {"a": 23, "b": 11, "c": 17, "xy": 13}
+DIMS = {"a": 4, "b": 3, "c": 2, "xy": 3}
+
+
+def table0(key):
+    return 0.5 * rank_values(70 + len(key) * 7 + ord(key[0]), 0,
+                             (ROWS[key], DIMS[key]))
+
+
+def columns():
+    """The columns, in a list order that is not their name order:
+    [b (hash, mean), n (numeric), a (identity, sum), c (weighted, sqrtn)]."""
+    init = lambda key: V1.constant_initializer(table0(key))  # noqa: E731
+    a = FC.embedding_column(
+        FC.categorical_column_with_identity("a", ROWS["a"]), DIMS["a"],
+        combiner="sum", initializer=init("a"))
+    b = FC.embedding_column(
+        FC.categorical_column_with_hash_bucket("b", ROWS["b"]), DIMS["b"],
+        combiner="mean", initializer=init("b"))
+    c = FC.embedding_column(
+        FC.weighted_categorical_column(
+            FC.categorical_column_with_identity("c", ROWS["c"]), "cw"),
+        DIMS["c"], combiner="sqrtn", initializer=init("c"))
+    n = FC.numeric_column("n", shape=(2,))
+    return [b, n, a, c]
+
+
+def shared_columns():
+    """v1 shared embedding columns of x and y (one 13-row table)."""
+    return V1.feature_column.shared_embedding_columns(
+        [FC.categorical_column_with_identity("x", ROWS["xy"]),
+         FC.categorical_column_with_identity("y", ROWS["xy"])],
+        DIMS["xy"], combiner="mean",
+        initializer=V1.constant_initializer(table0("xy")))
+
+
+def raw_batch(step, rank):
+    """This rank's batch as Python lists: ragged ids per example (an empty
+    example, duplicates, id 22 - rank on this rank only), strings, weights
+    and numbers."""
+    rng = np.random.default_rng([900 + step, rank])
+    a = [list(rng.integers(0, ROWS["a"] - 3, size=k)) for k in (3, 1, 0, 2)]
+    a[0][1] = a[0][0]
+    a[3][0] = ROWS["a"] - 1 - rank
+    c = [list(rng.integers(0, ROWS["c"], size=k)) for k in (2, 2, 1, 1)]
+    cw = [list(rng.uniform(0.5, 2.0, size=len(ids))) for ids in c]
+    x = [[int(v)] for v in rng.integers(0, ROWS["xy"], size=BATCH)]
+    y = [list(rng.integers(0, ROWS["xy"], size=2)) for _ in range(BATCH)]
+    return {"a": a, "b": [["u%d" % rng.integers(0, 40), "v%d" % rank]
+                          for _ in range(BATCH)],
+            "c": c, "cw": cw, "x": x, "y": y,
+            "n": rank_values(950 + step, rank, (BATCH, 2)),
+            "label": rank_values(960 + step, rank, (BATCH, 1))}
+
+
+def whole_batch(step, size):
+    parts = [raw_batch(step, r) for r in range(size)]
+    return {k: (np.concatenate([p[k] for p in parts])
+                if isinstance(parts[0][k], np.ndarray)
+                else sum((p[k] for p in parts), []))
+            for k in parts[0]}
+
+
+def ragged_to_sparse(rows, dtype):
+    indices = [[i, j] for i, row in enumerate(rows) for j in range(len(row))]
+    values = [v for row in rows for v in row]
+    width = max([len(row) for row in rows] + [1])
+    return tf.compat.v1.SparseTensorValue(
+        np.array(indices, np.int64).reshape(-1, 2),
+        np.array(values, dtype), np.array([len(rows), width], np.int64))
+
+
+class Inputs:
+    """Placeholders for the features (sparse ones for ragged ids) and the
+    feed of a raw batch."""
+
+    SPARSE = {"a": np.int64, "c": np.int64, "cw": np.float32,
+              "x": np.int64, "y": np.int64}
+
+    def __init__(self):
+        self.ph = {k: V1.sparse_placeholder(tf.as_dtype(d), name=k)
+                   for k, d in self.SPARSE.items()}
+        self.ph["b"] = V1.placeholder(tf.string, (None, 2), name="b")
+        self.ph["n"] = V1.placeholder(tf.float32, (None, 2), name="n")
+        self.label = V1.placeholder(tf.float32, (None, 1), name="label")
+
+    def features(self):
+        return dict(self.ph)
+
+    def feed(self, raw):
+        feed = {self.ph[k]: ragged_to_sparse(raw[k], d)
+                for k, d in self.SPARSE.items()}
+        feed[self.ph["b"]] = np.array(raw["b"])
+        feed[self.ph["n"]] = raw["n"]
+        feed[self.label] = raw["label"]
+        return feed
+
+
+def plain_outputs(cols, raw):
+    """input_layer's per-column outputs (unsharded tables), in the order
+    of ``cols``."""
+    with tf.Graph().as_default():
+        inputs = Inputs()
+        by_column = {}
+        V1.feature_column.input_layer(inputs.features(), cols,
+                                      cols_to_output_tensors=by_column)
+        with V1.Session() as sess:
+            sess.run(V1.global_variables_initializer())
+            return sess.run([by_column[c] for c in cols], inputs.feed(raw))
+
+
+def model(features_fn, inputs, width):
+    """logits of a linear layer over the concatenated column outputs."""
+    x = tf.concat(features_fn(inputs.features()), 1)
+    w = V1.get_variable("w", initializer=tf.constant(
+        rank_values(980, 0, (width, 1))))
+    b = V1.get_variable("bias", initializer=tf.constant([0.1]))
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - inputs.label))
+    return loss, w
+
+
+def main():
+    rank = hb.context.rank
+    size = hb.context.world_size
+    checker = Checker(rank)
+
+    def check_table(name, key):
+        """The table is sharded over every rank under its own name."""
+        table = [v for v in V1.global_variables()
+                 if v.name == "dense_features/%s/embedding_weights:0" % name]
+        check(len(table) == 1, "no table %s in %s" % (
+            name, [v.name for v in V1.global_variables()]))
+        info = shard_info(table[0])
+        check(info is not None and info.num_rows == ROWS[key]
+              and info.partition.num_shards == size
+              and tuple(table[0].shape) == (info.rows, DIMS[key]),
+              "%s: shape %s, %s" % (name, table[0].shape, info))
+        return table[0], info
+
+    def lookups_match_input_layer():
+        """Each output is input_layer's for its column (unsharded tables,
+        this rank's batch), in the list's order; the tables are sharded."""
+        cols = columns()
+        raw = raw_batch(0, rank)
+        want = plain_outputs(cols, raw)
+        with tf.Graph().as_default():
+            inputs = Inputs()
+            with hb.scope():
+                outs = hb.dense_features(inputs.features(), cols)
+            check(isinstance(outs, list) and len(outs) == len(cols),
+                  "returned %r" % (outs,))
+            for key in "abc":
+                check_table("%s_embedding" % ("c_weighted_by_cw"
+                                              if key == "c" else key), key)
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                got = sess.run(outs, inputs.feed(raw))
+        for col, g, w in zip(cols, got, want):
+            close(g, w, col.name)
+        check(not np.any(got[2][2]), "empty example: %s" % got[2][2])
+
+    def shared_embedding_columns():
+        """Two columns sharing one sharded table: one table, two lookups,
+        each equal to input_layer's."""
+        with tf.Graph().as_default():  # TF makes them in graph mode only
+            cols = shared_columns()
+        raw = raw_batch(1, rank)
+        want = plain_outputs(cols, raw)
+        with tf.Graph().as_default():
+            inputs = Inputs()
+            with hb.scope():
+                outs = hb.dense_features(inputs.features(), cols)
+            check_table("x_y_shared_embedding", "xy")
+            check(len(V1.global_variables()) == 1,
+                  "variables %s" % V1.global_variables())
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                got = sess.run(outs, inputs.feed(raw))
+        for col, g, w in zip(cols, got, want):
+            close(g, w, col.name)
+
+    def adagrad_training_matches_single_process():
+        """A tf.compat.v1 Adagrad built in hb.scope trains the sharded
+        tables (and the dense weights) as plain TF trains full tables on
+        the whole batch of every step."""
+        cols = columns()
+        width = sum(DIMS[k] for k in "abc") + 2
+        # The reference: input_layer's per-column outputs, list order.
+        with tf.Graph().as_default():
+            inputs = Inputs()
+
+            def plain(f):
+                by_column = {}
+                V1.feature_column.input_layer(
+                    f, cols, cols_to_output_tensors=by_column)
+                return [by_column[c] for c in cols]
+            loss, w = model(plain, inputs, width)
+            train = V1.train.AdagradOptimizer(LR).minimize(loss)
+            tables = {k: [v for v in V1.global_variables()
+                          if v.name.startswith("input_layer/%s_" % k)
+                          and v.name.endswith("weights:0")][0]
+                      for k in "abc"}
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                for k in range(STEPS):
+                    sess.run(train, inputs.feed(whole_batch(k, size)))
+                want_tables, want_w = sess.run([tables, w])
+        with tf.Graph().as_default():
+            inputs = Inputs()
+            with hb.scope():
+                loss, w = model(lambda f: hb.dense_features(f, cols),
+                                inputs, width)
+                opt = V1.train.AdagradOptimizer(LR)
+                train = opt.minimize(loss)
+            shards = {k: check_table("%s_embedding" % (
+                "c_weighted_by_cw" if k == "c" else k), k) for k in "abc"}
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                for k in range(STEPS):
+                    sess.run(train, inputs.feed(raw_batch(k, rank)))
+                got_w = sess.run(w)
+                for key, (table, info) in shards.items():
+                    slot = opt.get_slot(table, "accumulator")
+                    check(tuple(slot.shape) == tuple(table.shape),
+                          "%s slot %s" % (key, slot.shape))
+                    close(sess.run(table), want_tables[key][
+                        info.offset:info.offset + info.rows],
+                        "table %s rows" % key, rtol=1e-4, atol=1e-5)
+        close(got_w, want_w, "dense weight", rtol=1e-4, atol=1e-5)
+
+    def graph_is_rank_independent():
+        """Every rank builds the same ops (types and names) whatever the
+        list order: the columns are built in name order."""
+        def ops_of(cols):
+            with tf.Graph().as_default() as graph:
+                inputs = Inputs()
+                hb.dense_features(inputs.features(), cols)
+                return sorted((op.name, op.type)
+                              for op in graph.get_operations())
+        cols = columns()
+        mine = ops_of(cols)
+        check(mine == ops_of(list(reversed(cols))),
+              "the graph depends on the list order")
+        everyone = hb.allgather_object(mine)
+        check(all(theirs == mine for theirs in everyone),
+              "ranks built different graphs")
+
+    def errors():
+        """Bad arguments are errors on every rank before any collective
+        (ValueError as input_layer's and HybridBackend's), and eager or
+        tf.function use is a RuntimeError."""
+        a, n = columns()[2], columns()[1]
+        with tf.Graph().as_default():
+            ids = tf.sparse.SparseTensor([[0, 0]], tf.constant([1], tf.int64),
+                                         [1, 1])
+            expect_raises(lambda: hb.dense_features([ids], [a]), ValueError,
+                          "mapping from feature key")
+            expect_raises(lambda: hb.dense_features({"a": ids}, []),
+                          ValueError, "must not be empty")
+            expect_raises(lambda: hb.dense_features({"a": ids}, [a, a]),
+                          ValueError, "Duplicate feature column name")
+            expect_raises(lambda: hb.dense_features(
+                {"a": ids}, [a.categorical_column]), ValueError,
+                "must be a _DenseColumn")
+        expect_raises(lambda: hb.dense_features(
+            {"n": tf.zeros([1, 2])}, [n]), RuntimeError, "not eagerly")
+
+        @tf.function
+        def traced():
+            return hb.dense_features({"n": tf.zeros([1, 2])}, [n])
+        expect_raises(traced, RuntimeError, "tf.function")
+
+    table = {
+        "lookups_match_input_layer": lookups_match_input_layer,
+        "shared_embedding_columns": shared_embedding_columns,
+        "adagrad_training_matches_single_process":
+            adagrad_training_matches_single_process,
+        "graph_is_rank_independent": graph_is_rank_independent,
+        "errors": errors,
+    }
+    run_table(checker, table, CASES)
+    report({"rank": rank, "size": size, "ok": checker.all_ok})
+    hb.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""hb.dense_features at 2 and 3 ranks (tests/tf/rank_scripts/
+hb_dense_features.py, one hbrun launch per rank count, each rank checking
+against plain tf.compat.v1.feature_column.input_layer on unsharded
+tables): identity, hash-bucket and weighted embedding columns and a
+numeric column give input_layer's values, one tensor per column in the
+list's order, with the tables sharded under their own names; shared
+embedding columns share one sharded table; a tf.compat.v1 Adagrad built in
+hb.scope trains the tables and dense weights as plain TF does on the
+whole batch; every rank builds the same graph whatever the list order;
+bad arguments are ValueErrors and eager or tf.function use is a
+RuntimeError."""
+import pytest
+
+from train_util import STALL_FAST_ENV, case_names, launch, tensorflow_missing
+
+pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
+                                reason=str(tensorflow_missing()))
+
+SCRIPT = "hb_dense_features.py"
+NPS = [2, 3]
+
+
+@pytest.mark.parametrize("np_", NPS)
+def test_launch_is_clean(np_):
+    launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV).assert_ok()
+
+
+@pytest.mark.parametrize("np_", NPS)
+@pytest.mark.parametrize("case", case_names(SCRIPT))
+def test_case(np_, case):
+    launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV).assert_cases([case])
