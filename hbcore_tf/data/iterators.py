@@ -2,9 +2,12 @@
 ``hb.data.make_one_shot_iterator`` and friends), which initialize hbcore
 on first use as hb.context does.
 
-The iterator reads ``synchronized(ds)``, so its ``get_next()`` raises
-tf.errors.OutOfRangeError on every rank in the same step, which
-MonitoredTrainingSession turns into ``should_stop()`` on every rank.
+The iterator reads ``synchronized_with_last(ds)``. In
+hb.train.MonitoredTrainingSession (and tf.compat.v1's inside hb.scope)
+``should_stop()`` turns True on every rank after the last step, as
+HybridBackend's detect-end does (hbcore_tf.data.detect_end); elsewhere
+(a plain Session, TF's MonitoredTrainingSession) ``get_next()`` raises
+tf.errors.OutOfRangeError on every rank in the step after the last.
 ``get_next()`` also registers the batch's weight (1.0 unless the batch is
 empty) as the graph's data-sync step weight, so the data-parallel gradient
 reduction built in that graph averages over the ranks that had data
@@ -16,18 +19,54 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from hbcore_tf import _step_weight
-from hbcore_tf.data.sync import synchronized
+from hbcore_tf.data import detect_end
+from hbcore_tf.data.sync import synchronized_with_last
 
 
 class SyncIterator:
     """A tf.compat.v1 iterator over a synchronized dataset.
 
-    Behaves like the wrapped ``tf.compat.v1.data.Iterator`` (attributes
-    are forwarded); ``get_next`` additionally registers the step weight.
+    Behaves like a ``tf.compat.v1.data.Iterator`` over the dataset's
+    elements (other attributes are forwarded to the iterator over
+    ``(element, is_last)`` pairs it wraps); ``get_next`` additionally
+    registers the step weight and sets the end flag.
     """
 
-    def __init__(self, iterator: Any) -> None:
+    def __init__(self, iterator: Any, initializable: bool = False) -> None:
         self._iterator = iterator
+        self._end = detect_end.end_flag()
+        # Built once, now: a session's graph may be finalized later.
+        self._initializer = (tf.group(iterator.initializer,
+                                      self._end.assign(False))
+                             if initializable else None)
+
+    @property
+    def element_spec(self) -> Any:
+        """The spec of the dataset's elements."""
+        return self._iterator.element_spec[0]
+
+    @property
+    def output_types(self) -> Any:
+        """The dtypes of the dataset's elements (tf.compat.v1)."""
+        return tf.compat.v1.data.get_output_types(self._iterator)[0]
+
+    @property
+    def output_shapes(self) -> Any:
+        """The shapes of the dataset's elements (tf.compat.v1)."""
+        return tf.compat.v1.data.get_output_shapes(self._iterator)[0]
+
+    @property
+    def output_classes(self) -> Any:
+        """The classes of the dataset's elements (tf.compat.v1)."""
+        return tf.compat.v1.data.get_output_classes(self._iterator)[0]
+
+    @property
+    def initializer(self) -> Any:
+        """The wrapped iterator's initializer, which also clears the end
+        flag (a new pass begins)."""
+        if self._initializer is None:
+            return self._iterator.initializer  # TF's answer (one-shot)
+        return self._initializer
 
     def get_next(self, name: Optional[str] = None) -> Any:
         """The next batch; registers its weight in the graph.
@@ -45,8 +84,13 @@ class SyncIterator:
           tf.errors.OutOfRangeError: (when run) the synchronized dataset
             is exhausted, on every rank at the same step.
         """
-        batch = self._iterator.get_next(name=name)
+        batch, is_last = self._iterator.get_next(name=name)
+        with tf.control_dependencies([self._end.assign(is_last)]):
+            # Whatever uses the batch has set the end flag (detect_end).
+            batch = tf.nest.map_structure(tf.identity, batch,
+                                          expand_composites=True)
         _step_weight.register_in_graph(_step_weight.batch_weight(batch))
+        detect_end.register(self._end)
         return batch
 
     def __getattr__(self, attr: str) -> Any:
@@ -89,7 +133,7 @@ def make_one_shot_iterator(ds: tf.data.Dataset,
     """
     _prepare("make_one_shot_iterator")
     return SyncIterator(tf.compat.v1.data.make_one_shot_iterator(
-        synchronized(ds, drop_remainder)))
+        synchronized_with_last(ds, drop_remainder)))
 
 
 def make_initializable_iterator(ds: tf.data.Dataset,
@@ -112,7 +156,7 @@ def make_initializable_iterator(ds: tf.data.Dataset,
     """
     _prepare("make_initializable_iterator")
     return SyncIterator(tf.compat.v1.data.make_initializable_iterator(
-        synchronized(ds, drop_remainder)))
+        synchronized_with_last(ds, drop_remainder)), initializable=True)
 
 
 def make_iterator(ds: tf.data.Dataset,

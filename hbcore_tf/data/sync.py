@@ -131,13 +131,83 @@ def synchronized(ds: tf.data.Dataset, drop_remainder: Optional[bool] = None,
         cannot be given an empty batch (no batch dimension, unknown
         non-batch dimension); the message names the component.
     """
+    agreed = _agreed(ds, drop_remainder, name, "synchronized")
+    synced = (agreed.take_while(lambda element, anyone: anyone > 0)
+              .map(lambda element, anyone: element))
+    return synced.with_options(_lockstep_options(ds))
+
+
+def synchronized_with_last(ds: tf.data.Dataset,
+                           drop_remainder: Optional[bool] = None,
+                           name: Optional[str] = None) -> tf.data.Dataset:
+    """``synchronized(ds)``, each element paired with whether it is the
+    last one: ``(element, is_last)``, ``is_last`` a bool scalar, the same
+    on every rank. What the v1 iterators use to stop a
+    MonitoredTrainingSession after the last step (HybridBackend's
+    detect-end) instead of failing the step after it.
+
+    To know it, the dataset reads one element ahead: producing element k
+    pulls element k + 1 from ``ds`` and submits its allreduce. Every rank
+    reads ahead alike, so the k-th allreduces still meet; a loop that stops
+    at ``is_last`` has submitted exactly the allreduces of the elements up
+    to the first that no rank (drop_remainder=False) or not every rank
+    (True) could fill, on every rank.
+
+    Args:
+      ds: a batched dataset (see ``synchronized``).
+      drop_remainder: see ``synchronized`` (None: the option).
+      name: the collective's name (see ``synchronized``).
+
+    Returns:
+      A tf.data.Dataset of ``(element, is_last)``.
+
+    Raises:
+      TypeError, ValueError: as ``synchronized``.
+    """
+    agreed = _agreed(ds, drop_remainder, name, "synchronized_with_last")
+    spec = ds.element_spec
+
+    def flat(element: Any) -> tuple:
+        # tf.data's scan keeps no composite tensors (ragged, sparse) in its
+        # state: the state holds the element's component tensors.
+        return tuple(tf.nest.flatten(element, expand_composites=True))
+
+    def pair(previous: Any, current: Any) -> Any:
+        # Emits the previous element with its flag and whether the current
+        # one (its successor) ends the dataset; keeps the current one.
+        (previous_parts, previous_anyone), (parts, anyone) = previous, current
+        return (parts, anyone), (previous_parts, previous_anyone,
+                                 tf.equal(anyone, 0))
+
+    empty = empty_batch(spec)
+    paired = (agreed.map(lambda element, anyone: (flat(element), anyone))
+              # The first output pairs a placeholder with element 1: skipped.
+              .scan((flat(empty), tf.constant(0, tf.int32)), pair)
+              .skip(1)
+              .take_while(lambda parts, anyone, is_last: anyone > 0)
+              .map(lambda parts, anyone, is_last: (
+                  tf.nest.pack_sequence_as(spec, list(parts),
+                                           expand_composites=True),
+                  is_last)))
+    return paired.with_options(_lockstep_options(ds))
+
+
+def _agreed(ds: tf.data.Dataset, drop_remainder: Optional[bool],
+            name: Optional[str], caller: str) -> tf.data.Dataset:
+    """Steps 1 and 2 of the protocol: ``(element, anyone)`` for every
+    element of ``ds`` followed by endless empty batches, ``anyone`` the
+    reduced has_data flag (Min or Max over the ranks).
+
+    Raises:
+      TypeError, ValueError: as ``synchronized``.
+    """
     if not isinstance(ds, tf.data.Dataset):
-        raise TypeError("synchronized: expected a tf.data.Dataset, got %s" %
-                        type(ds).__name__)
+        raise TypeError("%s: expected a tf.data.Dataset, got %s" %
+                        (caller, type(ds).__name__))
     drop = resolve_drop_remainder(drop_remainder)
     if not mpi_ops.is_initialized():
-        raise ValueError("synchronized: hbcore is not initialized; call "
-                         "hvd.init() first")
+        raise ValueError("%s: hbcore is not initialized; call hvd.init() "
+                         "first" % caller)
     empty = empty_batch(ds.element_spec)
     op = mpi_ops.Min if drop else mpi_ops.Max
     coll_name = name if name is not None else _next_name()
@@ -152,10 +222,7 @@ def synchronized(ds: tf.data.Dataset, drop_remainder: Optional[bool] = None,
         anyone = mpi_ops.allreduce(has_data, op=op, name=coll_name)
         return element, anyone
 
-    synced = (tagged.map(agree)
-              .take_while(lambda element, anyone: anyone > 0)
-              .map(lambda element, anyone: element))
-    return synced.with_options(_lockstep_options(ds))
+    return tagged.map(agree)
 
 
 def _lockstep_options(ds: tf.data.Dataset) -> tf.data.Options:

@@ -10,6 +10,10 @@ waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
    after them) from rank 0 right after the session is created, i.e. after
    the restore or the initialisation, before any other hook's
    after_create_session, so every rank starts from rank 0's values;
+   once hbcore has shut down (a peer failed, the stall shutdown) it
+   raises hbcore.ShutdownError, where TF's MonitoredSession would take
+   the broadcast's AbortedError for a preemption and re-create the
+   session for ever;
 2. checkpoints, summaries and the step counter are written by rank 0 only
    (on the other ranks the save/summary arguments are turned off; when the
    graph holds sharded embedding tables every rank runs the checkpoint
@@ -21,6 +25,10 @@ waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
 4. ``keep_checkpoint_max`` / ``keep_checkpoint_every_n_hours``
    (HybridBackend's arguments) configure the default saver of the
    scaffold, built on every rank, when the scaffold has none.
+5. when the graph reads an hb.data iterator, ``should_stop()`` turns
+   True on every rank after the step that took the last synchronized
+   batch (hbcore_tf.data.detect_end), as HybridBackend's detect-end hook
+   does, instead of the next step failing with OutOfRangeError.
 
 Contract: every rank calls this with the same graph, so the broadcast
 (one grouped collective) is built and run identically everywhere.
@@ -30,6 +38,7 @@ from typing import Any, Callable, List, Optional
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
+from hbcore_tf.data.detect_end import DetectEndHook
 from hbcore_tf.hooks import BroadcastGlobalVariablesHook
 
 _USE_DEFAULT = object()
@@ -46,6 +55,17 @@ def _checkpoint_schedule(secs: Any, steps: Any) -> tuple:
     return secs, steps
 
 
+def _op_reason(exc: Any) -> str:
+    """The message an op raised ``exc`` with, without the graph context
+    tf.compat.v1.Session adds (the node's stack; ``[[{{node ...}}]]``)."""
+    inner = exc
+    while isinstance(inner.__context__, tf.errors.OpError):
+        inner = inner.__context__
+    lines = [line.strip() for line in inner.message.splitlines()
+             if line.strip() and not line.strip().startswith("[[")]
+    return " ".join(lines) or exc.message
+
+
 class _BroadcastFirstHook(BroadcastGlobalVariablesHook):
     """BroadcastGlobalVariablesHook(0) whose op is built by
     ``_BuildBroadcastHook`` (the last hook's begin()), so it covers the
@@ -58,6 +78,35 @@ class _BroadcastFirstHook(BroadcastGlobalVariablesHook):
     def build(self) -> None:
         """Builds the broadcast of every global variable now."""
         BroadcastGlobalVariablesHook.begin(self)
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        """Runs the broadcast in the new session (first of the hooks).
+
+        hbcore's TF ops fail with tf.errors.AbortedError once the runtime
+        has shut down (a peer failed, or the stall shutdown), and TF's
+        MonitoredSession takes an AbortedError for a preempted worker: it
+        closes the session and creates a new one, for ever (each attempt
+        fails at once, in this broadcast). Re-raised as
+        hbcore.ShutdownError, which it does not retry, so the process
+        fails with the runtime's reason instead of spinning.
+
+        Raises:
+            hbcore.ShutdownError: hbcore has shut down.
+        """
+        try:
+            BroadcastGlobalVariablesHook.after_create_session(
+                self, session, coord)
+        except tf.errors.AbortedError as exc:
+            from hbcore.exceptions import ShutdownError
+
+            reason = _op_reason(exc)
+            if not reason.startswith("hbcore has shut down"):
+                reason = "hbcore has shut down: " + reason
+            raise ShutdownError(
+                "hb.train.MonitoredTrainingSession: cannot create the "
+                "session (rank 0's variables cannot be broadcast; a session "
+                "created again would fail the same way): %s" % reason
+            ) from exc
 
 
 class _BuildBroadcastHook(tf.compat.v1.train.SessionRunHook):
@@ -168,7 +217,9 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     writer = bool(is_chief) and context.is_chief
     scaffold = scaffold or tf.compat.v1.train.Scaffold()
     broadcast = _BroadcastFirstHook(0)
-    all_hooks = [broadcast] + list(hooks or [])
+    # First, so its begin() sees only the training graph's data-sync
+    # iterator, not one an EvaluationHook builds in its own begin().
+    all_hooks = [DetectEndHook(), broadcast] + list(hooks or [])
     secs, steps = _checkpoint_schedule(save_checkpoint_secs,
                                        save_checkpoint_steps)
     from hbcore_tf.embedding.saving import (CollectiveCheckpointSaverHook,

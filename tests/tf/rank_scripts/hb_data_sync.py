@@ -35,6 +35,8 @@ FIT_CASES = ["fit_drop", "fit_keep", "fit_keep_sample_weight",
              "fit_keep_classifier", "empty_batch_layers"]
 CASES = ["errors", "empty_batch_structure", "default_from_option",
          "v1_monitored_drop", "v1_monitored_keep", "v1_monitored_max_steps",
+         "v1_detect_end_drop", "v1_detect_end_keep",
+         "v1_detect_end_initializable",
          "v1_initializable_two_epochs", "loop_eager_drop", "loop_eager_keep",
          "loop_tf_function_drop", "loop_tf_function_keep",
          "loop_dict_keep", "loop_inside_tf_function_keep", "early_stop",
@@ -240,6 +242,45 @@ def main():
         # batches.
         want = simulate_repeated(size, drop, max_steps)
         check(steps == want[0], "v1 steps %d, expected %d" % (steps, want[0]))
+        close(capture.values[0], want[1], "v1 kernel", rtol=1e-4, atol=1e-5)
+        close(capture.values[1], want[2], "v1 bias", rtol=1e-4, atol=1e-5)
+        identical_on_all_ranks(capture.values, "v1 weights")
+
+    def v1_detect_end(drop, initializable=False):
+        # hb.train.MonitoredTrainingSession stops after the last step (as
+        # HybridBackend's detect-end): no step fails with OutOfRangeError,
+        # so the code after the loop inside the with block runs. A run
+        # that takes no batch between steps neither consumes data nor
+        # stops the session early.
+        with tf.Graph().as_default():
+            ds = dataset(rank).repeat(EPOCHS)
+            it = (hbd.make_initializable_iterator(ds, drop_remainder=drop)
+                  if initializable else
+                  hbd.make_one_shot_iterator(ds, drop_remainder=drop))
+            x, y = it.get_next()
+            w, b, train_op = v1_model(x, y)
+            step = tf.compat.v1.train.get_global_step()
+            capture = Capture([w, b])
+            steps, after_loop, global_steps = 0, False, []
+            scaffold = tf.compat.v1.train.Scaffold(
+                local_init_op=tf.group(
+                    tf.compat.v1.local_variables_initializer(),
+                    it.initializer) if initializable else None)
+            with hvd.train.MonitoredTrainingSession(
+                    hooks=[capture], scaffold=scaffold,
+                    save_checkpoint_secs=None, save_summaries_steps=None,
+                    log_step_count_steps=None) as sess:
+                while not sess.should_stop():
+                    global_steps.append(sess.run(step))  # takes no batch
+                    sess.run(train_op)
+                    steps += 1
+                after_loop = True
+        want = simulate_repeated(size, drop, None)
+        check(after_loop, "the loop did not end by should_stop() (a step "
+              "raised OutOfRangeError)")
+        check(steps == want[0], "steps %d, expected %d" % (steps, want[0]))
+        check(global_steps == list(range(want[0])),
+              "global steps before each step %s" % global_steps)
         close(capture.values[0], want[1], "v1 kernel", rtol=1e-4, atol=1e-5)
         close(capture.values[1], want[2], "v1 bias", rtol=1e-4, atol=1e-5)
         identical_on_all_ranks(capture.values, "v1 weights")
@@ -489,6 +530,10 @@ def main():
         "v1_monitored_drop": lambda: v1_monitored(True),
         "v1_monitored_keep": lambda: v1_monitored(False),
         "v1_monitored_max_steps": lambda: v1_monitored(False, max_steps=3),
+        "v1_detect_end_drop": lambda: v1_detect_end(True),
+        "v1_detect_end_keep": lambda: v1_detect_end(False),
+        "v1_detect_end_initializable": lambda: v1_detect_end(
+            False, initializable=True),
         "v1_initializable_two_epochs": v1_initializable_two_epochs,
         "loop_eager_drop": lambda: loop_case(True, False),
         "loop_eager_keep": lambda: loop_case(False, False),
