@@ -38,8 +38,42 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Runs the broadcast op in the new session.
 
+        hbcore's TF ops fail with tf.errors.AbortedError once the runtime
+        has shut down (a peer failed, or the stall shutdown), as Horovod's
+        do, and TF's MonitoredSession takes an AbortedError for a
+        preempted worker: it closes the session and creates a new one, for
+        ever, each attempt failing at once in this broadcast (a step's
+        collective failing that way lands here too). So the broadcast's
+        AbortedError is raised as hbcore.ShutdownError, which TF does not
+        retry: the process fails with the runtime's reason.
+
         Args:
             session: the tf.compat.v1.Session just created.
             coord: the session's Coordinator (unused).
+
+        Raises:
+            hbcore.ShutdownError: hbcore has shut down.
         """
-        session.run(self.bcast_op)
+        try:
+            session.run(self.bcast_op)
+        except tf.errors.AbortedError as exc:
+            from hbcore.exceptions import ShutdownError
+
+            reason = _op_reason(exc)
+            if not reason.startswith("hbcore has shut down"):
+                reason = "hbcore has shut down: " + reason
+            raise ShutdownError(
+                "cannot create the session: rank %d's variables cannot be "
+                "broadcast (a session created again would fail the same "
+                "way): %s" % (self.root_rank, reason)) from exc
+
+
+def _op_reason(exc: Any) -> str:
+    """The message an op raised ``exc`` with, without the graph context
+    tf.compat.v1.Session adds (the node's stack; ``[[{{node ...}}]]``)."""
+    inner = exc
+    while isinstance(inner.__context__, tf.errors.OpError):
+        inner = inner.__context__
+    lines = [line.strip() for line in inner.message.splitlines()
+             if line.strip() and not line.strip().startswith("[[")]
+    return " ".join(lines) or exc.message

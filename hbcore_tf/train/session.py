@@ -11,9 +11,7 @@ waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
    the restore or the initialisation, before any other hook's
    after_create_session, so every rank starts from rank 0's values;
    once hbcore has shut down (a peer failed, the stall shutdown) it
-   raises hbcore.ShutdownError, where TF's MonitoredSession would take
-   the broadcast's AbortedError for a preemption and re-create the
-   session for ever;
+   raises hbcore.ShutdownError (hbcore_tf.hooks says why);
 2. checkpoints, summaries and the step counter are written by rank 0 only
    (on the other ranks the save/summary arguments are turned off; when the
    graph holds sharded embedding tables every rank runs the checkpoint
@@ -55,17 +53,6 @@ def _checkpoint_schedule(secs: Any, steps: Any) -> tuple:
     return secs, steps
 
 
-def _op_reason(exc: Any) -> str:
-    """The message an op raised ``exc`` with, without the graph context
-    tf.compat.v1.Session adds (the node's stack; ``[[{{node ...}}]]``)."""
-    inner = exc
-    while isinstance(inner.__context__, tf.errors.OpError):
-        inner = inner.__context__
-    lines = [line.strip() for line in inner.message.splitlines()
-             if line.strip() and not line.strip().startswith("[[")]
-    return " ".join(lines) or exc.message
-
-
 class _BroadcastFirstHook(BroadcastGlobalVariablesHook):
     """BroadcastGlobalVariablesHook(0) whose op is built by
     ``_BuildBroadcastHook`` (the last hook's begin()), so it covers the
@@ -78,35 +65,6 @@ class _BroadcastFirstHook(BroadcastGlobalVariablesHook):
     def build(self) -> None:
         """Builds the broadcast of every global variable now."""
         BroadcastGlobalVariablesHook.begin(self)
-
-    def after_create_session(self, session: Any, coord: Any) -> None:
-        """Runs the broadcast in the new session (first of the hooks).
-
-        hbcore's TF ops fail with tf.errors.AbortedError once the runtime
-        has shut down (a peer failed, or the stall shutdown), and TF's
-        MonitoredSession takes an AbortedError for a preempted worker: it
-        closes the session and creates a new one, for ever (each attempt
-        fails at once, in this broadcast). Re-raised as
-        hbcore.ShutdownError, which it does not retry, so the process
-        fails with the runtime's reason instead of spinning.
-
-        Raises:
-            hbcore.ShutdownError: hbcore has shut down.
-        """
-        try:
-            BroadcastGlobalVariablesHook.after_create_session(
-                self, session, coord)
-        except tf.errors.AbortedError as exc:
-            from hbcore.exceptions import ShutdownError
-
-            reason = _op_reason(exc)
-            if not reason.startswith("hbcore has shut down"):
-                reason = "hbcore has shut down: " + reason
-            raise ShutdownError(
-                "hb.train.MonitoredTrainingSession: cannot create the "
-                "session (rank 0's variables cannot be broadcast; a session "
-                "created again would fail the same way): %s" % reason
-            ) from exc
 
 
 class _BuildBroadcastHook(tf.compat.v1.train.SessionRunHook):
