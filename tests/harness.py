@@ -255,6 +255,14 @@ def _run(command: Sequence[str], np: int, env: Optional[Mapping[str, str]],
         timed_out = True
         kill_tree(proc.pid)
         stdout, stderr = proc.communicate()
+    except BaseException:
+        # pytest-timeout's alarm (its timeout may come first) or an
+        # interrupt: the job has a session of its own, so nothing else
+        # would stop it, and it would go on loading the machine under the
+        # next tests.
+        kill_tree(proc.pid)
+        proc.communicate()
+        raise
     duration = time.monotonic() - start
     return RankRun(np, None if timed_out else proc.returncode, timed_out,
                    duration, stdout, stderr, out_dir, command)
