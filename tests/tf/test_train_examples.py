@@ -3,6 +3,7 @@ under a hard timeout, and exits 0 (the examples themselves check that the
 weights are identical on every rank, and the v1 one that only rank 0 wrote
 a checkpoint)."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -69,3 +70,8 @@ def test_example_runs_at_np2(example, tmp_path):
     assert proc.returncode == 0, "%s exited %s after %.0fs\n%s\n%s" % (
         example, proc.returncode, seconds, out[-3000:], err[-3000:])
     assert EXPECT[example] in out, out[-3000:]
+    if example == "recsys_sharded.py":
+        # Its default model directory (0.7 GB of checkpoints) is removed.
+        removed = re.search(r"removed (\S+) \(pass --model-dir", out)
+        assert removed, out[-3000:]
+        assert not os.path.exists(removed.group(1)), removed.group(1)
