@@ -125,6 +125,19 @@ def _check_initialized() -> None:
 from hbcore.ops import resolve_op as _resolve_op  # noqa: E402
 
 
+def _refuse_xla(what: str) -> None:
+    """A ValueError that says so when an op is being traced for XLA
+    (``tf.function(jit_compile=True)``), where hbcore's ops have no kernel
+    (TF's own error comes only when the function runs, and names an op).
+
+    Raises:
+        ValueError: the function being traced is compiled with XLA.
+    """
+    from hbcore_tf import _compat
+
+    _compat.check_not_xla("hbcore's %s op" % what)
+
+
 def _refuse_adasum(op: int, what: str) -> None:
     if op == Adasum:
         raise NotImplementedError(
@@ -180,6 +193,8 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
     if not tensors:
         return []
     eager = tf.executing_eagerly()
+    if not eager:
+        _refuse_xla(kind)
     with _naming.op_scope(_set_kind(kind, process_set_id), name,
                           ignore_name_scope, eager) as base, _placement():
         outputs = _lib.hbcore_collective(
@@ -595,6 +610,7 @@ def alltoall_int64_splits(tensor: TensorLike, splits: Optional[Any],
     tensor = tf.convert_to_tensor(tensor)
     splits_tensor = (tf.zeros([0], tf.int64) if splits is None else
                      _splits_tensor(splits))
+    _refuse_xla("HbcoreAlltoall")
     with _naming.op_scope(_set_kind("HbcoreAlltoall", set_id), name,
                           ignore_name_scope) as op_name, _placement():
         output, received = _lib.hbcore_alltoall(
@@ -704,6 +720,7 @@ def join() -> tf.Tensor:
         An int32 scalar tensor: the rank that joined last.
     """
     _check_initialized()
+    _refuse_xla("HbcoreJoin")
     return _lib.hbcore_join(_name_scalar(_JOIN_NAME))
 
 
@@ -725,6 +742,7 @@ def barrier(process_set: ProcessSet = global_process_set,
     """
     _check_initialized()
     set_id = _check_process_set(process_set)
+    _refuse_xla("HbcoreBarrier")
     with _naming.op_scope(_set_kind("HbcoreBarrier", set_id),
                           name) as op_name:
         return _lib.hbcore_barrier(_name_scalar(op_name),

@@ -10,20 +10,27 @@ model.compile(optimizer=hvd.DistributedOptimizer(...)) trains as written
 - supports_jit_answers: Keras' model_supports_jit is False for a model
   whose optimizer is hbcore's (also under a LossScaleOptimizer, as
   mixed_float16 wraps it), True for the same model with a plain optimizer
-  (what jit_compile="auto" asks on a GPU host).
+  (what jit_compile="auto" asks on a GPU host);
+- ops_under_xla_refused: every hbcore op traced in a
+  tf.function(jit_compile=True) raises the ValueError that names the op
+  and says why (it was TF's InvalidArgumentError naming an op kernel at
+  the first call), on every rank, and submits nothing: an allreduce right
+  after completes.
 """
 import warnings
 
 import numpy as np
 
-from train_common import Checker, check, close, rank_values, report, run_table
+from train_common import (Checker, check, close, expect_raises, rank_values,
+                          report, run_table)
 from train_common import tf  # noqa: F401  (TensorFlow before Keras)
 
 import keras  # noqa: E402
 
 import hbcore_tf as hvd  # noqa: E402
 
-CASES = ["explicit_true_falls_back", "supports_jit_answers"]
+CASES = ["explicit_true_falls_back", "supports_jit_answers",
+         "ops_under_xla_refused"]
 IN, OUT, ROWS = 4, 2, 6
 
 
@@ -79,11 +86,34 @@ def supports_jit_answers() -> None:
           "a plain model lost XLA support")
 
 
+def ops_under_xla_refused() -> None:
+    x = tf.ones([4], tf.float32)
+    ops = {
+        "HbcoreAllreduce": lambda: hvd.allreduce(x),
+        "HbcoreGroupedAllreduce": lambda: hvd.grouped_allreduce([x, x]),
+        "HbcoreAllgather": lambda: hvd.allgather(x),
+        "HbcoreBroadcast": lambda: hvd.broadcast(x, 0),
+        "HbcoreReducescatter": lambda: hvd.reducescatter(x),
+        "HbcoreAlltoall": lambda: hvd.alltoall(x),
+        "HbcoreBarrier": lambda: hvd.barrier(),
+        "HbcoreJoin": lambda: hvd.join(),
+    }
+    for op_name, op in ops.items():
+        exc = expect_raises(tf.function(op, jit_compile=True), ValueError,
+                            "cannot run inside an XLA-compiled function")
+        check(op_name in str(exc),
+              "the error does not name %s: %s" % (op_name, exc))
+    out = hvd.allreduce(tf.constant([float(hvd.rank())]), op=hvd.Sum,
+                        name="after_xla")
+    close(out, [sum(range(hvd.size()))], "allreduce after the refusals")
+
+
 def main() -> None:
     hvd.init()
     checker = Checker(hvd.rank())
     table = {"explicit_true_falls_back": explicit_true_falls_back,
-             "supports_jit_answers": supports_jit_answers}
+             "supports_jit_answers": supports_jit_answers,
+             "ops_under_xla_refused": ops_under_xla_refused}
     run_table(checker, table, CASES)
     report({"rank": hvd.rank(), "size": hvd.size(), "ok": checker.all_ok})
     hvd.shutdown()
