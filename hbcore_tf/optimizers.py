@@ -120,7 +120,8 @@ def apply_bucket_cap_mb(bucket_cap_mb: float, bucketed: bool = False) -> int:
     ``fusion_threshold`` to the next init (``hbcore.basics.defer_config``;
     the environment is left alone). After init (smddp scripts always call
     ``init()`` first) the gradients travel in buckets of at most that size
-    instead, one fused collective each, when the caller can bucket them
+    instead, one grouped allreduce each (the core still fuses buckets
+    ready in the same cycle), when the caller can bucket them
     (``bucketed``: no explicit groups); otherwise it warns when the running
     threshold differs.
 
