@@ -58,17 +58,9 @@ class DetectEndHook(tf.compat.v1.train.SessionRunHook):
         self._read: Optional[tf.Tensor] = None
 
     def begin(self) -> None:
-        """Builds the read of the graph's end flag, if it has one.
-
-        Raises:
-          ValueError: the graph has several end flags (several data-sync
-            iterators whose get_next was called).
-        """
+        """Builds the read of the graph's end flag, if it has one (at most
+        one: a second data-sync get_next in a graph is a ValueError)."""
         flags = tf.compat.v1.get_collection(END_COLLECTION)
-        if len(flags) > 1:
-            raise ValueError(
-                "the graph has %d data-sync iterators in use; "
-                "MonitoredTrainingSession can follow one" % len(flags))
         self._read = flags[0].read_value() if flags else None
 
     def after_run(self, run_context: Any, run_values: Any) -> None:

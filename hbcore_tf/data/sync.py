@@ -131,7 +131,7 @@ def synchronized(ds: tf.data.Dataset, drop_remainder: Optional[bool] = None,
         cannot be given an empty batch (no batch dimension, unknown
         non-batch dimension); the message names the component.
     """
-    agreed = _agreed(ds, drop_remainder, name, "synchronized")
+    agreed, _ = _agreed(ds, drop_remainder, name, "synchronized")
     synced = (agreed.take_while(lambda element, anyone: anyone > 0)
               .map(lambda element, anyone: element))
     return synced.with_options(_lockstep_options(ds))
@@ -164,7 +164,8 @@ def synchronized_with_last(ds: tf.data.Dataset,
     Raises:
       TypeError, ValueError: as ``synchronized``.
     """
-    agreed = _agreed(ds, drop_remainder, name, "synchronized_with_last")
+    agreed, empty = _agreed(ds, drop_remainder, name,
+                            "synchronized_with_last")
     spec = ds.element_spec
 
     def flat(element: Any) -> tuple:
@@ -179,7 +180,6 @@ def synchronized_with_last(ds: tf.data.Dataset,
         return (parts, anyone), (previous_parts, previous_anyone,
                                  tf.equal(anyone, 0))
 
-    empty = empty_batch(spec)
     paired = (agreed.map(lambda element, anyone: (flat(element), anyone))
               # The first output pairs a placeholder with element 1: skipped.
               .scan((flat(empty), tf.constant(0, tf.int32)), pair)
@@ -193,10 +193,13 @@ def synchronized_with_last(ds: tf.data.Dataset,
 
 
 def _agreed(ds: tf.data.Dataset, drop_remainder: Optional[bool],
-            name: Optional[str], caller: str) -> tf.data.Dataset:
+            name: Optional[str], caller: str) -> Any:
     """Steps 1 and 2 of the protocol: ``(element, anyone)`` for every
     element of ``ds`` followed by endless empty batches, ``anyone`` the
     reduced has_data flag (Min or Max over the ranks).
+
+    Returns:
+      That dataset, and the empty batch of ``ds``'s structure.
 
     Raises:
       TypeError, ValueError: as ``synchronized``.
@@ -222,7 +225,7 @@ def _agreed(ds: tf.data.Dataset, drop_remainder: Optional[bool],
         anyone = mpi_ops.allreduce(has_data, op=op, name=coll_name)
         return element, anyone
 
-    return tagged.map(agree)
+    return tagged.map(agree), empty
 
 
 def _lockstep_options(ds: tf.data.Dataset) -> tf.data.Options:

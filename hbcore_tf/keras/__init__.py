@@ -419,7 +419,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size",
     "local_rank", "cross_size", "cross_rank", "is_homogeneous",
-    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
+    "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
+    "gloo_built", "nccl_built",
     "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet",
     "global_process_set", "add_process_set", "remove_process_set",
     "Average", "Sum", "Adasum", "Min", "Max", "Product", "Compression",
