@@ -39,6 +39,7 @@
 #include "common.h"
 #include "crc32c.h"
 #include "gpu_arrays.h"
+#include "host_outputs.h"
 #include "hbcore/c_api.h"
 #include "operation.h"
 
@@ -564,6 +565,7 @@ PYBIND11_MODULE(_core, m) {
   }
   hbcore_py::RegisterGpuArrays(m);
   hbcore_py::RegisterCrc32c(m);
+  hbcore_py::RegisterHostOutputPool(m);
   m.def("register_dtypes",
         [](const std::vector<std::pair<py::dtype, int>>& codes) {
           hbcore_py::DtypeTable& table = Dtypes();

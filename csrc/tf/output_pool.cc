@@ -7,11 +7,6 @@
 
 namespace hbcore_tf {
 
-namespace {
-// TF's own alignment for CPU tensors (Eigen's widest vector loads).
-constexpr size_t kAlignment = 64;
-}  // namespace
-
 // A TensorBuffer whose memory goes back to its pool when TF drops it.
 class OutputPool::Buffer : public tensorflow::TensorBuffer {
  public:
@@ -57,8 +52,9 @@ bool OutputPool::Allocate(tensorflow::DataType dtype,
     }
   }
   if (!block) {
-    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    block.reset(std::aligned_alloc(kAlignment, rounded));
+    // At least TF's alignment for CPU tensors (64 bytes: Eigen's widest
+    // vector loads); 2 MiB blocks and more on huge pages (c_api.h).
+    block.reset(hb_host_malloc(bytes));
     if (!block) return false;
   }
   // TF's buffers are reference counted (core::RefCounted deletes itself on

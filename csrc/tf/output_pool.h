@@ -16,12 +16,12 @@
 #define HBCORE_TF_OUTPUT_POOL_H_
 
 #include <cstddef>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "hbcore/c_api.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
@@ -45,7 +45,7 @@ class OutputPool : public std::enable_shared_from_this<OutputPool> {
 
  private:
   struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
+    void operator()(void* p) const { hb_host_free(p); }
   };
   using Block = std::unique_ptr<void, FreeDeleter>;
   class Buffer;

@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "gpu_libraries.h"
+#include "memory.h"
 #include "runtime.h"
 #include "transport.h"
 
@@ -365,6 +366,12 @@ void hb_gpu_free(int device, void* ptr) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_runtime && ptr != nullptr) g_runtime->GpuFree(device, ptr);
 }
+
+void* hb_host_malloc(size_t bytes) {
+  return hbcore::AllocateHost(static_cast<int64_t>(bytes));
+}
+
+void hb_host_free(void* ptr) { hbcore::FreeHost(ptr); }
 
 size_t hb_config_string(char* buf, size_t buf_len) {
   std::lock_guard<std::mutex> lock(g_mu);

@@ -1,3 +1,6 @@
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -6,12 +9,25 @@
 
 namespace hbcore {
 
-void* HostMemory::Allocate(int64_t bytes) {
-  const int64_t rounded = (std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
-  return std::aligned_alloc(64, static_cast<size_t>(rounded));
+void* AllocateHost(int64_t bytes) {
+  // aligned_alloc wants the size to be a multiple of the alignment.
+  const int64_t align = bytes >= kHugePageBytes ? kHugePageBytes : 64;
+  const int64_t rounded = (std::max<int64_t>(bytes, 1) + align - 1) / align * align;
+  void* p = std::aligned_alloc(static_cast<size_t>(align),
+                               static_cast<size_t>(rounded));
+  // Advice only: where the kernel refuses it (THP disabled), the block
+  // stays on 4 KiB pages and works the same.
+  if (p != nullptr && align == kHugePageBytes) {
+    madvise(p, static_cast<size_t>(rounded), MADV_HUGEPAGE);
+  }
+  return p;
 }
 
-void HostMemory::Free(void* ptr) { std::free(ptr); }
+void FreeHost(void* ptr) { std::free(ptr); }
+
+void* HostMemory::Allocate(int64_t bytes) { return AllocateHost(bytes); }
+
+void HostMemory::Free(void* ptr) { FreeHost(ptr); }
 
 Status HostMemory::Copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);

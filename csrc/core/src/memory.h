@@ -31,6 +31,14 @@ class Memory {
   virtual Status Synchronize() { return Status::OK(); }
 };
 
+// Host blocks (hb_host_malloc): 64-byte aligned; from kHugePageBytes up
+// aligned to it and advised onto transparent huge pages, which MPI's
+// single-copy transfers between processes pin and read much faster than
+// 4 KiB pages. Null when memory ran out. FreeHost(nullptr) is a no-op.
+constexpr int64_t kHugePageBytes = int64_t{2} << 20;
+void* AllocateHost(int64_t bytes);
+void FreeHost(void* ptr);
+
 // Host memory: synchronous memcpy, memset and ScaledCopy.
 class HostMemory : public Memory {
  public:
