@@ -27,6 +27,11 @@ Cases:
   other ranks are not members and build nothing.
 - predivide_fp16: gradient_predivide_factor=2 with fp16 compression: still
   the mean (within fp16 precision).
+- passes_2: backward_passes_per_step=2. The first pass returns this rank's
+  own gradients and leaves the weights alone; the second returns the mean
+  over ranks of the two passes' sum (Horovod's default: aggregates are
+  not averaged over passes) and applies it once (graph mode: the
+  get_updates op run twice).
 """
 import sys
 from typing import Any, Callable, Dict, List, Tuple
@@ -48,7 +53,7 @@ from hbcore_tf import _compat  # noqa: E402
 
 keras = _compat.keras_module()
 CASES = ["average", "sum", "sparse_as_dense", "process_set",
-         "predivide_fp16"]
+         "predivide_fp16", "passes_2"]
 ROWS, IN, OUT = 5, 3, 2
 LR = 0.5
 W0 = np.arange(IN * OUT, dtype=np.float32).reshape(IN, OUT) / 10.0
@@ -176,6 +181,63 @@ def dense_case(rank: int, ranks: List[int], op: Any, op_name: str,
           rtol=1e-4, atol=1e-5)
 
 
+def two_passes_case(rank: int, size: int) -> None:
+    """backward_passes_per_step=2 through get_gradients: two passes at the
+    same weights, one update by LR times the reduced sum of both."""
+    x_np, y_np = dense_data(rank)
+    w = b = None
+    if MODE == "graph":
+        graph = tf.Graph()
+        with graph.as_default():
+            w = tf.Variable(W0, name="w")
+            b = tf.Variable(B0, name="b")
+            opt = hvd.DistributedOptimizer(keras.optimizers.legacy.SGD(LR),
+                                           backward_passes_per_step=2)
+            loss = tf.reduce_mean(tf.square(
+                tf.matmul(tf.constant(x_np), w) + b - tf.constant(y_np)))
+            update = opt.get_updates(loss, [w, b])[0]
+            with tf.compat.v1.Session(graph=graph) as sess:
+                sess.run([tf.compat.v1.global_variables_initializer(),
+                          tf.compat.v1.local_variables_initializer()])
+                passes = []
+                for _ in range(2):
+                    sess.run(update)
+                    passes.append(sess.run([w, b]))
+                    passes[-1].append(None)
+    else:
+        w = tf.Variable(W0, name="w")
+        b = tf.Variable(B0, name="b")
+        opt = hvd.DistributedOptimizer(keras.optimizers.legacy.SGD(LR),
+                                       backward_passes_per_step=2)
+
+        @tf.function
+        def step():
+            loss = tf.reduce_mean(tf.square(
+                tf.matmul(tf.constant(x_np), w) + b - tf.constant(y_np)))
+            grads = opt.get_gradients(loss, [w, b])
+            opt.apply_gradients(zip(grads, [w, b]))
+            return grads
+
+        passes = []
+        for _ in range(2):
+            grads = step()
+            passes.append([w.numpy(), b.numpy(), [g.numpy() for g in grads]])
+    own = dense_grads(rank)
+    want = reduce_over(list(range(size)),
+                       lambda r: [2 * g for g in dense_grads(r)], "mean")
+    close(passes[0][0], W0, "kernel after the first pass (no update)")
+    close(passes[0][1], B0, "bias after the first pass (no update)")
+    close(passes[1][0], W0 - LR * want[0], "kernel after the second pass",
+          rtol=1e-4, atol=1e-5)
+    close(passes[1][1], B0 - LR * want[1], "bias after the second pass",
+          rtol=1e-4, atol=1e-5)
+    if MODE != "graph":
+        close(passes[0][2][0], own[0], "first pass: this rank's gradient",
+              rtol=1e-4, atol=1e-5)
+        close(passes[1][2][0], want[0], "second pass: the reduced sum",
+              rtol=1e-4, atol=1e-5)
+
+
 def main() -> None:
     ps = hvd.ProcessSet([1] if env_size() == 2 else [0, 2])
     hvd.init(process_sets=[ps])
@@ -246,7 +308,9 @@ def main() -> None:
     run_table(checker, {"average": average, "sum": sum_,
                         "sparse_as_dense": sparse_as_dense,
                         "process_set": process_set,
-                        "predivide_fp16": predivide_fp16}, CASES)
+                        "predivide_fp16": predivide_fp16,
+                        "passes_2": lambda: two_passes_case(rank, size)},
+              CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok, "mode": MODE})
     hvd.shutdown()
 
