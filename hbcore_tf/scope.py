@@ -374,6 +374,9 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
             validate(name, value)
 
     def decorate(func: Callable) -> Callable:
+        if hasattr(func, "get_concrete_function"):
+            return _ScopedTfFunction(func, kwargs)
+
         @functools.wraps(func)
         def wrapper(*args: Any, **kw: Any) -> Any:
             with scope(**kwargs):
@@ -381,6 +384,40 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
         return wrapper
 
     return decorate if fn is None else decorate(fn)
+
+
+class _ScopedTfFunction:
+    """``@hb.function`` over a ``tf.function``: calls it, and traces it
+    through ``get_concrete_function``, inside the scope, and keeps the rest
+    of its API (``python_function``, ``experimental_get_tracing_count``,
+    ...; bound as a method when it is a class attribute)."""
+
+    def __init__(self, func: Any, kwargs: dict, instance: Any = None) -> None:
+        functools.update_wrapper(self, func)
+        self._func = func
+        self._kwargs = kwargs
+        # A bound tf.function holds its instance weakly: keep it alive as
+        # long as this bound wrapper (``Model().apply(x)``).
+        self._instance = instance
+
+    def __call__(self, *args: Any, **kw: Any) -> Any:
+        with scope(**self._kwargs):
+            return self._func(*args, **kw)
+
+    def get_concrete_function(self, *args: Any, **kw: Any) -> Any:
+        with scope(**self._kwargs):
+            return self._func.get_concrete_function(*args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_func", "_kwargs", "_instance"):
+            raise AttributeError(name)
+        return getattr(self._func, name)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return _ScopedTfFunction(self._func.__get__(instance, owner),
+                                 self._kwargs, instance)
 
 
 def wraps(cls: type) -> type:

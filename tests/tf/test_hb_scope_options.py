@@ -216,3 +216,53 @@ def test_hybridbackend_options_accepted():
         assert kind in ("TypeError", "ValueError"), (bad, kind)
         assert list(bad)[0] in message, (bad, message)
     assert out["savers"] == [[2, 3.0], [7, 3.0], [5, 10000.0]], out["savers"]
+
+
+# @hb.function over a tf.function keeps get_concrete_function (it was a
+# plain wrapper that lost it) and traces inside the scope either way.
+TF_FUNCTION_CODE = r"""
+import json
+import tensorflow as tf
+import hbcore_tf as hb
+from hbcore_tf.options import options
+
+seen = []
+
+@hb.function(grad_nbuckets=4)
+@tf.function
+def step(x):
+    seen.append(options.grad_nbuckets)
+    return x * 2.0
+
+concrete = step.get_concrete_function(tf.TensorSpec([2], tf.float32))
+value = step(tf.constant([1.0, 3.0])).numpy().tolist()
+count = step.experimental_get_tracing_count()
+
+class Model:
+    def __init__(self):
+        self.k = 5.0
+
+    @hb.function(grad_nbuckets=6)
+    @tf.function
+    def apply(self, x):
+        seen.append(options.grad_nbuckets)
+        return x * self.k
+
+method_value = Model().apply(tf.constant(2.0)).numpy().item()
+print("RESULT " + json.dumps({
+    "concrete_output": concrete(tf.constant([2.0, 5.0])).numpy().tolist(),
+    "value": value, "tracing_count": count, "seen": seen,
+    "name": step.__name__, "method_value": method_value,
+    "outside": options.grad_nbuckets}))
+"""
+
+
+def test_hb_function_over_tf_function():
+    result = _result(TF_FUNCTION_CODE)
+    assert result["concrete_output"] == [4.0, 10.0], result
+    assert result["value"] == [2.0, 6.0], result
+    assert result["tracing_count"] == 1, result  # the call reused the trace
+    assert result["seen"] == [4, 6], result  # traced inside each scope
+    assert result["name"] == "step", result
+    assert result["method_value"] == 10.0, result
+    assert result["outside"] != 4, result
