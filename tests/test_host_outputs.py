@@ -79,3 +79,15 @@ def test_outputs_are_right_distinct_and_reused(np_):
             assert seen["reused_after_drop"], (rank, kind, seen)
             assert seen["last_right"], (rank, kind, seen)
             assert seen["writeable"], (rank, kind, seen)
+
+
+def test_free_blocks_are_capped():
+    """A peak above the cap keeps at most the cap (pages never written
+    are not resident, so the sizes cost no memory here)."""
+    pool = core.HostOutputPool()
+    cap = core.HostOutputPool.max_free_bytes
+    block = cap // 2 + MIB
+    a = pool.empty([block], np.dtype(np.uint8))
+    b = pool.empty([block], np.dtype(np.uint8))
+    del a, b
+    assert pool.free_bytes == block <= cap

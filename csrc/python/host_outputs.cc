@@ -90,7 +90,8 @@ void RegisterHostOutputPool(py::module_& m) {
       .def_property_readonly("free_bytes", &HostOutputPool::free_bytes)
       .def_property_readonly("leased_bytes", &HostOutputPool::leased_bytes)
       .def_readonly_static("min_pooled_bytes",
-                           &HostOutputPool::kMinPooledBytes);
+                           &HostOutputPool::kMinPooledBytes)
+      .def_readonly_static("max_free_bytes", &HostOutputPool::kMaxFreeBytes);
 }
 
 }  // namespace hbcore_py

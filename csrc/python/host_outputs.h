@@ -15,8 +15,8 @@
 //  - A block is in at most one place: leased to one array, or on the free
 //    list of its exact byte size.
 //  - Free blocks total at most min(the most bytes ever leased at once,
-//    kMaxFreeBytes): a loop keeps its working set, and a one-off giant
-//    output does not stay resident after it is dropped.
+//    kMaxFreeBytes): a loop keeps its working set, and what a process
+//    holds unused is bounded (a block that does not fit is freed).
 //  - Arrays are released under the GIL (they are Python objects), but the
 //    pool locks anyway: nothing here relies on the GIL.
 #ifndef HBCORE_PYTHON_HOST_OUTPUTS_H_
@@ -39,7 +39,7 @@ class HostOutputPool : public std::enable_shared_from_this<HostOutputPool> {
  public:
   // Smaller arrays come from numpy: malloc serves them from its free lists.
   static constexpr size_t kMinPooledBytes = size_t{64} << 10;
-  static constexpr size_t kMaxFreeBytes = size_t{1} << 30;
+  static constexpr size_t kMaxFreeBytes = size_t{256} << 20;
 
   // An uninitialized C-contiguous array of `shape` and `dtype`, backed by a
   // recycled block when one of its size is free. Raises MemoryError.
