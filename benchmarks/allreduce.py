@@ -45,7 +45,14 @@ Rows:
                           (one comm.Allreduce(IN_PLACE) of a 3.2 MB buffer,
                           one per 4 MiB tensor: fusion.h runs those alone),
                           which is the step without fusion copies or
-                          negotiation.
+                          negotiation. Then the step and the floor again
+                          with every buffer on one kind of page, 4 KiB or
+                          2 MiB (no target): numpy's own arrays are on huge
+                          pages only where a 2 MiB-aligned stretch fits in
+                          them (most of the floor's 20 MB buffer, about
+                          half of a 4 MiB tensor), and MPI's transfers
+                          between processes read huge pages much faster,
+                          so the judged row mixes two kinds of memory.
   allgather per rank      jobs across hosts only: hb.allgather of 4 KiB,
                           256 KiB and 4 MiB per rank (hierarchical when the
                           layout line says so) vs comm.Allgatherv into a
@@ -71,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import sys
 import time
@@ -342,6 +350,58 @@ def judge_step(section: str, nbytes: int, size: int, with_large: bool,
     return rows
 
 
+# --- the gradient step on one kind of page ---------------------------------
+
+HUGE_PAGE = 2 * MIB
+
+
+def zeros_on_pages(count: int, huge: bool) -> np.ndarray:
+    """``count`` float32 zeros on one kind of page: 2 MiB-aligned and
+    advised onto transparent huge pages, or advised off them (4 KiB)."""
+    nbytes = count * FLOAT32.itemsize
+    rounded = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
+    # Private: shared anonymous memory is shmem, which THP leaves alone.
+    memory = mmap.mmap(-1, rounded + HUGE_PAGE,
+                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    base = np.frombuffer(memory, np.uint8)  # keeps `memory` alive
+    offset = (-base.ctypes.data) % HUGE_PAGE
+    memory.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE,
+                   offset, rounded)
+    array = base[offset:offset + nbytes].view(FLOAT32)
+    array[:] = 0  # fault the pages in now, under the advice
+    return array
+
+
+def page_kind_rows(comm: MPI.Intracomm, s: Settings) -> List[Row]:
+    """The gradient step in place vs the one-buffer floor in place, with
+    the 4 MiB tensors and the floor's buffer both on 4 KiB pages, then
+    both on 2 MiB pages (the small tensors stay numpy's)."""
+    size = comm.Get_size()
+    names = ["bench.gradient.%d" % i
+             for i in range(SMALL_COUNT + LARGE_COUNT)]
+    shapes = step_tensors(0, True)
+    nbytes = sum(t.nbytes for t in shapes)
+    fns, labels = [], []
+    for huge in (False, True):
+        tensors = [np.zeros_like(t) if t.nbytes <= SMALL_BYTES else
+                   zeros_on_pages(t.size, huge) for t in shapes]
+        flat = zeros_on_pages(sum(t.size for t in tensors), huge)
+        fns.append(lambda tensors=tensors: hb_step(tensors, names, True))
+        fns.append(lambda flat=flat: comm.Allreduce(MPI.IN_PLACE, flat))
+        labels.append("2 MiB pages" if huge else "4 KiB pages")
+    times = measure(comm, fns, s.reps_small, warmup=s.warmup)
+    rows = []
+    for i, label in enumerate(labels):
+        hb_s, one_s = times[2 * i], times[2 * i + 1]
+        rows.append(Row(section="gradient step on one kind of page",
+                        case="in place vs floor, " + label,
+                        nbytes=nbytes, hb_s=hb_s, mpi_s=one_s,
+                        hb_busbw=bus_bandwidth(nbytes, hb_s, size),
+                        mpi_busbw=bus_bandwidth(nbytes, one_s, size),
+                        ratio=one_s / hb_s))
+    return rows
+
+
 # --- allgather across hosts -----------------------------------------------
 
 ALLGATHER_BYTES = [4 * KIB, 256 * KIB, 4 * MIB]  # per rank
@@ -591,6 +651,7 @@ def run(comm: MPI.Intracomm, s: Settings) -> List[Row]:
         rows += [sweep(comm, nbytes, s, in_place) for nbytes in s.sizes]
     rows += step_rows(comm, "small step", with_large=False, s=s)
     rows += step_rows(comm, "gradient step", with_large=True, s=s)
+    rows += page_kind_rows(comm, s)
     if comm.allreduce(hb.cross_size(), op=MPI.MAX) > 1:
         rows += [allgather_row(comm, n, s) for n in ALLGATHER_BYTES]
     rows.append(single_op_row(comm, s))
