@@ -38,14 +38,11 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session: Any, coord: Any) -> None:
         """Runs the broadcast op in the new session.
 
-        hbcore's TF ops fail with tf.errors.AbortedError once the runtime
+        hbcore's TF ops fail with tf.errors.UnknownError once the runtime
         has shut down (a peer failed, or the stall shutdown), as Horovod's
-        do, and TF's MonitoredSession takes an AbortedError for a
-        preempted worker: it closes the session and creates a new one, for
-        ever, each attempt failing at once in this broadcast (a step's
-        collective failing that way lands here too). So the broadcast's
-        AbortedError is raised as hbcore.ShutdownError, which TF does not
-        retry: the process fails with the runtime's reason.
+        do. Here that error is raised as hbcore.ShutdownError saying that
+        the session cannot be created, with the runtime's reason and
+        without the graph's node context.
 
         Args:
             session: the tf.compat.v1.Session just created.
@@ -56,9 +53,10 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         """
         try:
             session.run(self.bcast_op)
-        except tf.errors.AbortedError as exc:
+        except tf.errors.UnknownError as exc:
             from hbcore.exceptions import ShutdownError
 
+            # The broadcast's only UnknownError: hbcore's shutdown.
             reason = _op_reason(exc)
             if not reason.startswith("hbcore has shut down"):
                 reason = "hbcore has shut down: " + reason

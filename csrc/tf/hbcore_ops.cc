@@ -42,7 +42,11 @@ using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
 // The one translation table from core status codes to TF error types
-// (Horovod's mapping: cross-rank mismatch is FailedPrecondition).
+// (Horovod's mapping: cross-rank mismatch is FailedPrecondition; a runtime
+// that shut down is Unknown, Horovod 0.28.1's SHUT_DOWN_ERROR. Not Aborted:
+// TF's MonitoredSession takes an AbortedError for a preempted worker and
+// creates its session again, and every step after a shutdown fails the
+// same way, so the session restarted for ever).
 Status ToTfStatus(int code, const char* message) {
   switch (code) {
     case HB_OK:
@@ -55,7 +59,7 @@ Status ToTfStatus(int code, const char* message) {
     case HB_ERR_NOT_INITIALIZED:
       return absl::FailedPreconditionError(message);
     case HB_ERR_SHUTDOWN:
-      return absl::AbortedError(message);
+      return absl::UnknownError(message);
     case HB_ERR_UNSUPPORTED:
       return absl::UnimplementedError(message);
     default:

@@ -7,12 +7,15 @@ stall shutdown).
    hb.BroadcastGlobalVariablesHook) after hbcore shut down: rank 0's
    save fails, rank 0 goes on to a barrier while the other ranks are in
    the session (creating it, or in a step with an allreduce); the stall
-   shutdown fails both sides. hbcore's TF ops report the shutdown as
+   shutdown fails both sides. hbcore's TF ops reported the shutdown as
    tf.errors.AbortedError, which TF's MonitoredSession takes for a
    preemption: it re-created the session for ever (each attempt failing
    at once in the broadcast hook), so the job never ended. Now the
    broadcast hook raises hbcore.ShutdownError naming the stalled tensor
    and ranks.
+   Since hbcore's TF ops report a shutdown as UnknownError (Horovod's
+   type), TF's own MonitoredTrainingSession without a broadcast hook ends
+   too: the step's collective fails and the error reaches the caller.
 2. The collective save of sharded tables failing on the last rank only:
    every rank raises ShardedSaveError naming that rank's error, and hbrun
    ends the job (a pin: this already worked).
@@ -44,17 +47,24 @@ def _error(outcome, what):
     return outcome["type"], outcome["message"]
 
 
-@pytest.mark.parametrize("variant,np_,rank0_error", [
+@pytest.mark.parametrize("variant,np_,rank0_error,others_error", [
     # rank 0's CheckpointSaverHook.begin cannot create its directory; the
-    # others wait in the session's broadcast
-    ("mts_dense", 2, ("FailedPreconditionError", "is not a directory")),
-    ("mts_dense", 3, ("FailedPreconditionError", "is not a directory")),
+    # others wait in the session's broadcast, which the hook reports as
+    # the session that cannot be created
+    ("mts_dense", 2, ("FailedPreconditionError", "is not a directory"),
+     ("ShutdownError", "cannot create the session")),
+    ("mts_dense", 3, ("FailedPreconditionError", "is not a directory"),
+     ("ShutdownError", "cannot create the session")),
     # the same in TF's MonitoredTrainingSession with the broadcast hook
-    ("tf_mts_dense", 2, ("FailedPreconditionError", "is not a directory")),
-    # rank 0's save after step 1 fails; the others run step 2's allreduce
-    ("mts_dense_steps", 2, ("ValueError", "doesn't exist, can't save")),
+    ("tf_mts_dense", 2, ("FailedPreconditionError", "is not a directory"),
+     ("ShutdownError", "cannot create the session")),
+    # rank 0's save after step 1 fails; the others' step 2 allreduce fails
+    # (and the session is not created again)
+    ("mts_dense_steps", 2, ("ValueError", "doesn't exist, can't save"),
+     ("UnknownError", "HbcoreCollective")),
 ])
-def test_monitored_session_ends_after_shutdown(variant, np_, rank0_error):
+def test_monitored_session_ends_after_shutdown(variant, np_, rank0_error,
+                                               others_error):
     run = _run(variant, np_, 0, "barrier")
     assert not run.timed_out, "job never ended\n" + run.describe()
     assert run.duration < PROMPT_S, run.describe()
@@ -68,12 +78,13 @@ def test_monitored_session_ends_after_shutdown(variant, np_, rank0_error):
         result = run.results[rank]
         if rank > 0:
             kind, message = _error(result["save"], "rank %d's session" % rank)
-            assert kind == "ShutdownError", (rank, kind, message)
-            for fragment in ("cannot create the session",
-                             "hbcore has shut down", "stalled tensor",
+            assert kind == others_error[0], (rank, kind, message)
+            for fragment in (others_error[1], "stalled tensor",
                              "rank(s) 0", "HB_STALL_SHUTDOWN_TIME_SECONDS"):
                 assert fragment in message, (rank, fragment, message)
-            assert "Graph execution error" not in message, message
+            if kind == "ShutdownError":
+                assert "hbcore has shut down" in message, message
+                assert "Graph execution error" not in message, message
         # what each rank ran after its error fails fast, naming the stall
         ops = [a["op"] for a in result["after"]]
         assert ops == ["barrier", "allreduce"], (rank, result)
@@ -83,6 +94,30 @@ def test_monitored_session_ends_after_shutdown(variant, np_, rank0_error):
             assert kind == "ShutdownError", (rank, entry)
             assert "stalled tensor '" in message, (rank, entry)
             assert "rank(s) 0" in message, (rank, entry)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_tf_session_without_broadcast_hook_ends(np_):
+    """TF's own MonitoredTrainingSession, no broadcast hook: rank 0's save
+    after step 1 fails, the others' step 2 allreduce fails once the stall
+    shutdown stops hbcore, with UnknownError naming the op and the stall;
+    nothing restarts the session (with AbortedError it did, for ever)."""
+    run = _run("tf_mts_nohook_steps", np_, 0, "barrier")
+    assert not run.timed_out, "job never ended\n" + run.describe()
+    assert run.duration < PROMPT_S, run.describe()
+    assert run.returncode == 0, run.describe()
+    assert sorted(run.results) == list(range(np_)), run.describe()
+    kind, message = _error(run.results[0]["save"], "rank 0's save")
+    assert kind == "ValueError" and "doesn't exist, can't save" in message, (
+        kind, message)
+    for rank in range(1, np_):
+        kind, message = _error(run.results[rank]["save"],
+                               "rank %d's step" % rank)
+        assert kind == "UnknownError", (rank, kind, message)
+        for fragment in ("HbcoreCollective", "stalled tensor", "rank(s) 0",
+                         "HB_STALL_SHUTDOWN_TIME_SECONDS"):
+            assert fragment in message, (rank, fragment, message)
+    assert "preemption" not in run.stderr, run.describe()
 
 
 @pytest.mark.parametrize("np_", [2, 3])

@@ -140,9 +140,9 @@ def test_output_buffers(np_):
 
 @pytest.mark.parametrize("np_", NPS)
 def test_shutdown(np_):
-    """A pending op fails with AbortedError when a peer shuts down; calls
+    """A pending op fails with UnknownError when a peer shuts down; calls
     after shutdown raise ValueError."""
-    tf_run(np_).assert_cases(["shutdown/pending-op-aborted",
+    tf_run(np_).assert_cases(["shutdown/pending-op-fails",
                               "shutdown/after"])
 
 

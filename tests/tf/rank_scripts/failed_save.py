@@ -30,6 +30,12 @@ VARIANT:
                  and a save after every step; the failing rank breaks
                  the directory before its first step (rank 0: its save
                  after that step fails while the others run the next).
+  tf_mts_nohook_steps
+                 mts_dense_steps in TF's own MonitoredTrainingSession
+                 without a broadcast hook: the step's allreduce after the
+                 shutdown fails with UnknownError, which TF does not take
+                 for a preemption (an AbortedError made the session start
+                 over in a loop).
 
 after:
   raise   (default) the save's exception propagates: the rank exits 1;
@@ -115,7 +121,8 @@ def plain(directory: str, sharded: bool) -> None:
 
 
 def monitored(directory: str, sharded: bool, break_at_end: bool = False,
-              every_step: bool = False, plain_tf: bool = False) -> None:
+              every_step: bool = False, plain_tf: bool = False,
+              broadcast: bool = True) -> None:
     with tf.Graph().as_default():
         if sharded:
             with hb.scope():
@@ -135,8 +142,10 @@ def monitored(directory: str, sharded: bool, break_at_end: bool = False,
             # broadcasts.
             session = V1.train.MonitoredTrainingSession(
                 checkpoint_dir=directory if hb.context.rank == 0 else None,
-                scaffold=scaffold, save_checkpoint_steps=1000,
-                hooks=[hb.BroadcastGlobalVariablesHook(0)],
+                scaffold=scaffold,
+                save_checkpoint_steps=1 if every_step else 1000,
+                hooks=[hb.BroadcastGlobalVariablesHook(0)] if broadcast
+                else [],
                 save_summaries_steps=None, save_summaries_secs=None,
                 log_step_count_steps=None)
         else:
@@ -176,7 +185,10 @@ def main() -> None:
            "mts_sharded_end": lambda: monitored(directory, True, True),
            "mts_dense_end": lambda: monitored(directory, False, True),
            "mts_dense_steps": lambda: monitored(directory, False,
-                                               every_step=True)}[variant]
+                                               every_step=True),
+           "tf_mts_nohook_steps": lambda: monitored(
+               directory, False, every_step=True, plain_tf=True,
+               broadcast=False)}[variant]
     try:
         run()
     except Exception as exc:  # noqa: BLE001 - reported, then as asked
