@@ -15,8 +15,9 @@ mode from per-kind counters.
 Errors: the ops raise ``tf.errors.FailedPreconditionError`` when ranks
 disagree about a tensor, ``tf.errors.InvalidArgumentError`` for a bad
 local argument (root rank, splits, dtype) and ``tf.errors.UnknownError``
-(Horovod's type) once the runtime shut down on any rank. Calls before :func:`init` raise
-``ValueError`` (:class:`hbcore.NotInitializedError`) in Python.
+(Horovod's type) once the runtime shut down on any rank. Calls before
+:func:`init` raise ``ValueError`` (:class:`hbcore.NotInitializedError`) in
+Python.
 """
 import contextlib
 from typing import (Any, Dict, List, Mapping, Optional, Sequence,

@@ -393,7 +393,9 @@ class _ScopedTfFunction:
     ...; bound as a method when it is a class attribute)."""
 
     def __init__(self, func: Any, kwargs: dict, instance: Any = None) -> None:
-        functools.update_wrapper(self, func)
+        # Name, docstring and __wrapped__; not func's __dict__ (TF's
+        # internals stay on func, reached through __getattr__).
+        functools.update_wrapper(self, func, updated=())
         self._func = func
         self._kwargs = kwargs
         # A bound tf.function holds its instance weakly: keep it alive as

@@ -295,9 +295,9 @@ HB_API void hb_gpu_free(int device, void* ptr);
  * buffers), for front ends that keep output buffers of their own: aligned
  * to 64 bytes; a block of 2 MiB or more is aligned to 2 MiB and advised
  * onto transparent huge pages (MADV_HUGEPAGE, where the kernel allows it).
- * MPI's single-copy transfers between processes pin the pages they read,
- * and across emulated hosts a 16 MiB allreduce on such a block took 2.3-2.7
- * ms against 4.0 ms on fresh 4 KiB pages (docs/benchmarks.md).
+ * MPI's single-copy transfers between processes pin the pages they read:
+ * across two emulated hosts one 19.2 MB allreduce took 1.9-2.2 ms on huge
+ * pages against 3.8-4.0 ms on 4 KiB pages (docs/benchmarks.md).
  * hb_host_malloc returns NULL when memory ran out; release with
  * hb_host_free (a no-op for NULL). Valid without init. */
 HB_API void* hb_host_malloc(size_t bytes);
