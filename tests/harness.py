@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
@@ -282,3 +282,15 @@ def run_python(code: str, env: Optional[Mapping[str, str]] = None,
                timeout: float = 60) -> RankRun:
     """Runs ``python -c CODE`` as a singleton process (see run_single)."""
     return _run([sys.executable, "-c", code], 1, env, timeout)
+
+
+def python_result(code: str, env: Optional[Mapping[str, str]] = None,
+                  timeout: float = 180) -> Dict[str, Any]:
+    """Runs ``python -c CODE`` (run_python), which prints one line
+    ``RESULT <json>``; asserts that it exited 0 and printed it, and returns
+    the decoded JSON."""
+    run = run_python(code, env=env, timeout=timeout)
+    assert run.returncode == 0, run.describe()
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, run.describe()
+    return json.loads(lines[0][len("RESULT "):])

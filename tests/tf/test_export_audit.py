@@ -6,7 +6,7 @@ errors), each SavedModel run by plain TensorFlow without hbcore; at 2 and
 """
 import pytest
 
-from train_util import case_names, launch, tensorflow_missing
+from train_util import case_tests, launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -22,12 +22,4 @@ def _run(np_):
     return launch(SCRIPT, np_, timeout=TIMEOUT_S)
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    _run(np_).assert_ok()
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    _run(np_).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, _run, NPS)

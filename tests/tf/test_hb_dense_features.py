@@ -11,7 +11,7 @@ bad arguments are ValueErrors and eager or tf.function use is a
 RuntimeError."""
 import pytest
 
-from train_util import STALL_FAST_ENV, case_names, launch, tensorflow_missing
+from train_util import STALL_FAST_ENV, case_tests, launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -20,12 +20,8 @@ SCRIPT = "hb_dense_features.py"
 NPS = [2, 3]
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV).assert_ok()
+def run(np_):
+    return launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV)
 
 
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)

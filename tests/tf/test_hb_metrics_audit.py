@@ -6,7 +6,7 @@ examples, also with one rank's batch empty; at 2 and 3 ranks
 """
 import pytest
 
-from train_util import case_names, launch, tensorflow_missing
+from train_util import case_tests, launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -16,12 +16,8 @@ NPS = [2, 3]
 TIMEOUT_S = 240
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    launch(SCRIPT, np_, timeout=TIMEOUT_S).assert_ok()
+def run(np_):
+    return launch(SCRIPT, np_, timeout=TIMEOUT_S)
 
 
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    launch(SCRIPT, np_, timeout=TIMEOUT_S).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)

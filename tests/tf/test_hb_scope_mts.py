@@ -6,7 +6,7 @@ tests/tf/rank_scripts/hb_scope_mts.py.
 """
 import pytest
 
-from train_util import case_names, launch, tensorflow_missing
+from train_util import case_names, case_tests, launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -15,12 +15,8 @@ SCRIPT = "hb_scope_mts.py"
 CASES = case_names(SCRIPT)
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_launch_is_clean(np_):
-    launch(SCRIPT, np_, timeout=300).assert_ok()
+def run(np_):
+    return launch(SCRIPT, np_, timeout=300)
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-@pytest.mark.parametrize("case", CASES)
-def test_case(np_, case):
-    launch(SCRIPT, np_, timeout=300).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, run, [2, 3])

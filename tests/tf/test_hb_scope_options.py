@@ -11,11 +11,10 @@
   a TypeError naming ``seed``, raised by ``hb.function`` when it is
   applied.
 """
-import json
 
 import pytest
 
-from harness import run_python
+from harness import python_result
 from train_util import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -23,11 +22,7 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 
 
 def _result(code: str) -> dict:
-    run = run_python(code, timeout=180)
-    assert run.returncode == 0, run.describe()
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, run.describe()
-    return json.loads(lines[0][len("RESULT "):])
+    return python_result(code)
 
 
 NUMPY_CODE = r"""

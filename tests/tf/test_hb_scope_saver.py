@@ -5,11 +5,10 @@ and still restored; an explicit ``save_relative_paths=False`` and Savers
 created outside the scope keep TF's absolute paths; Saver.__init__ is
 TF's again once the scope closes (world size 1, a fresh process).
 """
-import json
 
 import pytest
 
-from harness import run_python
+from harness import python_result
 from train_util import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -59,11 +58,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_saver_relative_paths_in_scope():
-    run = run_python(CODE, timeout=180)
-    assert run.returncode == 0, run.describe()
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, run.describe()
-    result = json.loads(lines[0][len("RESULT "):])
+    result = python_result(CODE)
     assert result["scope"] == {"recorded": "model.ckpt-1",
                                "restored": [1.0, 2.0]}, result
     for key in ("plain", "explicit_false"):

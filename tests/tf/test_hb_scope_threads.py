@@ -6,11 +6,10 @@ patches are installed once for the process. Each case runs in a fresh
 process; the broadcast of initial values is observed by wrapping
 hbcore_tf.mpi_ops.broadcast (hb.scope's creator looks it up per call).
 """
-import json
 
 import pytest
 
-from harness import run_python
+from harness import python_result
 from train_util import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -87,11 +86,7 @@ print("RESULT " + json.dumps({
 
 @pytest.mark.parametrize("first_out", ["a", "b"])
 def test_scope_on_two_threads(first_out):
-    run = run_python(CODE % {"first_out": first_out}, timeout=180)
-    assert run.returncode == 0, run.describe()
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, run.describe()
-    result = json.loads(lines[0][len("RESULT "):])
+    result = python_result(CODE % {"first_out": first_out})
     assert result["errors"] == [] and result["alive"] == [], result
     # Each thread's variable went through its own scope's broadcast, once.
     assert result["during"] == ["a", "b"], result

@@ -11,11 +11,10 @@ tensor (a dataset whose last batch is short) in TF's MonitoredSession, no
 count and no window. One run on the real clock checks the numbers against
 the wall time the test measured; bad arguments raise typed errors.
 """
-import json
 
 import pytest
 
-from harness import run_python
+from harness import python_result
 from train_util import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -156,11 +155,7 @@ def expected_line(durations, counts=None, unit="sample"):
 
 @pytest.fixture(scope="module")
 def result():
-    run = run_python(CODE, timeout=180)
-    assert run.returncode == 0, run.describe()
-    found = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert found, run.describe()
-    return json.loads(found[0][len("RESULT "):])
+    return python_result(CODE)
 
 
 def test_fixed_batch_size_every_n_steps(result):

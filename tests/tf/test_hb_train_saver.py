@@ -10,11 +10,10 @@
    collective save of a sharded one); sharded tables saved whole and
    restored row block by row block.
 """
-import json
 
 import pytest
 
-from harness import run_python
+from harness import python_result
 from train_util import STALL_FAST_ENV, case_names, launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -76,11 +75,7 @@ print("RESULT " + json.dumps(out))
 
 
 def test_world_size_one():
-    run = run_python(CODE, timeout=180)
-    assert run.returncode == 0, run.describe()
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, run.describe()
-    out = json.loads(lines[0][len("RESULT "):])
+    out = python_result(CODE)
     assert out["subclass"] is True
     # HybridBackend forces sharded=True whatever the caller passes.
     assert out["sharded"] == [True, True, True]

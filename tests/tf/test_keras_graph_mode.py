@@ -6,7 +6,7 @@ of the ranks' own values and every rank ends with the same weights.
 """
 import pytest
 
-from train_util import (TF_KERAS_SKIP, case_names, launch, tensorflow_missing,
+from train_util import (TF_KERAS_SKIP, case_tests, launch, tensorflow_missing,
                         tf_keras_env, tf_keras_path)
 
 pytestmark = [
@@ -24,13 +24,4 @@ def graph_run(np_):
     return launch(SCRIPT, np_, timeout=TIMEOUT_S, env=tf_keras_env())
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    """Every rank finishes, exits 0 and reports."""
-    graph_run(np_).assert_ok()
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    graph_run(np_).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, graph_run, NPS)

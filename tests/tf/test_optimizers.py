@@ -5,7 +5,7 @@ against numpy); each test below asserts one case on every rank.
 """
 import pytest
 
-from train_util import case_names, launch, tensorflow_missing
+from train_util import case_tests, launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -14,13 +14,8 @@ SCRIPT = "train_optimizers.py"
 NPS = [2, 3]
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    """Every rank finishes, exits 0 and reports."""
-    launch(SCRIPT, np_).assert_ok()
+def run(np_):
+    return launch(SCRIPT, np_)
 
 
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    launch(SCRIPT, np_).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)

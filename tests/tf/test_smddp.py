@@ -4,7 +4,7 @@ examples/smddp_tf2_mnist.py in test_train_examples.py.
 """
 import pytest
 
-from train_util import case_names, op_launch, tensorflow_missing
+from train_util import case_tests, op_launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -13,12 +13,8 @@ SCRIPT = "smddp.py"
 NPS = [2, 3]
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    op_launch(SCRIPT, np_).assert_ok()
+def run(np_):
+    return op_launch(SCRIPT, np_)
 
 
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    op_launch(SCRIPT, np_).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)

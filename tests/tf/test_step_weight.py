@@ -6,7 +6,7 @@ no rank with data (tests/tf/rank_scripts/step_weight.py).
 """
 import pytest
 
-from train_util import case_names, op_launch, tensorflow_missing
+from train_util import case_tests, op_launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -15,12 +15,8 @@ SCRIPT = "step_weight.py"
 NPS = [2, 3]
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    op_launch(SCRIPT, np_).assert_ok()
+def run(np_):
+    return op_launch(SCRIPT, np_)
 
 
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    op_launch(SCRIPT, np_).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)

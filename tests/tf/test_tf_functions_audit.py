@@ -7,7 +7,7 @@ compiled with jit_compile=True trains without XLA
 """
 import pytest
 
-from train_util import case_names, op_launch, tensorflow_missing
+from train_util import case_tests, op_launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -16,14 +16,8 @@ SCRIPT = "tf_functions_audit.py"
 NPS = [2, 3]
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_: int) -> None:
-    """Every rank finishes, exits 0 and reports."""
-    op_launch(SCRIPT, np_).assert_ok()
+def run(np_):
+    return op_launch(SCRIPT, np_)
 
 
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_: int, case: str) -> None:
-    """One case of the rank script, asserted on every rank."""
-    op_launch(SCRIPT, np_).assert_cases([case])
+test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)

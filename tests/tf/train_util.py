@@ -4,6 +4,8 @@
   tests/rank_scripts (common.py) and tests/tf/rank_scripts importable;
   launches are cached per (script, np, env) for the test session, so
   several test functions can assert on one launch.
+- case_tests(): the two tests of a rank script whose cases all run in one
+  launch per rank count.
 - tf_keras_path() / TF_KERAS_SKIP: where tf_keras comes from (installed,
   or a directory named by HB_TEST_TF_KERAS_PATH), and the skip reason when
   it is nowhere.
@@ -18,7 +20,9 @@ import json
 import os
 import sys
 import tempfile
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import pytest
 
 TF_TESTS = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(TF_TESTS)
@@ -95,6 +99,28 @@ def launch(script: str, np: int, timeout: float = 180,
     if cache:
         _cache[key] = run
     return run
+
+
+def case_tests(script: str, run: Callable[[int], RankRun],
+               nps: Sequence[int] = (2, 3)) -> Tuple[Callable, Callable]:
+    """The tests of a rank script whose cases (its CASES) all run in one
+    launch per rank count: ``test_launch_is_clean`` (every rank finishes,
+    exits 0 and reports) and ``test_case`` (one test per case and rank
+    count). ``run(np_)`` launches the script (launch() caches, so both
+    tests read one launch). Use in a test module::
+
+        test_launch_is_clean, test_case = case_tests(SCRIPT, run)
+    """
+    @pytest.mark.parametrize("np_", nps)
+    def test_launch_is_clean(np_):
+        run(np_).assert_ok()
+
+    @pytest.mark.parametrize("np_", nps)
+    @pytest.mark.parametrize("case", case_names(script))
+    def test_case(np_, case):
+        run(np_).assert_cases([case])
+
+    return test_launch_is_clean, test_case
 
 
 def keras_flavors() -> list:
