@@ -90,6 +90,10 @@ KNOBS: Tuple[Knob, ...] = (
          "longest an idle background thread sleeps between checks for "
          "peers' work",
          Flag("--cycle-time-ms", "MS", positive=True)),
+    Knob("idle_spin", "HB_IDLE_SPIN", "choice", "auto", 0, 0, "choice",
+         "after each cycle the background thread watches its queue for "
+         "100 us before sleeping (auto: when the host has 2 cores per "
+         "local rank)"),
     Knob("cache_capacity", "HB_CACHE_CAPACITY", "integer", "1024", 0,
          2 ** 20, "slots", "response cache entries (0 disables the cache)",
          Flag("--cache-capacity", "N")),

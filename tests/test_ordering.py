@@ -55,6 +55,7 @@ TUNINGS = {
     "one-slot-no-fusion": {"HB_CACHE_CAPACITY": "1",
                            "HB_FUSION_THRESHOLD": "0"},
     "zero-cycle-time": {"HB_CYCLE_TIME": "0"},
+    "idle-spin-on": {"HB_IDLE_SPIN": "1"},
 }
 
 

@@ -39,6 +39,10 @@ struct Config {
   // Upper bound on how long an idle background thread sleeps between checks
   // for work announced by other ranks (milliseconds).
   double cycle_time_ms = 1.0;
+  // Whether the background thread watches its queue for a moment after a
+  // cycle before it sleeps (runtime.h, SpinForWork). kAuto: when the host
+  // has a core for each local rank's background and calling threads.
+  Choice idle_spin = Choice::kAuto;
   // Response-cache slots; 0 disables the bit-vector fast path.
   int cache_capacity = 1024;
   // Chrome-trace output path; empty disables the timeline, and so does

@@ -39,6 +39,17 @@ constexpr double kDormantPollUs = 10000.0;
 constexpr auto kBurstProbe = std::chrono::microseconds(15);
 constexpr double kBurstQuietUs = 100.0;
 constexpr double kBurstMaxUs = 3000.0;
+// After a cycle, a background thread with a core of its own watches its
+// queue this long before it sleeps: a framework thread issuing one
+// synchronous collective after another (an eager loop) then submits to a
+// running thread, without the wake-up system calls on both sides.
+constexpr auto kIdleSpin = std::chrono::microseconds(100);
+
+int UsableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 
 // The key of an in-flight name (names are unique per process set): the
 // name itself for the global set, so its hot path copies nothing; else the
@@ -113,6 +124,14 @@ Status Runtime::Start(int64_t comm) {
       timeline = Status(timeline.code(), timeline.message() + " (HB_TIMELINE)");
     }
   }
+  const int cpus = UsableCpus();
+  spin_when_idle_ = config_.idle_spin == Choice::kAuto
+                        ? 2 * topo.local_size <= cpus
+                        : config_.idle_spin == Choice::kOn;
+  HB_LOG(kDebug, "idle spin " << (spin_when_idle_ ? "on" : "off")
+                 << " (HB_IDLE_SPIN=" << ChoiceName(config_.idle_spin)
+                 << "; " << cpus << " CPUs for " << topo.local_size
+                 << " local ranks)");
   int background_cpu = -1;
   const Status affinity = BackgroundThreadCpu(
       config_.thread_affinity, topo.local_rank, topo.local_size,
@@ -235,7 +254,9 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
     e.enqueued = now;
     in_flight_.insert(FlightKey(e.request.name, e.process_set_id, &scratch));
     queue_.push_back(std::move(e));
+  work_queued_.store(true, std::memory_order_release);
   }
+  work_queued_.store(true, std::memory_order_release);
   // Only a sleeping background thread needs the (system-call) wake-up; a
   // busy one finds the queue when its cycle ends.
   if (loop_waiting_) cv_.notify_one();
@@ -374,7 +395,20 @@ void Runtime::AwaitEndOfBurst(std::unique_lock<std::mutex>& lock) {
   }
 }
 
+bool Runtime::SpinForWork() {
+  const auto until = Clock::now() + kIdleSpin;
+  while (!work_queued_.load(std::memory_order_acquire)) {
+    if (PeerAskedForCycle()) return true;
+    if (Clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+  return false;
+}
+
 void Runtime::WaitForCycle() {
+  // A peer's wake-up seen while spinning: run the cycle. Submitted work is
+  // taken below (as a burst), shutdown too.
+  if (spin_when_idle_ && SpinForWork()) return;
   const double idle_cap_us = std::max(1.0, config_.cycle_time_ms * 1000.0);
   // A rank waiting for peers (tensors pending) polls every few microseconds
   // at first: that poll is on the critical path of a step. A rank with
@@ -447,6 +481,7 @@ void Runtime::Loop() {
         set.pending.emplace(std::move(name), std::move(e));
       }
       queue_.clear();
+      work_queued_.store(false, std::memory_order_relaxed);
       flush_requested_ = false;
       input.shutdown = shutdown_requested_;
       input.shutdown_reason = shutdown_reason_;

@@ -11,6 +11,9 @@
 //  3. An idle rank sleeps on its queue's condition variable with a timeout
 //     and, at each timeout, polls for wake-ups. A wake-up for a cycle it has
 //     not run yet makes it run that cycle; older ones are stale duplicates.
+//     Before it sleeps, a rank with CPUs to spare (HB_IDLE_SPIN) first
+//     watches its queue and polls for wake-ups for a moment (SpinForWork):
+//     the same two events end the wait, so the protocol is unchanged.
 //  4. Several ranks may ask for the same cycle at once: the duplicates carry
 //     the same number and cause one cycle, so the cycle count stays equal.
 //  5. A wake-up must reach an idle peer while that peer only polls: it may
@@ -50,6 +53,7 @@
 #ifndef HBCORE_RUNTIME_H_
 #define HBCORE_RUNTIME_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -155,6 +159,7 @@ class Runtime {
   void Loop();
   // Returns once a cycle must run.
   void WaitForCycle();
+  bool SpinForWork();
   // Polls for peers' wake-ups; true if one asked for the next cycle.
   bool PeerAskedForCycle();
   // Holds the start of a cycle while this rank's queue is still growing.
@@ -201,6 +206,9 @@ class Runtime {
   std::map<int, ProcessSetInfo> set_table_;
   uint64_t set_ops_submitted_ = 0;
   bool loop_waiting_ = false;  // the background thread sleeps on cv_
+  // Set with every change of queue_ (under mu_), read without it by the
+  // background thread's idle spin (SpinForWork).
+  std::atomic<bool> work_queued_{false};
   bool flush_requested_ = false;  // Flush() since the queue was last drained
   bool shutdown_requested_ = false;
   std::string shutdown_reason_;
@@ -212,6 +220,10 @@ class Runtime {
   int64_t woken_for_ = -1;     // highest cycle a peer asked for
   bool force_cycle_ = false;
   Clock::time_point last_cycle_;
+  // True when this host has a core for every local rank's background and
+  // calling thread (2 * local_size <= usable CPUs): then the thread spins
+  // briefly after a cycle instead of sleeping (SpinForWork).
+  bool spin_when_idle_ = false;
 };
 
 }  // namespace hbcore

@@ -1,0 +1,67 @@
+"""HB_IDLE_SPIN: after a cycle the background thread watches its queue for
+a moment before sleeping, when the host has a CPU for each local rank's
+background and calling threads (auto), always (1) or never (0). The rule
+is read from the runtime's DEBUG log; results with the spin forced on at 2
+and 3 ranks (on this 2-CPU machine auto turns it off there) are checked
+against numpy by the ordering script."""
+import os
+import re
+
+import pytest
+
+from harness import run_ranks, script_path
+
+CPUS = sorted(os.sched_getaffinity(0))
+
+
+def _spin_state(run):
+    states = re.findall(r"idle spin (on|off) \(HB_IDLE_SPIN=(\w+); (\d+) "
+                        r"CPUs for (\d+) local ranks\)", run.stdout + run.stderr)
+    assert len(states) == run.np, run.describe()
+    return states
+
+
+@pytest.mark.parametrize("np_, value, cpus", [
+    (1, None, len(CPUS)),   # auto with the whole machine
+    (1, None, 1),           # auto confined to one CPU
+    (2, None, len(CPUS)),
+    (3, None, len(CPUS)),
+    (2, "1", len(CPUS)),
+    (1, "0", len(CPUS)),
+    (2, "true", 1),
+])
+def test_spin_rule(np_, value, cpus):
+    env = {"HB_LOG_LEVEL": "DEBUG"}
+    if value is not None:
+        env["HB_IDLE_SPIN"] = value
+    wrapper = ["taskset", "-c", str(CPUS[0])] if cpus == 1 else []
+    run = run_ranks(script_path("short_job.py"), np_, timeout=60, env=env,
+                    wrapper=wrapper)
+    run.assert_ok()
+    if value is None:
+        want = "on" if 2 * np_ <= cpus else "off"
+        shown = "auto"
+    else:
+        want = "on" if value in ("1", "true") else "off"
+        shown = "1" if want == "on" else "0"
+    for state in _spin_state(run):
+        assert state == (want, shown, str(cpus), str(np_)), (state,
+                                                             run.describe())
+
+
+def test_bad_value_fails_init():
+    run = run_ranks(script_path("short_job.py"), 2, timeout=60,
+                    env={"HB_IDLE_SPIN": "sometimes"})
+    assert run.returncode != 0 and not run.timed_out, run.describe()
+    text = run.stdout + run.stderr
+    assert "invalid value for HB_IDLE_SPIN: 'sometimes'" in text, text
+    assert text.count("ConfigError") >= 2, text
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_results_with_spin_forced_on(np_):
+    run = run_ranks(script_path("ordering.py"), np_, timeout=90,
+                    args=["order", 50], env={"HB_IDLE_SPIN": "1"})
+    assert not run.timed_out, "deadlock? " + run.describe()
+    run.assert_cases(["order/round0", "order/round1"])
+    run.assert_ok()
