@@ -92,7 +92,7 @@ KNOBS: Tuple[Knob, ...] = (
          Flag("--cycle-time-ms", "MS", positive=True)),
     Knob("idle_spin", "HB_IDLE_SPIN", "choice", "auto", 0, 0, "choice",
          "after each cycle the background thread watches its queue for "
-         "100 us before sleeping (auto: when the host has 2 cores per "
+         "100 us before sleeping (auto: when the host has 2 CPUs per "
          "local rank)"),
     Knob("cache_capacity", "HB_CACHE_CAPACITY", "integer", "1024", 0,
          2 ** 20, "slots", "response cache entries (0 disables the cache)",

@@ -8,8 +8,6 @@
 // Tensor names arrive as a string input (not an attribute), so eager calls
 // with fresh names reuse one cached kernel instead of instantiating one per
 // name.
-#include <sched.h>
-
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -231,27 +229,18 @@ bool Submit(std::vector<hb_request>* requests,
 // microseconds on a VM). Never used in graphs: there the thread belongs to
 // TF's executor, and other ops of the step may be ready to run on it.
 //
-// The spin is free only when the host has a core for it besides the
+// The spin is free only when the host has a CPU for it besides the
 // threads that finish the collective: every local rank's background
-// thread and waiting thread, 2 * local_size in all. With fewer cores the
+// thread and waiting thread, 2 * local_size in all. With fewer CPUs the
 // spinning waiter takes the CPU those threads need (measured, 4 B eager
 // allreduce on 2 cores: 1 rank 20 us with the spin, 56 us without; 2 ranks
-// 55 us with it, 46 us without), so it sleeps at once.
+// 55 us with it, 46 us without), so it sleeps at once. The core decides
+// (hb_spin_wait, HB_SPIN_WAIT), for every front end alike.
 constexpr auto kEagerSpin = std::chrono::microseconds(200);
 
-int UsableCpus() {
-#ifdef __linux__
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-#endif
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
-void AwaitEager(const Invocation& invocation, int usable_cpus) {
+void AwaitEager(const Invocation& invocation) {
   hb_flush();
-  if (2 * hb_local_size() <= usable_cpus) {
-    invocation.SpinUntilComplete(kEagerSpin);
-  }
+  if (hb_spin_wait()) invocation.SpinUntilComplete(kEagerSpin);
 }
 
 // The output of an allreduce or broadcast, which has its input's shape:
@@ -347,13 +336,12 @@ class CollectiveOp : public AsyncOpKernel {
       }
     }
     if (Submit(&requests, &slots, ctx, done) && eager_) {
-      AwaitEager(*invocation, usable_cpus_);
+      AwaitEager(*invocation);
     }
   }
 
  private:
   bool eager_ = false;
-  const int usable_cpus_ = UsableCpus();  // this thread's affinity, once
   int op_ = HB_ALLREDUCE;
   // Shared with the buffers it handed out, which may outlive the kernel.
   std::shared_ptr<OutputPool> pool_ = std::make_shared<OutputPool>();
@@ -412,13 +400,12 @@ class AlltoallOp : public AsyncOpKernel {
       return Status();
     };
     if (Submit(&requests, &slots, ctx, done) && eager_) {
-      AwaitEager(*invocation, usable_cpus_);
+      AwaitEager(*invocation);
     }
   }
 
  private:
   bool eager_ = false;
-  const int usable_cpus_ = UsableCpus();  // this thread's affinity, once
   int process_set_id_ = 0;
 };
 

@@ -213,6 +213,10 @@ int hb_size(void) {
 int hb_local_rank(void) {
   return WithTopology([](const hbcore::Topology& t) { return t.local_rank; });
 }
+int hb_spin_wait(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_runtime && g_runtime->spin_wait() ? 1 : 0;
+}
 int hb_local_size(void) {
   return WithTopology([](const hbcore::Topology& t) { return t.local_size; });
 }

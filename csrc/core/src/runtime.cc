@@ -39,7 +39,7 @@ constexpr double kDormantPollUs = 10000.0;
 constexpr auto kBurstProbe = std::chrono::microseconds(15);
 constexpr double kBurstQuietUs = 100.0;
 constexpr double kBurstMaxUs = 3000.0;
-// After a cycle, a background thread with a core of its own watches its
+// After a cycle, a background thread allowed to spin (HB_IDLE_SPIN) watches its
 // queue this long before it sleeps: a framework thread issuing one
 // synchronous collective after another (an eager loop) then submits to a
 // running thread, without the wake-up system calls on both sides.
@@ -125,12 +125,14 @@ Status Runtime::Start(int64_t comm) {
     }
   }
   const int cpus = UsableCpus();
-  spin_when_idle_ = config_.idle_spin == Choice::kAuto
-                        ? 2 * topo.local_size <= cpus
-                        : config_.idle_spin == Choice::kOn;
-  HB_LOG(kDebug, "idle spin " << (spin_when_idle_ ? "on" : "off")
+  spare_cpus_ = 2 * topo.local_size <= cpus;
+  idle_spin_ = config_.idle_spin == Choice::kAuto
+                   ? spare_cpus_
+                   : config_.idle_spin == Choice::kOn;
+  HB_LOG(kDebug, "idle spin " << (idle_spin_ ? "on" : "off")
                  << " (HB_IDLE_SPIN=" << ChoiceName(config_.idle_spin)
-                 << "; " << cpus << " CPUs for " << topo.local_size
+                 << "), waiters spin " << (spare_cpus_ ? "on" : "off")
+                 << " (" << cpus << " CPUs for " << topo.local_size
                  << " local ranks)");
   int background_cpu = -1;
   const Status affinity = BackgroundThreadCpu(
@@ -408,7 +410,7 @@ bool Runtime::SpinForWork() {
 void Runtime::WaitForCycle() {
   // A peer's wake-up seen while spinning: run the cycle. Submitted work is
   // taken below (as a burst), shutdown too.
-  if (spin_when_idle_ && SpinForWork()) return;
+  if (idle_spin_ && SpinForWork()) return;
   const double idle_cap_us = std::max(1.0, config_.cycle_time_ms * 1000.0);
   // A rank waiting for peers (tensors pending) polls every few microseconds
   // at first: that poll is on the critical path of a step. A rank with

@@ -11,9 +11,9 @@
 //  3. An idle rank sleeps on its queue's condition variable with a timeout
 //     and, at each timeout, polls for wake-ups. A wake-up for a cycle it has
 //     not run yet makes it run that cycle; older ones are stale duplicates.
-//     Before it sleeps, a rank with CPUs to spare (HB_IDLE_SPIN) first
-//     watches its queue and polls for wake-ups for a moment (SpinForWork):
-//     the same two events end the wait, so the protocol is unchanged.
+//     Before it sleeps, a rank may first watch its queue and poll for
+//     wake-ups for a moment (HB_IDLE_SPIN, SpinForWork): the same two
+//     events end the wait, so the protocol is unchanged.
 //  4. Several ranks may ask for the same cycle at once: the duplicates carry
 //     the same number and cause one cycle, so the cycle count stays equal.
 //  5. A wake-up must reach an idle peer while that peer only polls: it may
@@ -85,6 +85,9 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   const Topology& topology() const { return transport_->topology(); }
+  // Whether front-end threads waiting for a result may spin briefly before
+  // they block (hb_spin_wait); fixed by Start.
+  bool spin_wait() const { return spare_cpus_; }
   const Config& config() const { return config_; }
   // NCCL and the CUDA runtime when init found them (GPU requests are
   // served), else null; gpu_missing() then says why.
@@ -193,6 +196,17 @@ class Runtime {
   SetState* global_ = nullptr;  // sets_[0]
   int next_set_id_ = 1;
   std::thread thread_;
+  // Fixed by Start, before any front end can see the runtime:
+  // spare_cpus_: this host has a CPU for every local rank's background and
+  // calling thread (2 * local_size <= usable CPUs). Only then may a front
+  // end spin while it waits for a result (hb_spin_wait): without spare
+  // CPUs a spinning waiter takes the CPU from the threads it waits for.
+  // idle_spin_ (HB_IDLE_SPIN): the background thread spins briefly after a
+  // cycle instead of sleeping (SpinForWork); by default where the CPUs
+  // are spare. (On 2 CPUs with 2 ranks it made a Python loop of 4 B
+  // allreduces faster, but slowed MPI and TF work run beside it.)
+  bool spare_cpus_ = false;
+  bool idle_spin_ = false;
 
   // Shared with front-end threads, guarded by mu_.
   std::mutex mu_;
@@ -207,7 +221,7 @@ class Runtime {
   uint64_t set_ops_submitted_ = 0;
   bool loop_waiting_ = false;  // the background thread sleeps on cv_
   // Set with every change of queue_ (under mu_), read without it by the
-  // background thread's idle spin (SpinForWork).
+  // background thread's spin (SpinForWork).
   std::atomic<bool> work_queued_{false};
   bool flush_requested_ = false;  // Flush() since the queue was last drained
   bool shutdown_requested_ = false;
@@ -220,10 +234,6 @@ class Runtime {
   int64_t woken_for_ = -1;     // highest cycle a peer asked for
   bool force_cycle_ = false;
   Clock::time_point last_cycle_;
-  // True when this host has a core for every local rank's background and
-  // calling thread (2 * local_size <= usable CPUs): then the thread spins
-  // briefly after a cycle instead of sleeping (SpinForWork).
-  bool spin_when_idle_ = false;
 };
 
 }  // namespace hbcore
