@@ -256,7 +256,11 @@ def resolve_op(average: Optional[bool], op: Optional[int]) -> ReduceOp:
 # that is their hot path. The C++ side checks dtypes and applies
 # int()/float() to the numbers; inputs must be C-contiguous arrays or
 # DlpackInputs (_as_input), outputs writeable arrays (_as_inplace,
-# np.empty_like) or device buffers (_dlpack.empty_like).
+# np.empty_like) or device buffers (_dlpack.empty_like). ``allocate`` is
+# false when the output is given, else the core allocates the output once
+# its shape is negotiated: on the input's device, and for host inputs of
+# min_pooled_bytes or more from the pool it names (_HOST_OUTPUTS; True
+# would malloc them).
 _submit_one = core.submit_one
 _submit = core.submit
 
@@ -264,8 +268,9 @@ _submit = core.submit
 def _request(name: str, op: int, array: _dlpack.Input,
              output: Optional[Any] = None, reduce_op: int = Sum,
              prescale: float = 1.0, postscale: float = 1.0,
-             allocate: bool = False) -> tuple:
-    """One member of a group for core.submit."""
+             allocate: Any = False) -> tuple:
+    """One member of a group for core.submit (allocate: False, or the
+    pool host outputs come from, as for core.submit_one)."""
     return (name, op, reduce_op, array, output, 0, prescale, postscale, None,
             allocate)
 
@@ -632,8 +637,8 @@ def allgather_async(tensor: Any, name: Optional[str] = None,
     set_id = _set_id(process_set)
     array = _as_input(tensor, "allgather")
     return _submit_one(auto_name("allgather", name, set_id), _ALLGATHER, Sum,
-                       array, None, 0, 1.0, 1.0, None, True, _OUTPUT, None,
-                       set_id, _finish(tensor, array))
+                       array, None, 0, 1.0, 1.0, None, _HOST_OUTPUTS, _OUTPUT,
+                       None, set_id, _finish(tensor, array))
 
 
 def allgather(tensor: Any, name: Optional[str] = None,
@@ -799,8 +804,8 @@ def alltoall_async(tensor: Any, splits: Optional[Sequence[int]] = None,
         kind = _OUTPUT_AND_SPLITS
         finish = _finish(tensor, array, pair=True)
     return _submit_one(auto_name("alltoall", name, set_id), _ALLTOALL, Sum,
-                       array, None, 0, 1.0, 1.0, rows, True, kind, None, set_id,
-                       finish)
+                       array, None, 0, 1.0, 1.0, rows, _HOST_OUTPUTS, kind, None,
+                       set_id, finish)
 
 
 def alltoall(tensor: Any, splits: Optional[Sequence[int]] = None,
@@ -857,8 +862,8 @@ def reducescatter_async(tensor: Any, name: Optional[str] = None,
     array = _as_input(tensor, "reducescatter")
     return _submit_one(auto_name("reducescatter", name, set_id),
                        _REDUCESCATTER, op, array, None, 0, prescale_factor,
-                       postscale_factor, None, True, _OUTPUT, None, set_id,
-                       _finish(tensor, array))
+                       postscale_factor, None, _HOST_OUTPUTS, _OUTPUT, None,
+                       set_id, _finish(tensor, array))
 
 
 def reducescatter(tensor: Any, name: Optional[str] = None, op: int = Average,
@@ -922,7 +927,7 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None,
     arrays = _group_inputs(tensors, "grouped_reducescatter")
     reqs = [_request("%s.%d" % (base, i), _REDUCESCATTER, a,
                      reduce_op=op, prescale=prescale_factor,
-                     postscale=postscale_factor, allocate=True)
+                     postscale=postscale_factor, allocate=_HOST_OUTPUTS)
             for i, a in enumerate(arrays)]
     return synchronize(_submit(reqs, _OUTPUTS, None, set_id,
                                _finish_all(tensors, arrays)))
@@ -952,7 +957,8 @@ def grouped_allgather(tensors: Sequence[Any],
     set_id = _set_id(process_set)
     base = auto_name("grouped_allgather", name, set_id)
     arrays = _group_inputs(tensors, "grouped_allgather")
-    reqs = [_request("%s.%d" % (base, i), _ALLGATHER, a, allocate=True)
+    reqs = [_request("%s.%d" % (base, i), _ALLGATHER, a,
+                     allocate=_HOST_OUTPUTS)
             for i, a in enumerate(arrays)]
     return synchronize(_submit(reqs, _OUTPUTS, None, set_id,
                                _finish_all(tensors, arrays)))

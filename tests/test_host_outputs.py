@@ -53,9 +53,32 @@ def test_free_blocks_stay_within_the_peak_leased_at_once():
     del a, b
     assert pool.free_bytes == 2 * MIB  # the loop's working set stays
     big = pool.empty([3 * MIB], np.dtype(np.uint8))
-    del big  # 2 + 3 MiB free would exceed the 3 MiB peak: freed instead
-    assert pool.free_bytes == 2 * MIB
+    big_address = big.ctypes.data
+    # 2 + 3 MiB free would exceed the 3 MiB peak: the older blocks go.
+    del big
+    assert pool.free_bytes == 3 * MIB
     assert pool.leased_bytes == 0
+    assert pool.empty([3 * MIB], np.dtype(np.uint8)).ctypes.data == \
+        big_address
+
+
+def test_a_new_size_evicts_the_least_recently_released():
+    """Blocks of a past phase's sizes make room for the current ones,
+    oldest first, instead of keeping them out of the pool."""
+    pool = core.HostOutputPool()
+    first = pool.empty([MIB], np.dtype(np.uint8))
+    second = pool.empty([MIB], np.dtype(np.uint8))
+    third = pool.empty([MIB], np.dtype(np.uint8))  # peak: 3 MiB leased
+    first_address, second_address = first.ctypes.data, second.ctypes.data
+    del third
+    del first, second  # released in the order third, first, second
+    assert pool.free_bytes == 3 * MIB
+    two = pool.empty([2 * MIB], np.dtype(np.uint8))  # a fresh block
+    del two  # needs 2 MiB of room: evicts third, then first
+    assert pool.free_bytes == 3 * MIB
+    kept = pool.empty([MIB], np.dtype(np.uint8))
+    assert kept.ctypes.data == second_address != first_address
+    assert pool.free_bytes == 2 * MIB  # the 2 MiB block: no 1 MiB left
 
 
 def test_negative_dimension_is_a_value_error():
@@ -72,7 +95,9 @@ def test_outputs_are_right_distinct_and_reused(np_):
     for rank in range(np_):
         result = run.results[rank]
         assert "error" not in result, (rank, result)
-        for kind in ("allreduce", "grouped_allreduce", "broadcast"):
+        for kind in ("allreduce", "grouped_allreduce", "broadcast",
+                     "allgather", "grouped_allgather", "alltoall",
+                     "reducescatter"):
             seen = result[kind]
             assert seen["wrong_steps"] == [], (rank, kind, seen)
             assert seen["distinct_while_alive"], (rank, kind, seen)

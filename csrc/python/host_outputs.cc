@@ -14,44 +14,43 @@ void HostOutputPool::BlockDeleter::operator()(void* p) const {
   hb_host_free(p);
 }
 
-// Owned by the capsule that is the array's base: destroyed (under the GIL)
-// when the array and all its views are gone, and gives the block back.
-struct HostOutputPool::Lease {
-  std::shared_ptr<HostOutputPool> pool;
-  Block block;
-  size_t bytes = 0;
-  ~Lease() { pool->Release(std::move(block), bytes); }
-};
+HostOutputPool::Lease::~Lease() {
+  if (pool) pool->Release(std::move(block), bytes);
+}
 
-py::array HostOutputPool::Empty(const std::vector<py::ssize_t>& shape,
-                                const py::dtype& dtype) {
-  size_t bytes = static_cast<size_t>(dtype.itemsize());
-  for (py::ssize_t d : shape) {
-    if (d < 0) throw py::value_error("negative dimension in an output shape");
-    bytes *= static_cast<size_t>(d);
-  }
+std::unique_ptr<HostOutputPool::Lease> HostOutputPool::Take(size_t bytes) {
   auto lease = std::make_unique<Lease>();
-  lease->pool = shared_from_this();
   lease->bytes = bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(bytes);
-    if (it != free_.end() && !it->second.empty()) {
-      lease->block = std::move(it->second.back());
+    auto it = free_by_size_.find(bytes);
+    if (it != free_by_size_.end()) {
+      FreeList::iterator block = it->second.back();
+      lease->block = std::move(block->block);
+      free_.erase(block);
       it->second.pop_back();
+      if (it->second.empty()) free_by_size_.erase(it);
       free_bytes_ -= bytes;
     }
   }
   if (!lease->block) {
     lease->block.reset(hb_host_malloc(std::max<size_t>(bytes, 1)));
-    if (!lease->block) throw std::bad_alloc();
+    if (!lease->block) return nullptr;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     leased_bytes_ += bytes;
     peak_leased_bytes_ = std::max(peak_leased_bytes_, leased_bytes_);
   }
-  void* data = lease->block.get();
+  // Counted as leased from here: the destructor gives it back.
+  lease->pool = shared_from_this();
+  return lease;
+}
+
+py::array HostOutputPool::Wrap(std::unique_ptr<Lease> lease,
+                               const std::vector<py::ssize_t>& shape,
+                               const py::dtype& dtype) {
+  void* data = lease->data();
   // The capsule owns the lease from here on (its destructor deletes it).
   py::capsule owner(lease.get(), [](void* p) {
     std::unique_ptr<Lease> reclaimed(static_cast<Lease*>(p));
@@ -60,13 +59,37 @@ py::array HostOutputPool::Empty(const std::vector<py::ssize_t>& shape,
   return py::array(dtype, shape, data, owner);
 }
 
+py::array HostOutputPool::Empty(const std::vector<py::ssize_t>& shape,
+                                const py::dtype& dtype) {
+  size_t bytes = static_cast<size_t>(dtype.itemsize());
+  for (py::ssize_t d : shape) {
+    if (d < 0) throw py::value_error("negative dimension in an output shape");
+    bytes *= static_cast<size_t>(d);
+  }
+  std::unique_ptr<Lease> lease = Take(bytes);
+  if (!lease) throw std::bad_alloc();
+  return Wrap(std::move(lease), shape, dtype);
+}
+
 void HostOutputPool::Release(Block block, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   leased_bytes_ -= bytes;
   const size_t bound = std::min(peak_leased_bytes_, kMaxFreeBytes);
-  if (free_bytes_ + bytes > bound) return;  // `block` frees it
-  free_[bytes].push_back(std::move(block));
+  if (bytes > bound) return;  // `block` frees it
+  while (free_bytes_ + bytes > bound) EvictOldest();
+  free_.push_back(FreeBlock{bytes, std::move(block)});
+  free_by_size_[bytes].push_back(std::prev(free_.end()));
   free_bytes_ += bytes;
+}
+
+void HostOutputPool::EvictOldest() {
+  FreeList::iterator oldest = free_.begin();
+  // The oldest block is the oldest of its size: first in that size's list.
+  std::vector<FreeList::iterator>& same = free_by_size_[oldest->bytes];
+  same.erase(same.begin());
+  if (same.empty()) free_by_size_.erase(oldest->bytes);
+  free_bytes_ -= oldest->bytes;
+  free_.erase(oldest);  // frees the block
 }
 
 size_t HostOutputPool::free_bytes() const {

@@ -1,6 +1,9 @@
 // hbcore._core.HostOutputPool: recycled host memory for the new arrays the
-// numpy API returns (hb.allreduce, grouped_allreduce, broadcast: the
-// out-of-place calls whose output is allocated before submission).
+// numpy API returns: the out-of-place calls whose output is allocated
+// before submission (hb.allreduce, grouped_allreduce, broadcast), and those
+// whose output the core allocates once the shape is negotiated (allgather,
+// alltoall, reducescatter: operation.h's AllocOutput takes the block on the
+// core's thread, and the array is made when the result is collected).
 //
 // A fresh large numpy array is fresh pages: the first write to each page
 // faults, and the kernel zeroes it. A 16 MiB out-of-place allreduce across
@@ -13,10 +16,13 @@
 //
 // Invariants:
 //  - A block is in at most one place: leased to one array, or on the free
-//    list of its exact byte size.
+//    list (found by its exact byte size).
 //  - Free blocks total at most min(the most bytes ever leased at once,
 //    kMaxFreeBytes): a loop keeps its working set, and what a process
-//    holds unused is bounded (a block that does not fit is freed).
+//    holds unused is bounded. A released block that does not fit first
+//    evicts the least recently released free blocks (the sizes of a past
+//    phase of the program); it is freed only if it alone exceeds the
+//    bound.
 //  - Arrays are released under the GIL (they are Python objects), but the
 //    pool locks anyway: nothing here relies on the GIL.
 #ifndef HBCORE_PYTHON_HOST_OUTPUTS_H_
@@ -26,6 +32,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstddef>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -41,6 +48,32 @@ class HostOutputPool : public std::enable_shared_from_this<HostOutputPool> {
   static constexpr size_t kMinPooledBytes = size_t{64} << 10;
   static constexpr size_t kMaxFreeBytes = size_t{256} << 20;
 
+  struct BlockDeleter {
+    void operator()(void* p) const;
+  };
+  using Block = std::unique_ptr<void, BlockDeleter>;
+
+  // One block out of the pool: it goes back when the lease is destroyed
+  // (any thread; the pool locks). An array's base capsule owns its lease.
+  struct Lease {
+    std::shared_ptr<HostOutputPool> pool;
+    Block block;
+    size_t bytes = 0;
+    void* data() const { return block.get(); }
+    ~Lease();
+  };
+
+  // A block of `bytes`, recycled when one of that size is free. Needs no
+  // GIL (the core's allocator callback calls it on its thread). Returns
+  // null when memory is exhausted.
+  std::unique_ptr<Lease> Take(size_t bytes);
+
+  // The array of `shape` and `dtype` over a leased block, which it then
+  // owns (the lease must hold at least that many bytes).
+  static py::array Wrap(std::unique_ptr<Lease> lease,
+                        const std::vector<py::ssize_t>& shape,
+                        const py::dtype& dtype);
+
   // An uninitialized C-contiguous array of `shape` and `dtype`, backed by a
   // recycled block when one of its size is free. Raises MemoryError.
   py::array Empty(const std::vector<py::ssize_t>& shape, const py::dtype& dtype);
@@ -49,16 +82,21 @@ class HostOutputPool : public std::enable_shared_from_this<HostOutputPool> {
   size_t leased_bytes() const;
 
  private:
-  struct BlockDeleter {
-    void operator()(void* p) const;
-  };
-  using Block = std::unique_ptr<void, BlockDeleter>;
-  struct Lease;  // what an array's base capsule owns
-
   void Release(Block block, size_t bytes);
 
+  struct FreeBlock {
+    size_t bytes;
+    Block block;
+  };
+  using FreeList = std::list<FreeBlock>;
+
+  // Frees the least recently released block (mu_ held).
+  void EvictOldest();
+
   mutable std::mutex mu_;
-  std::unordered_map<size_t, std::vector<Block>> free_;  // by size in bytes
+  FreeList free_;  // least recently released first
+  // The free blocks of each size, most recently released last.
+  std::unordered_map<size_t, std::vector<FreeList::iterator>> free_by_size_;
   size_t free_bytes_ = 0;
   size_t leased_bytes_ = 0;
   size_t peak_leased_bytes_ = 0;

@@ -149,7 +149,11 @@ void PrepareDevice(PyObject* const* f, bool allocate, hb_request* r,
 // Fills `r` and `part` from the 10 fields of one request, in the order
 // (name, op, reduce_op, input, output, root_rank, prescale, postscale,
 // splits, allocate) -- the positional arguments of submit_one and the
-// tuples given to submit -- and the request's process set. input and
+// tuples given to submit -- and the request's process set. allocate is
+// false (the output is given or there is none), true (the core allocates
+// the output: host memory by malloc, device memory on the input's GPU), or
+// a HostOutputPool (as true, with host outputs of its min_pooled_bytes
+// and more from that pool). input and
 // output are C-contiguous numpy arrays or None; or, for a GPU request, a
 // DlpackInput and a GpuArray / the same DlpackInput (in place) / None.
 // splits is a sequence of ints or None. `f` must stay alive until
@@ -177,6 +181,12 @@ void Prepare(PyObject* const* f, int process_set_id, hb_request* r, Part* part,
   }
   const int allocate = PyObject_IsTrue(f[9]);
   if (allocate < 0) throw py::error_already_set();
+  // allocate may name the HostOutputPool that host outputs come from.
+  if (py::isinstance<HostOutputPool>(f[9])) {
+    part->state->host_pool =
+        py::reinterpret_borrow<py::object>(f[9])
+            .cast<std::shared_ptr<HostOutputPool>>();
+  }
   r->device = HB_DEVICE_CPU;
   if (f[3] != Py_None && !py::detail::npy_api::get().PyArray_Check_(f[3])) {
     PrepareDevice(f, allocate != 0, r, part);

@@ -12,6 +12,11 @@ void* AllocOutput(void* user, int ndim, const int64_t* shape) {
   for (int i = 0; i < ndim; ++i) n *= static_cast<size_t>(shape[i]);
   if (n == 0) n = 1;  // a null pointer would read as a failed allocation
   void* p = nullptr;
+  if (s.output_device == HB_DEVICE_CPU && s.host_pool &&
+      n >= HostOutputPool::kMinPooledBytes) {
+    s.pooled_output = s.host_pool->Take(n);
+    return s.pooled_output ? s.pooled_output->data() : nullptr;
+  }
   if (s.output_device == HB_DEVICE_CPU) {
     p = std::malloc(n);
   } else {

@@ -23,6 +23,7 @@
 
 #include "common.h"
 #include "gpu_arrays.h"
+#include "host_outputs.h"
 #include "hbcore/c_api.h"
 
 namespace hbcore_py {
@@ -63,9 +64,14 @@ struct OpState {
   int last_joined_rank = -1;
   // Output allocated by the core's request (allgather, alltoall,
   // reducescatter); ownership moves to the numpy array (host) or GpuArray
-  // (device) returned. Host memory is malloc'ed, device memory comes from
-  // hb_gpu_malloc on `output_device`.
+  // (device) returned. Host memory is malloc'ed (or pooled, below), device
+  // memory comes from hb_gpu_malloc on `output_device`.
   std::unique_ptr<void, OutputDeleter> output;
+  // A host output of kMinPooledBytes or more when the request named a pool
+  // (then `output` stays empty): the block goes back to `host_pool` once
+  // the array made from it is gone, or with this state if it never is.
+  std::shared_ptr<HostOutputPool> host_pool;
+  std::unique_ptr<HostOutputPool::Lease> pooled_output;
   std::vector<py::ssize_t> output_shape;
   size_t item_size = 1;
   int output_device = HB_DEVICE_CPU;  // where AllocOutput allocates
@@ -110,6 +116,11 @@ struct Part {
   bool Done() const { return state->done.load(std::memory_order_acquire); }
 
   py::object TakeOutput() {
+    if (state->pooled_output) {
+      return HostOutputPool::Wrap(std::move(state->pooled_output),
+                                  state->output_shape,
+                                  py::reinterpret_borrow<py::dtype>(dtype));
+    }
     if (!state->output) return py::none();
     if (state->output_device != HB_DEVICE_CPU) {
       std::vector<int64_t> shape(state->output_shape.begin(),
