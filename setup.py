@@ -140,7 +140,8 @@ class BuildNative(build_ext):
         tf_src_dir = os.path.join(pkg_root, "hbcore_tf", "_csrc")
         for d in (header_dir, tf_src_dir):
             os.makedirs(d, exist_ok=True)
-        shutil.copy2(os.path.join(core_inc, "hbcore", "c_api.h"), header_dir)
+        for header in glob.glob(os.path.join(core_inc, "hbcore", "*.h")):
+            shutil.copy2(header, header_dir)
         for src in (glob.glob(os.path.join(ROOT, "csrc", "tf", "*.cc")) +
                     glob.glob(os.path.join(ROOT, "csrc", "tf", "*.h"))):
             shutil.copy2(src, tf_src_dir)

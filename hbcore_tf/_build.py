@@ -69,9 +69,9 @@ def _cache_dir() -> str:
 def _key(sources: List[str], include: str, flags: List[str],
          tf_version: str) -> str:
     digest = hashlib.sha256()
-    headers = _files(os.path.dirname(sources[0]), ".h")
-    for path in sources + headers + [os.path.join(include, "hbcore",
-                                                  "c_api.h")]:
+    headers = (_files(os.path.dirname(sources[0]), ".h")
+               + _files(os.path.join(include, "hbcore"), ".h"))
+    for path in sources + headers:
         with open(path, "rb") as f:
             digest.update(f.read())
     digest.update(" ".join(flags).encode())

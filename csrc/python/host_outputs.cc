@@ -10,10 +10,6 @@
 
 namespace hbcore_py {
 
-void HostOutputPool::BlockDeleter::operator()(void* p) const {
-  hb_host_free(p);
-}
-
 HostOutputPool::Lease::~Lease() {
   if (pool) pool->Release(std::move(block), bytes);
 }
@@ -23,15 +19,7 @@ std::unique_ptr<HostOutputPool::Lease> HostOutputPool::Take(size_t bytes) {
   lease->bytes = bytes;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_by_size_.find(bytes);
-    if (it != free_by_size_.end()) {
-      FreeList::iterator block = it->second.back();
-      lease->block = std::move(block->block);
-      free_.erase(block);
-      it->second.pop_back();
-      if (it->second.empty()) free_by_size_.erase(it);
-      free_bytes_ -= bytes;
-    }
+    lease->block = free_.Take(bytes);
   }
   if (!lease->block) {
     lease->block.reset(hb_host_malloc(std::max<size_t>(bytes, 1)));
@@ -74,27 +62,13 @@ py::array HostOutputPool::Empty(const std::vector<py::ssize_t>& shape,
 void HostOutputPool::Release(Block block, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   leased_bytes_ -= bytes;
-  const size_t bound = std::min(peak_leased_bytes_, kMaxFreeBytes);
-  if (bytes > bound) return;  // `block` frees it
-  while (free_bytes_ + bytes > bound) EvictOldest();
-  free_.push_back(FreeBlock{bytes, std::move(block)});
-  free_by_size_[bytes].push_back(std::prev(free_.end()));
-  free_bytes_ += bytes;
-}
-
-void HostOutputPool::EvictOldest() {
-  FreeList::iterator oldest = free_.begin();
-  // The oldest block is the oldest of its size: first in that size's list.
-  std::vector<FreeList::iterator>& same = free_by_size_[oldest->bytes];
-  same.erase(same.begin());
-  if (same.empty()) free_by_size_.erase(oldest->bytes);
-  free_bytes_ -= oldest->bytes;
-  free_.erase(oldest);  // frees the block
+  free_.Put(std::move(block), bytes,
+            std::min(peak_leased_bytes_, kMaxFreeBytes));
 }
 
 size_t HostOutputPool::free_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return free_bytes_;
+  return free_.bytes();
 }
 
 size_t HostOutputPool::leased_bytes() const {

@@ -16,7 +16,7 @@
 //
 // Invariants:
 //  - A block is in at most one place: leased to one array, or on the free
-//    list (found by its exact byte size).
+//    list (hbcore/free_blocks.h: found by its exact byte size).
 //  - Free blocks total at most min(the most bytes ever leased at once,
 //    kMaxFreeBytes): a loop keeps its working set, and what a process
 //    holds unused is bounded. A released block that does not fit first
@@ -32,11 +32,11 @@
 #include <pybind11/pybind11.h>
 
 #include <cstddef>
-#include <list>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 #include <vector>
+
+#include "hbcore/free_blocks.h"
 
 namespace hbcore_py {
 
@@ -48,10 +48,7 @@ class HostOutputPool : public std::enable_shared_from_this<HostOutputPool> {
   static constexpr size_t kMinPooledBytes = size_t{64} << 10;
   static constexpr size_t kMaxFreeBytes = size_t{256} << 20;
 
-  struct BlockDeleter {
-    void operator()(void* p) const;
-  };
-  using Block = std::unique_ptr<void, BlockDeleter>;
+  using Block = hbcore::FreeBlocks::Block;
 
   // One block out of the pool: it goes back when the lease is destroyed
   // (any thread; the pool locks). An array's base capsule owns its lease.
@@ -84,20 +81,8 @@ class HostOutputPool : public std::enable_shared_from_this<HostOutputPool> {
  private:
   void Release(Block block, size_t bytes);
 
-  struct FreeBlock {
-    size_t bytes;
-    Block block;
-  };
-  using FreeList = std::list<FreeBlock>;
-
-  // Frees the least recently released block (mu_ held).
-  void EvictOldest();
-
   mutable std::mutex mu_;
-  FreeList free_;  // least recently released first
-  // The free blocks of each size, most recently released last.
-  std::unordered_map<size_t, std::vector<FreeList::iterator>> free_by_size_;
-  size_t free_bytes_ = 0;
+  hbcore::FreeBlocks free_;
   size_t leased_bytes_ = 0;
   size_t peak_leased_bytes_ = 0;
 };

@@ -44,12 +44,7 @@ bool OutputPool::Allocate(tensorflow::DataType dtype,
   Block block;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = free_.find(bytes);
-    if (it != free_.end() && !it->second.empty()) {
-      block = std::move(it->second.back());
-      it->second.pop_back();
-      free_bytes_ -= bytes;
-    }
+    block = free_.Take(bytes);
   }
   if (!block) {
     // At least TF's alignment for CPU tensors (64 bytes: Eigen's widest
@@ -68,9 +63,7 @@ bool OutputPool::Allocate(tensorflow::DataType dtype,
 
 void OutputPool::Release(Block block, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (free_bytes_ + bytes > max_free_bytes_) return;  // `block` frees it
-  free_[bytes].push_back(std::move(block));
-  free_bytes_ += bytes;
+  free_.Put(std::move(block), bytes, max_free_bytes_);
 }
 
 }  // namespace hbcore_tf

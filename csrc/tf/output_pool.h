@@ -11,17 +11,18 @@
 // Lifetime: every pooled buffer holds a reference to its pool, so a pool
 // outlives its kernel as long as tensors from it are alive.
 // Bound: the pool keeps at most twice the bytes of the largest invocation
-// it served; beyond that, freed buffers go back to the system.
+// it served. The free list is hbcore/free_blocks.h: a freed buffer that
+// does not fit evicts the least recently freed ones first, and goes back
+// to the system only when it alone exceeds the bound.
 #ifndef HBCORE_TF_OUTPUT_POOL_H_
 #define HBCORE_TF_OUTPUT_POOL_H_
 
 #include <cstddef>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
 #include "hbcore/c_api.h"
+#include "hbcore/free_blocks.h"
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tensorflow/core/framework/types.h"
@@ -44,17 +45,13 @@ class OutputPool : public std::enable_shared_from_this<OutputPool> {
                 tensorflow::Tensor* out);
 
  private:
-  struct FreeDeleter {
-    void operator()(void* p) const { hb_host_free(p); }
-  };
-  using Block = std::unique_ptr<void, FreeDeleter>;
+  using Block = hbcore::FreeBlocks::Block;
   class Buffer;
 
   void Release(Block block, size_t bytes);
 
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<Block>> free_;  // by size in bytes
-  size_t free_bytes_ = 0;
+  hbcore::FreeBlocks free_;
   size_t max_free_bytes_ = 0;
 };
 
