@@ -39,8 +39,8 @@ constexpr double kDormantPollUs = 10000.0;
 constexpr auto kBurstProbe = std::chrono::microseconds(15);
 constexpr double kBurstQuietUs = 100.0;
 constexpr double kBurstMaxUs = 3000.0;
-// After a cycle, a background thread allowed to spin (HB_IDLE_SPIN) watches its
-// queue this long before it sleeps: a framework thread issuing one
+// After a cycle, a background thread allowed to spin (HB_IDLE_SPIN) watches
+// its queue this long before it sleeps: a framework thread issuing one
 // synchronous collective after another (an eager loop) then submits to a
 // running thread, without the wake-up system calls on both sides.
 constexpr auto kIdleSpin = std::chrono::microseconds(100);
@@ -256,7 +256,6 @@ Status Runtime::Enqueue(const hb_request* requests, int count) {
     e.enqueued = now;
     in_flight_.insert(FlightKey(e.request.name, e.process_set_id, &scratch));
     queue_.push_back(std::move(e));
-  work_queued_.store(true, std::memory_order_release);
   }
   work_queued_.store(true, std::memory_order_release);
   // Only a sleeping background thread needs the (system-call) wake-up; a
@@ -300,6 +299,7 @@ Status Runtime::SubmitProcessSetOp(OpType op, const std::vector<int>& ranks,
   e.enqueued = Clock::now();
   in_flight_.insert(e.request.name);
   queue_.push_back(std::move(e));
+  work_queued_.store(true, std::memory_order_release);
   flush_requested_ = true;
   cv_.notify_one();
   return Status::OK();

@@ -204,7 +204,8 @@ class Runtime {
   // idle_spin_ (HB_IDLE_SPIN): the background thread spins briefly after a
   // cycle instead of sleeping (SpinForWork); by default where the CPUs
   // are spare. (On 2 CPUs with 2 ranks it made a Python loop of 4 B
-  // allreduces faster, but slowed MPI and TF work run beside it.)
+  // allreduces faster but not benchmarks/tf_ops.py, and its CPU time comes
+  // from the work beside it.)
   bool spare_cpus_ = false;
   bool idle_spin_ = false;
 
