@@ -235,7 +235,7 @@ bool Submit(std::vector<hb_request>* requests,
 // spinning waiter takes the CPU those threads need (measured, 4 B eager
 // allreduce on 2 cores: 1 rank 20 us with the spin, 56 us without; 2 ranks
 // 55 us with it, 46 us without), so it sleeps at once. The core decides
-// (hb_spin_wait, HB_SPIN_WAIT), for every front end alike.
+// (hb_spin_wait), for every front end alike.
 constexpr auto kEagerSpin = std::chrono::microseconds(200);
 
 void AwaitEager(const Invocation& invocation) {

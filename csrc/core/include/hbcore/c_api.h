@@ -210,10 +210,11 @@ HB_API int hb_mpi_threads_supported(void);
 /* 1 when every host runs the same number of ranks, else 0 (-1 before
  * hb_init), as Horovod's is_homogeneous. */
 HB_API int hb_is_homogeneous(void);
-/* 1 when a thread waiting for a result may spin briefly before it blocks
- * (HB_SPIN_WAIT: by default when the host has a CPU for each local rank's
- * background and calling threads), else 0; 0 before hb_init. The
- * background thread follows the same rule after each cycle. */
+/* 1 when a thread waiting for a result may spin briefly before it blocks:
+ * when this host has a CPU for each local rank's background and calling
+ * threads (a spinning waiter would otherwise take the CPU from the threads
+ * it waits for); else 0, and 0 before hb_init. HB_IDLE_SPIN=auto applies
+ * the same rule to the background thread. */
 HB_API int hb_spin_wait(void);
 
 /* Submit `count` requests atomically: they are announced to the other ranks
