@@ -213,13 +213,20 @@ def sweep(comm: MPI.Intracomm, nbytes: int, s: Settings,
     return row
 
 
+def compared_row(section: str, case: str, nbytes: int, hb_s: float,
+                 mpi_s: float, size: int, **extra: object) -> Row:
+    """A row timing hbcore against MPI on the same bytes, with both bus
+    bandwidths and the ratio filled in."""
+    return Row(section=section, case=case, nbytes=nbytes, hb_s=hb_s,
+               mpi_s=mpi_s, hb_busbw=bus_bandwidth(nbytes, hb_s, size),
+               mpi_busbw=bus_bandwidth(nbytes, mpi_s, size),
+               ratio=mpi_s / hb_s, extra=dict(extra))
+
+
 def sweep_row(section: str, nbytes: int, hb_s: float, mpi_s: float,
               size: int) -> Row:
-    return Row(section=section, case=format_bytes(nbytes), nbytes=nbytes,
-               hb_s=hb_s, mpi_s=mpi_s,
-               hb_busbw=bus_bandwidth(nbytes, hb_s, size),
-               mpi_busbw=bus_bandwidth(nbytes, mpi_s, size),
-               ratio=mpi_s / hb_s)
+    return compared_row(section, format_bytes(nbytes), nbytes, hb_s, mpi_s,
+                        size)
 
 
 def judge(row: Row, ok: bool, target: str) -> None:
@@ -325,10 +332,8 @@ def judge_step(section: str, nbytes: int, size: int, with_large: bool,
     one_s = min(one_oop_s, one_inp_s)  # in place is usually the faster
 
     def row(case: str, hb_s: float, mpi_s: float, **extra: object) -> Row:
-        return Row(section=section, case=case, nbytes=nbytes, hb_s=hb_s,
-                   hb_busbw=bus_bandwidth(nbytes, hb_s, size), mpi_s=mpi_s,
-                   mpi_busbw=bus_bandwidth(nbytes, mpi_s, size),
-                   ratio=mpi_s / hb_s, extra=dict(extra))
+        return compared_row(section, case, nbytes, hb_s, mpi_s, size,
+                            **extra)
 
     vs_per = row("in place vs per-tensor Allreduce", hb_in_s, per_in_s)
     vs_one = row("in place vs one-buffer (floor)", hb_in_s, one_s,
@@ -393,12 +398,9 @@ def page_kind_rows(comm: MPI.Intracomm, s: Settings) -> List[Row]:
     rows = []
     for i, label in enumerate(labels):
         hb_s, one_s = times[2 * i], times[2 * i + 1]
-        rows.append(Row(section="gradient step on one kind of page",
-                        case="in place vs floor, " + label,
-                        nbytes=nbytes, hb_s=hb_s, mpi_s=one_s,
-                        hb_busbw=bus_bandwidth(nbytes, hb_s, size),
-                        mpi_busbw=bus_bandwidth(nbytes, one_s, size),
-                        ratio=one_s / hb_s))
+        rows.append(compared_row("gradient step on one kind of page",
+                                 "in place vs floor, " + label, nbytes, hb_s,
+                                 one_s, size))
     return rows
 
 
