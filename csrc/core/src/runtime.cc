@@ -45,12 +45,6 @@ constexpr double kBurstMaxUs = 3000.0;
 // running thread, without the wake-up system calls on both sides.
 constexpr auto kIdleSpin = std::chrono::microseconds(100);
 
-int UsableCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
 // The key of an in-flight name (names are unique per process set): the
 // name itself for the global set, so its hot path copies nothing; else the
 // name and the set id, built in `scratch`.

@@ -80,4 +80,11 @@ Status PinThread(std::thread& thread, int cpu) {
   return Status::OK();
 }
 
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
 }  // namespace hbcore

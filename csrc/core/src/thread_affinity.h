@@ -22,6 +22,10 @@ Status BackgroundThreadCpu(const std::string& list, int local_rank,
 // Restricts `thread` to `cpu` (no-op for -1).
 Status PinThread(std::thread& thread, int cpu);
 
+// The number of CPUs the calling thread may run on (its affinity mask;
+// the hardware's count if that cannot be read).
+int UsableCpus();
+
 }  // namespace hbcore
 
 #endif  // HBCORE_THREAD_AFFINITY_H_
