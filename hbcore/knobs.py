@@ -94,6 +94,9 @@ KNOBS: Tuple[Knob, ...] = (
          "after each cycle the background thread watches its queue for "
          "100 us before sleeping (auto: when the host has 2 CPUs per "
          "local rank)"),
+    Knob("bind_ranks", "HB_BIND_RANKS", "choice", "auto", 0, 0, "choice",
+         "each rank binds its threads to CPUs of its own at init (auto: "
+         "when the host runs one rank per CPU and nothing bound them)"),
     Knob("cache_capacity", "HB_CACHE_CAPACITY", "integer", "1024", 0,
          2 ** 20, "slots", "response cache entries (0 disables the cache)",
          Flag("--cache-capacity", "N")),

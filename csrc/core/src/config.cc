@@ -28,6 +28,7 @@ const hb_knob kKnobs[] = {
     {"cycle_time", "HB_CYCLE_TIME", HB_KNOB_NUMBER, "1", 0, 10000,
      "milliseconds"},
     {"idle_spin", "HB_IDLE_SPIN", HB_KNOB_CHOICE, "auto", 0, 0, "choice"},
+    {"bind_ranks", "HB_BIND_RANKS", HB_KNOB_CHOICE, "auto", 0, 0, "choice"},
     {"cache_capacity", "HB_CACHE_CAPACITY", HB_KNOB_INTEGER, "1024", 0,
      1048576, "slots"},
     {"timeline", "HB_TIMELINE", HB_KNOB_STRING, "", 0, 0, "path"},
@@ -72,6 +73,7 @@ const Apply kApply[] = {
     [](const Value& v, Config* c) { c->hierarchical_allgather = v.choice; },
     [](const Value& v, Config* c) { c->cycle_time_ms = v.number; },
     [](const Value& v, Config* c) { c->idle_spin = v.choice; },
+    [](const Value& v, Config* c) { c->bind_ranks = v.choice; },
     [](const Value& v, Config* c) {
       c->cache_capacity = static_cast<int>(v.integer);
     },
@@ -296,6 +298,7 @@ std::string Config::ToString() const {
       << "\n"
       << "HB_CYCLE_TIME=" << cycle_time_ms << "\n"
       << "HB_IDLE_SPIN=" << ChoiceName(idle_spin) << "\n"
+      << "HB_BIND_RANKS=" << ChoiceName(bind_ranks) << "\n"
       << "HB_CACHE_CAPACITY=" << cache_capacity << "\n"
       << "HB_TIMELINE=" << timeline_path << "\n"
       << "HB_TIMELINE_MARK_CYCLES=" << (timeline_mark_cycles ? 1 : 0) << "\n"

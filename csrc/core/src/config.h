@@ -43,6 +43,9 @@ struct Config {
   // cycle before it sleeps (runtime.h, SpinForWork). kAuto: when the host
   // has a core for each local rank's background and calling threads.
   Choice idle_spin = Choice::kAuto;
+  // Whether each rank binds its threads to a CPU of its own at init
+  // (rank_binding.h). kAuto: when the host runs one rank per CPU.
+  Choice bind_ranks = Choice::kAuto;
   // Response-cache slots; 0 disables the bit-vector fast path.
   int cache_capacity = 1024;
   // Chrome-trace output path; empty disables the timeline, and so does

@@ -118,7 +118,10 @@ Status Runtime::Start(int64_t comm) {
       timeline = Status(timeline.code(), timeline.message() + " (HB_TIMELINE)");
     }
   }
-  const int cpus = UsableCpus();
+  const std::vector<int> cpu_list = CallingThreadCpus();
+  const int cpus =
+      cpu_list.empty() ? static_cast<int>(std::thread::hardware_concurrency())
+                       : static_cast<int>(cpu_list.size());
   spare_cpus_ = 2 * topo.local_size <= cpus;
   idle_spin_ = config_.idle_spin == Choice::kAuto
                    ? spare_cpus_
@@ -132,10 +135,13 @@ Status Runtime::Start(int64_t comm) {
   const Status affinity = BackgroundThreadCpu(
       config_.thread_affinity, topo.local_rank, topo.local_size,
       &background_cpu);
-  s = CheckSharedSettings(timeline.ok(), affinity.ok());
+  bool same_cpu_sets = false;
+  s = CheckSharedSettings(timeline.ok(), affinity.ok(),
+                          CpuListHash(cpu_list), &same_cpu_sets);
   if (!timeline.ok()) return timeline;
   if (!affinity.ok()) return affinity;
   if (!s.ok()) return s;
+  BindRank(cpu_list, same_cpu_sets);
   auto global = std::make_unique<SetState>();
   global->info = ProcessSetInfo::Global(topo.size);
   global->controller = std::make_unique<Controller>(transport_->control(),
@@ -151,7 +157,29 @@ Status Runtime::Start(int64_t comm) {
   return Status::OK();
 }
 
-Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok) {
+void Runtime::BindRank(const std::vector<int>& cpus, bool same_cpu_sets) {
+  const Topology& topo = transport_->topology();
+  std::string why;
+  const std::vector<int> slice = RankCpuSlice(
+      config_.bind_ranks, cpus, topo.local_rank, topo.local_size,
+      same_cpu_sets, !config_.thread_affinity.empty(), &why);
+  const std::string knob =
+      std::string("HB_BIND_RANKS=") + ChoiceName(config_.bind_ranks);
+  if (slice.empty()) {
+    HB_LOG(kDebug, "rank not bound (" << knob << ": " << why << ")");
+    return;
+  }
+  int moved = 0;
+  binding_ = RankBinding::Bind(cpus, slice, &moved);
+  std::string ids;
+  for (int cpu : slice) ids += (ids.empty() ? "" : ",") + std::to_string(cpu);
+  HB_LOG(kDebug, "rank bound to CPU " << ids << " (" << knob << ": " << why
+                 << "; " << moved << " threads)");
+}
+
+Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok,
+                                    uint64_t cpu_set_hash,
+                                    bool* same_cpu_sets) {
   // A different cache capacity changes the length of every cycle's
   // bit-vector, a different fusion threshold the fusion plan: either would
   // corrupt the collectives, so init fails on every rank instead. Equality
@@ -166,9 +194,12 @@ Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok) {
   std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
                                  hier, ~hier, gather, ~gather,
                                  timeline_ok ? ~uint64_t{0} : 0,
-                                 affinity_ok ? ~uint64_t{0} : 0};
+                                 affinity_ok ? ~uint64_t{0} : 0,
+                                 cpu_set_hash, ~cpu_set_hash};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
+  // Not an error: ranks may run on different CPUs (rank_binding.h).
+  *same_cpu_sets = words[12] == ~words[13];
   auto differs = [](const char* name, uint64_t mine) {
     return Status(HB_ERR_CONFIG, std::string(name) +
                                      " must be the same on every rank (this "
@@ -354,6 +385,7 @@ void Runtime::Shutdown() {
     }
     thread_.join();
   }
+  binding_.reset();  // the threads get their CPU sets back
   timeline_.Close();
 }
 

@@ -69,6 +69,7 @@
 #include "executor.h"
 #include "gpu_libraries.h"
 #include "process_set.h"
+#include "rank_binding.h"
 #include "tensor_entry.h"
 #include "timeline.h"
 #include "transport.h"
@@ -124,7 +125,14 @@ class Runtime {
  private:
   explicit Runtime(const Config& config);
   Status Start(int64_t comm);
-  Status CheckSharedSettings(bool timeline_ok, bool affinity_ok);
+  // Compares the settings every rank must share (an error names the one
+  // that differs); `same_cpu_sets`: every rank has the CPU set whose hash
+  // is `cpu_set_hash` (not an error when not).
+  Status CheckSharedSettings(bool timeline_ok, bool affinity_ok,
+                             uint64_t cpu_set_hash, bool* same_cpu_sets);
+  // HB_BIND_RANKS (rank_binding.h): binds this rank's threads, whose CPU
+  // set is `cpus`, when the rule says so, and logs the decision.
+  void BindRank(const std::vector<int>& cpus, bool same_cpu_sets);
   // `set`: the request's process set (checked to contain this rank).
   Status Validate(const hb_request& r, const ProcessSetInfo& set,
                   TensorEntry* entry) const;
@@ -208,6 +216,9 @@ class Runtime {
   // from the work beside it.)
   bool spare_cpus_ = false;
   bool idle_spin_ = false;
+  // HB_BIND_RANKS: set by Start when this rank bound its threads; reset
+  // (the threads' CPU sets restored) once the background thread ended.
+  std::unique_ptr<RankBinding> binding_;
 
   // Shared with front-end threads, guarded by mu_.
   std::mutex mu_;

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "status.h"
 
@@ -22,9 +23,9 @@ Status BackgroundThreadCpu(const std::string& list, int local_rank,
 // Restricts `thread` to `cpu` (no-op for -1).
 Status PinThread(std::thread& thread, int cpu);
 
-// The number of CPUs the calling thread may run on (its affinity mask;
-// the hardware's count if that cannot be read).
-int UsableCpus();
+// The sorted ids of the CPUs the calling thread may run on (its affinity
+// mask; empty if that cannot be read).
+std::vector<int> CallingThreadCpus();
 
 }  // namespace hbcore
 
