@@ -1,6 +1,6 @@
 """Runs the C++ unit tests of the core's pure parts (config parsing, request
 matching, response cache, fusion planning, fused layouts, reduction
-kernels, serialization, half-precision conversion) and of negotiation at 2-3 ranks over an in-process fake
+kernels, serialization, half-precision conversion, the CPU binding rule) and of negotiation at 2-3 ranks over an in-process fake
 communicator (csrc/core/tests). They need no MPI and run in about a second
 once compiled."""
 import glob
@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The core files that do not touch MPI (transport, backend, runtime do).
 PURE_SOURCES = ["types", "config", "logging", "message", "coordinator",
                 "response_cache", "controller", "stall_inspector", "fusion",
-                "process_set",
+                "process_set", "rank_binding", "thread_affinity",
                 "scaling", "fused_layout", "reduce_kernels"]
 
 
