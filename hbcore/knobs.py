@@ -85,6 +85,10 @@ KNOBS: Tuple[Knob, ...] = (
          "jobs across hosts: allgather within each host, then between one "
          "leader per host (auto: when some host runs more than one rank)",
          Flag("--hierarchical-allgather", "CHOICE", const="1")),
+    Knob("ring_allreduce", "HB_RING_ALLREDUCE", "choice", "auto", 0, 0,
+         "choice",
+         "allreduces MPI would carry go around a ring of point-to-point "
+         "messages that hbcore reduces (auto: in jobs across hosts)"),
     Knob("cycle_time", "HB_CYCLE_TIME", "number", "1", 0, 10000,
          "milliseconds",
          "longest an idle background thread sleeps between checks for "

@@ -238,6 +238,19 @@ def run_ranks(script: str, np: int, timeout: float = 60,
     return _run(command, np, env, timeout)
 
 
+def assert_bad_value_fails_init(variable: str, value: str,
+                                np: int = 2) -> None:
+    """Launches a short job of ``np`` ranks with ``variable=value`` and
+    asserts that init failed on every rank with a ConfigError naming the
+    variable and the value (and that nothing hung)."""
+    run = run_ranks(script_path("short_job.py"), np, timeout=60,
+                    env={variable: value})
+    assert run.returncode != 0 and not run.timed_out, run.describe()
+    text = run.stdout + run.stderr
+    assert "invalid value for %s: '%s'" % (variable, value) in text, text
+    assert text.count("ConfigError") >= np, text
+
+
 def _run(command: Sequence[str], np: int, env: Optional[Mapping[str, str]],
          timeout: float) -> RankRun:
     out_dir = tempfile.mkdtemp(prefix="hbtest_")

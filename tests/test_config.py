@@ -72,6 +72,7 @@ PER_RANK_CASES = ["per-rank/HB_CACHE_CAPACITY-differs",
                   "per-rank/HB_SHM_ALLREDUCE_THRESHOLD-differs",
                   "per-rank/HB_HIERARCHICAL_ALLREDUCE-differs",
                   "per-rank/HB_HIERARCHICAL_ALLGATHER-differs",
+                  "per-rank/HB_RING_ALLREDUCE-differs",
                   "per-rank/config-differs",
                   "per-rank/init-after-fix"]
 

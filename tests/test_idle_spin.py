@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from harness import run_ranks, script_path
+from harness import assert_bad_value_fails_init, run_ranks, script_path
 
 CPUS = sorted(os.sched_getaffinity(0))
 
@@ -52,13 +52,9 @@ def test_spin_rule(np_, value, cpus):
             state, run.describe())
 
 
-def test_bad_value_fails_init():
-    run = run_ranks(script_path("short_job.py"), 2, timeout=60,
-                    env={"HB_IDLE_SPIN": "sometimes"})
-    assert run.returncode != 0 and not run.timed_out, run.describe()
-    text = run.stdout + run.stderr
-    assert "invalid value for HB_IDLE_SPIN: 'sometimes'" in text, text
-    assert text.count("ConfigError") >= 2, text
+@pytest.mark.parametrize("np_", [2, 3])
+def test_bad_value_fails_init(np_):
+    assert_bad_value_fails_init("HB_IDLE_SPIN", "sometimes", np_)
 
 
 @pytest.mark.parametrize("np_", [2, 3])

@@ -25,6 +25,8 @@ const hb_knob kKnobs[] = {
      "auto", 0, 0, "choice"},
     {"hierarchical_allgather", "HB_HIERARCHICAL_ALLGATHER", HB_KNOB_CHOICE,
      "auto", 0, 0, "choice"},
+    {"ring_allreduce", "HB_RING_ALLREDUCE", HB_KNOB_CHOICE, "auto", 0, 0,
+     "choice"},
     {"cycle_time", "HB_CYCLE_TIME", HB_KNOB_NUMBER, "1", 0, 10000,
      "milliseconds"},
     {"idle_spin", "HB_IDLE_SPIN", HB_KNOB_CHOICE, "auto", 0, 0, "choice"},
@@ -71,6 +73,7 @@ const Apply kApply[] = {
     [](const Value& v, Config* c) { c->shm_allreduce_bytes = v.integer; },
     [](const Value& v, Config* c) { c->hierarchical_allreduce = v.choice; },
     [](const Value& v, Config* c) { c->hierarchical_allgather = v.choice; },
+    [](const Value& v, Config* c) { c->ring_allreduce = v.choice; },
     [](const Value& v, Config* c) { c->cycle_time_ms = v.number; },
     [](const Value& v, Config* c) { c->idle_spin = v.choice; },
     [](const Value& v, Config* c) { c->bind_ranks = v.choice; },
@@ -296,6 +299,7 @@ std::string Config::ToString() const {
       << "\n"
       << "HB_HIERARCHICAL_ALLGATHER=" << ChoiceName(hierarchical_allgather)
       << "\n"
+      << "HB_RING_ALLREDUCE=" << ChoiceName(ring_allreduce) << "\n"
       << "HB_CYCLE_TIME=" << cycle_time_ms << "\n"
       << "HB_IDLE_SPIN=" << ChoiceName(idle_spin) << "\n"
       << "HB_BIND_RANKS=" << ChoiceName(bind_ranks) << "\n"

@@ -36,6 +36,10 @@ struct Config {
   // host, then broadcast within the host (see mpi_hier_allgather.h).
   // kAuto: whenever the layout allows it.
   Choice hierarchical_allgather = Choice::kAuto;
+  // Whether allreduces MPI would carry go around a ring of point-to-point
+  // messages reduced by hbcore (mpi_ring_allreduce.h). kAuto: in jobs
+  // across hosts.
+  Choice ring_allreduce = Choice::kAuto;
   // Upper bound on how long an idle background thread sleeps between checks
   // for work announced by other ranks (milliseconds).
   double cycle_time_ms = 1.0;

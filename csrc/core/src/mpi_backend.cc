@@ -111,11 +111,13 @@ class MpiPending : public Backend::Pending {
 
 MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
                        MPI_Comm cross,
-                       std::unique_ptr<MpiHierAllgather> allgather)
+                       std::unique_ptr<MpiHierAllgather> allgather,
+                       std::unique_ptr<MpiRingAllreduce> ring)
     : comm_(comm),
       shm_(std::move(shm)),
       cross_(shm_ ? cross : MPI_COMM_NULL),
-      hier_allgather_(std::move(allgather)) {
+      hier_allgather_(std::move(allgather)),
+      ring_(std::move(ring)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   CreateHalfOps<Float16ToFloat, FloatToFloat16>(half_ops_[0]);
@@ -172,6 +174,10 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
     return AllreduceAcrossHosts(layout, op, [](const char*, std::chrono::steady_clock::time_point) {});
   }
   const int64_t elem = DataTypeSize(dtype);
+  if (ring_ && ring_->Takes(count, dtype, op)) {
+    if (in != out) std::memcpy(out, in, static_cast<size_t>(count * elem));
+    return ring_->Allreduce(out, count, dtype, op);
+  }
   // MPI counts are int: reduce in chunks of at most 2^30 elements.
   constexpr int64_t kChunk = int64_t{1} << 30;
   for (int64_t off = 0; off < count || (count == 0 && off == 0);
@@ -190,6 +196,13 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
 Status MpiBackend::StartAllreduce(const void* in, void* out, int64_t count,
                                   DataType dtype, ReduceOp op,
                                   std::unique_ptr<Pending>* pending) {
+  if (ring_ && ring_->Takes(count, dtype, op)) {
+    if (in != out) {
+      std::memcpy(out, in, static_cast<size_t>(count * DataTypeSize(dtype)));
+    }
+    ring_->Start(out, count, dtype, op, pending);
+    return Status::OK();
+  }
   MPI_Op mpi_op = MpiOp(dtype, op);
   if (mpi_op == MPI_OP_NULL || count > INT_MAX) {
     return Backend::StartAllreduce(in, out, count, dtype, op, pending);
@@ -220,6 +233,9 @@ Status MpiBackend::AllreduceAcrossHosts(const FusedLayout& layout,
   const MPI_Datatype type = MpiType(layout.dtype());
   const MPI_Op mpi_op = MpiOp(layout.dtype(), op);
   const MpiShmAllreduce::ChunkFn across = [&](void* data, int64_t count) {
+    if (ring_ && ring_->Takes(count, layout.dtype(), op)) {
+      return ring_->Allreduce(data, count, layout.dtype(), op);
+    }
     // A chunk is at most a shared-memory slot, far below MPI's int limit.
     int rc = MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(count), type,
                            mpi_op, cross_);

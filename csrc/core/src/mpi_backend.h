@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "mpi_hier_allgather.h"
+#include "mpi_ring_allreduce.h"
 #include "mpi_shm_allreduce.h"
 
 namespace hbcore {
@@ -21,10 +22,14 @@ class MpiBackend : public Backend {
   // local rank on the other hosts: allreduces then go hierarchical (shm
   // within the host, `cross` between hosts), lone ones included.
   // `allgather`, when given, serves every allgather whose sizes it fits
-  // (see mpi_hier_allgather.h); the same on every rank.
+  // (see mpi_hier_allgather.h); the same on every rank. `ring`, when
+  // given, reduces the allreduces it takes (mpi_ring_allreduce.h) in place
+  // of MPI_Allreduce: over `cross` between hosts when that is given, else
+  // over `comm`.
   MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
              MPI_Comm cross,
-             std::unique_ptr<MpiHierAllgather> allgather = nullptr);
+             std::unique_ptr<MpiHierAllgather> allgather = nullptr,
+             std::unique_ptr<MpiRingAllreduce> ring = nullptr);
   ~MpiBackend() override;
   MpiBackend(const MpiBackend&) = delete;
   MpiBackend& operator=(const MpiBackend&) = delete;
@@ -38,8 +43,9 @@ class MpiBackend : public Backend {
                          const PhaseFn& phase) override;
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
                    ReduceOp op) override;
-  // MPI_Iallreduce; where MPI cannot (a count past its int range, an op it
-  // lacks) the allreduce runs at once.
+  // The ring's, where it takes the allreduce, else MPI_Iallreduce; where
+  // MPI cannot (a count past its int range, an op it lacks) the allreduce
+  // runs at once.
   Status StartAllreduce(const void* in, void* out, int64_t count,
                         DataType dtype, ReduceOp op,
                         std::unique_ptr<Pending>* pending) override;
@@ -67,6 +73,7 @@ class MpiBackend : public Backend {
   std::unique_ptr<MpiShmAllreduce> shm_;
   MPI_Comm cross_;
   std::unique_ptr<MpiHierAllgather> hier_allgather_;
+  std::unique_ptr<MpiRingAllreduce> ring_;
   int rank_ = 0;
   int size_ = 1;
   // [0]: float16, [1]: bfloat16; by Sum, Min, Max, Product.

@@ -170,9 +170,17 @@ class MpiTransport : public Transport {
       }
     }
     topo_.hierarchical_allreduce = hierarchical;
+    Status s = ChooseRing(config, single_node, &topo_.ring_allreduce);
+    if (!s.ok()) return s;
+    std::unique_ptr<MpiRingAllreduce> ring;
+    if (topo_.ring_allreduce) {
+      // Collective on every rank (of each cross communicator where the
+      // allreduce goes hierarchical): they all made the same choice.
+      ring = std::make_unique<MpiRingAllreduce>(hierarchical ? cross_ : comm_);
+    }
     backend_ = std::make_unique<MpiBackend>(
         comm_, std::move(shm), hierarchical ? cross_ : MPI_COMM_NULL,
-        std::move(allgather));
+        std::move(allgather), std::move(ring));
     return Status::OK();
   }
 
@@ -198,6 +206,24 @@ class MpiTransport : public Transport {
   }
 
  private:
+  // HB_RING_ALLREDUCE: `auto` where the job spans hosts, `1` in any job of
+  // more than one rank, `0` never. The ring's communicator is created on
+  // every rank or on none: a rank whose setting differs turns it off
+  // everywhere (init then fails in the runtime's agreement check, which
+  // names the knob).
+  Status ChooseRing(const Config& config, bool single_node, bool* ring) {
+    const int wants = config.ring_allreduce == Choice::kOn
+                          ? topo_.size > 1
+                          : config.ring_allreduce == Choice::kAuto &&
+                                !single_node;
+    int mine[2] = {wants, -wants};
+    int max[2] = {0, 0};
+    int rc = MPI_Allreduce(mine, max, 2, MPI_INT, MPI_MAX, comm_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
+    *ring = max[0] == 1 && max[1] == -1;  // every rank wants it
+    return Status::OK();
+  }
+
   // Whether fused allreduces and allgathers go hierarchical, the same
   // answer on every rank: one allreduce gathers what both rules need, so
   // the two paths are decided from the same facts.

@@ -105,6 +105,7 @@ Status Runtime::Start(int64_t comm) {
                  << (topo.hierarchical_allreduce ? "on" : "off"));
   HB_LOG(kDebug, "hierarchical allgather "
                  << (topo.hierarchical_allgather ? "on" : "off"));
+  HB_LOG(kDebug, "ring allreduce " << (topo.ring_allreduce ? "on" : "off"));
   if (!topo.threads_multiple) {
     HB_LOG(kWarning, "MPI does not provide MPI_THREAD_MULTIPLE; calling MPI "
                      "from other threads while hbcore runs is unsafe");
@@ -191,11 +192,12 @@ Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok,
   const uint64_t hier = static_cast<uint64_t>(config_.hierarchical_allreduce);
   const uint64_t gather =
       static_cast<uint64_t>(config_.hierarchical_allgather);
+  const uint64_t ring = static_cast<uint64_t>(config_.ring_allreduce);
   std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
                                  hier, ~hier, gather, ~gather,
                                  timeline_ok ? ~uint64_t{0} : 0,
                                  affinity_ok ? ~uint64_t{0} : 0,
-                                 cpu_set_hash, ~cpu_set_hash};
+                                 cpu_set_hash, ~cpu_set_hash, ring, ~ring};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
   // Not an error: ranks may run on different CPUs (rank_binding.h).
@@ -220,6 +222,9 @@ Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok,
   if (words[8] != ~words[9]) {
     return choice_differs("HB_HIERARCHICAL_ALLGATHER",
                           config_.hierarchical_allgather);
+  }
+  if (words[14] != ~words[15]) {
+    return choice_differs("HB_RING_ALLREDUCE", config_.ring_allreduce);
   }
   if (words[11] == 0 && affinity_ok) {
     return Status(HB_ERR_CONFIG, "HB_THREAD_AFFINITY is invalid on another "

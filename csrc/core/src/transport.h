@@ -33,6 +33,10 @@ struct Topology {
   // Allgathers gather within each host, then between one leader per host
   // (see mpi_hier_allgather.h); the same on every rank.
   bool hierarchical_allgather = false;
+  // Allreduces of the global set that MPI would carry go around a ring of
+  // point-to-point messages instead (see mpi_ring_allreduce.h); the same on
+  // every rank.
+  bool ring_allreduce = false;
 };
 
 // A process set's own communicator, as its control plane and CPU backend
