@@ -595,8 +595,12 @@ def layout_line(comm: MPI.Intracomm) -> str:
                                                "auto"))
         hierarchical = (len(set(local_sizes)) == 1 and local_sizes[0] > 1
                         and choice not in ("0", "false"))
-        path = ("hierarchical (shared memory within hosts, MPI across)"
-                if hierarchical else "flat MPI, pipelined")
+        ring = os.environ.get("HB_RING_ALLREDUCE",
+                              os.environ.get("HOROVOD_RING_ALLREDUCE", "auto"))
+        across = ("hbcore's ring (64 KiB and up)"
+                  if ring not in ("0", "false") else "MPI_Allreduce")
+        path = ("hierarchical (shared memory within hosts, %s across)" % across
+                if hierarchical else "flat, pipelined, %s" % across)
         choice = os.environ.get("HB_HIERARCHICAL_ALLGATHER",
                                 os.environ.get("HOROVOD_HIERARCHICAL_ALLGATHER",
                                                "auto"))
