@@ -1,11 +1,13 @@
 // The allreduce between hosts as a ring over MPI point-to-point messages,
 // reduced with hbcore's own kernels (reduce_kernels.h).
 //
-// Why: MPICH's MPI_Allreduce took about twice as long as a plain
-// reduce-scatter + allgather over MPI_Sendrecv on the same bytes between
-// two emulated hosts (MPICH 5.0.2, 2 x 1 ranks, float32 sum, in place:
-// 64 KiB 27 against 19 us, 512 KiB 146 against 76 us, 4 MiB 1046-1079
-// against 460-463 us, 20 MiB 2.5-2.7 against 1.9-2.1 ms).
+// Why: MPICH's MPI_Allreduce took longer than a plain reduce-scatter +
+// allgather over MPI_Sendrecv on the same bytes between two emulated
+// hosts (MPICH 5.0.2, 2 x 1 ranks, float32 sum, in place). Early on
+// 2026-11-27: 64 KiB 27 against 19 us, 512 KiB 146 against 76 us, 4 MiB
+// 1046-1079 against 460-463 us, 20 MiB 2.5-2.7 against 1.9-2.1 ms; an
+// hour later, the VM faster: 512 KiB 67 against 57 us, 4 MiB 371 against
+// 268 us, 16 MiB 2.1 against 1.8 ms, and 64 MiB 23.7 against 9.3 ms.
 //
 // Algorithm (P ranks of the communicator, rank r; the buffer split into P
 // chunks of count*i/P .. count*(i+1)/P elements): P-1 reduce-scatter
