@@ -175,8 +175,9 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
   }
   const int64_t elem = DataTypeSize(dtype);
   if (ring_ && ring_->Takes(count, dtype, op)) {
-    if (in != out) std::memcpy(out, in, static_cast<size_t>(count * elem));
-    return ring_->Allreduce(out, count, dtype, op);
+    std::unique_ptr<Pending> pending;
+    Status s = StartAllreduce(in, out, count, dtype, op, &pending);
+    return s.ok() ? pending->Wait() : s;
   }
   // MPI counts are int: reduce in chunks of at most 2^30 elements.
   constexpr int64_t kChunk = int64_t{1} << 30;

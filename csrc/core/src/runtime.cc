@@ -119,7 +119,7 @@ Status Runtime::Start(int64_t comm) {
       timeline = Status(timeline.code(), timeline.message() + " (HB_TIMELINE)");
     }
   }
-  const std::vector<int> cpu_list = CallingThreadCpus();
+  const std::vector<int> cpu_list = ThreadCpus();
   const int cpus =
       cpu_list.empty() ? static_cast<int>(std::thread::hardware_concurrency())
                        : static_cast<int>(cpu_list.size());

@@ -80,11 +80,11 @@ Status PinThread(std::thread& thread, int cpu) {
   return Status::OK();
 }
 
-std::vector<int> CallingThreadCpus() {
+std::vector<int> ThreadCpus(pid_t tid) {
   cpu_set_t set;
   CPU_ZERO(&set);
   std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  if (sched_getaffinity(tid, sizeof(set), &set) != 0) return cpus;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
   }

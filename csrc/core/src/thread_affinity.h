@@ -5,6 +5,8 @@
 #ifndef HBCORE_THREAD_AFFINITY_H_
 #define HBCORE_THREAD_AFFINITY_H_
 
+#include <sys/types.h>
+
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,9 +25,9 @@ Status BackgroundThreadCpu(const std::string& list, int local_rank,
 // Restricts `thread` to `cpu` (no-op for -1).
 Status PinThread(std::thread& thread, int cpu);
 
-// The sorted ids of the CPUs the calling thread may run on (its affinity
-// mask; empty if that cannot be read).
-std::vector<int> CallingThreadCpus();
+// The sorted ids of the CPUs thread `tid` of this process may run on (its
+// affinity mask; 0: the calling thread; empty if that cannot be read).
+std::vector<int> ThreadCpus(pid_t tid = 0);
 
 }  // namespace hbcore
 

@@ -12,20 +12,6 @@
 #include "thread_affinity.h"
 
 namespace hbcore {
-namespace {
-
-std::vector<int> SetOf(pid_t tid) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(tid, sizeof(set), &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
-}  // namespace
 
 TEST(AutoBindsOnlyOneRankPerCpuOnSharedSets) {
   const std::vector<int> cpus = {2, 5, 7};
@@ -85,7 +71,7 @@ TEST(CpuListHashTellsSetsApart) {
 }
 
 TEST(BindingMovesThreadsOnTheProcessSetAndRestoresThem) {
-  const std::vector<int> all = CallingThreadCpus();
+  const std::vector<int> all = ThreadCpus();
   CHECK(!all.empty());
   if (all.empty()) return;
   std::atomic<pid_t> tid{0};
@@ -100,15 +86,15 @@ TEST(BindingMovesThreadsOnTheProcessSetAndRestoresThem) {
     int moved = 0;
     std::unique_ptr<RankBinding> binding = RankBinding::Bind(all, last, &moved);
     CHECK(moved >= 2);  // this thread and the waiter
-    CHECK(CallingThreadCpus() == last);
-    CHECK(SetOf(tid) == last);
+    CHECK(ThreadCpus() == last);
+    CHECK(ThreadCpus(tid) == last);
     // A thread started while bound inherits the binding.
     std::vector<int> inherited;
-    std::thread([&] { inherited = CallingThreadCpus(); }).join();
+    std::thread([&] { inherited = ThreadCpus(); }).join();
     CHECK(inherited == last);
   }
-  CHECK(CallingThreadCpus() == all);
-  CHECK(SetOf(tid) == all);
+  CHECK(ThreadCpus() == all);
+  CHECK(ThreadCpus(tid) == all);
   release = true;
   waiter.join();
 }
