@@ -5,7 +5,9 @@ hierarchical path), forced on (1) in any job, off (0) never. The pipeline
 script's cases (fused batches in pieces, lone tensors in flight together,
 every dtype kind with every reduce op, in place and out of place, a joined
 rank) give numpy's results on every path, at 2 and 3 ranks (a ring of 3
-splits the buffer unevenly); every rank logs the choice."""
+splits the buffer unevenly); every rank logs the choice. Process sets
+whose members span hosts get a ring of their own members (the process
+sets script's concurrent case, with an 80 KB average per set)."""
 import pytest
 
 from harness import assert_bad_value_fails_init, run_ranks, script_path
@@ -69,3 +71,49 @@ def test_mpi_allreduce_across_hosts_when_off(layout):
 @pytest.mark.parametrize("np_", [2, 3])
 def test_bad_value_fails_init(np_):
     assert_bad_value_fails_init("HB_RING_ALLREDUCE", "sometimes", np_)
+
+
+def _set_ring_states(run):
+    """{rank: {process set id: "on" or "off"}} from each member's log."""
+    states = {}
+    for rank in range(run.np):
+        for line in run.rank_lines(rank):
+            if "process set " in line and "ring allreduce" in line:
+                set_id = int(line.split("process set ", 1)[1].split(":")[0])
+                states.setdefault(rank, {})[set_id] = line.rsplit(" ", 1)[-1]
+    return states
+
+
+@pytest.mark.parametrize("env,want", [
+    # Ranks 0 and 3 on host A, 1 and 2 on B: sets {0,1,2} and {1,2,3} span
+    # the hosts, {0,3} does not.
+    ({}, {1: "on", 2: "on", 3: "off"}),
+    ({"HB_RING_ALLREDUCE": "0"}, {1: "off", 2: "off", 3: "off"}),
+])
+def test_process_sets_across_hosts(env, want):
+    # Every collective on three overlapping sets at once, checked against
+    # numpy (the large allreduce goes around a set's ring where it has one).
+    run = launch("process_sets.py", "ABBA", 180, args=("concurrent",),
+                 env=dict(env, HB_LOG_LEVEL="DEBUG"))
+    run.assert_ok()
+    run.assert_cases(["concurrent/ids", "concurrent/round0",
+                      "concurrent/round1"])
+    members = {1: [0, 1, 2], 2: [1, 2, 3], 3: [0, 3]}
+    expected = {rank: {i: want[i] for i, m in members.items() if rank in m}
+                for rank in range(4)}
+    assert _set_ring_states(run) == expected, run.describe()
+    assert_no_mpi_noise(run)
+
+
+def test_process_sets_forced_ring_on_one_host():
+    run = run_ranks(script_path("process_sets.py"), 3, timeout=120,
+                    args=("concurrent",),
+                    env={"HB_RING_ALLREDUCE": "1", "HB_LOG_LEVEL": "DEBUG"})
+    run.assert_ok()
+    run.assert_cases(["concurrent/ids", "concurrent/round0",
+                      "concurrent/round1"])
+    # Sets {0,1}, {1,2}, {0,2}: every one has a peer to form a ring with.
+    members = {1: [0, 1], 2: [1, 2], 3: [0, 2]}
+    expected = {rank: {i: "on" for i, m in members.items() if rank in m}
+                for rank in range(3)}
+    assert _set_ring_states(run) == expected, run.describe()

@@ -36,6 +36,11 @@ import hbcore as hb  # noqa: E402
 from hbcore import exceptions as hx  # noqa: E402
 
 
+# float32 elements of the large allreduce: 80 KB, over the ring's 64 KiB
+# minimum (mpi_ring_allreduce.h), split unevenly by a ring of 3.
+LARGE_ELEMENTS = 20001
+
+
 def seed(text: str) -> int:
     return zlib.crc32(text.encode())
 
@@ -77,6 +82,10 @@ class SetJob:
         h["allreduce"] = hb.allreduce_async(
             self.data("ar", r, (6,)), name=self.tag + ".ar", op=hb.Sum,
             process_set=ps)
+        # Large enough for the ring where the set's members span hosts.
+        h["large"] = hb.allreduce_async(
+            self.data("large", r, (LARGE_ELEMENTS,)), name=self.tag + ".large",
+            op=hb.Average, process_set=ps)
         h["grouped"] = hb.grouped_allreduce_async(
             [self.data("g0", r, (3,)), self.data("g1", r, (2, 2), "int32")],
             name=self.tag + ".g", op=hb.Sum, process_set=ps)
@@ -100,6 +109,10 @@ class SetJob:
         expected = sum(self.data("ar", x, (6,)).astype(np.float64) for x in m)
         assert_close(hb.synchronize(h["allreduce"]),
                      expected.astype(np.float32), "float32", "allreduce")
+        mean = sum(self.data("large", x, (LARGE_ELEMENTS,)).astype(np.float64)
+                   for x in m) / s
+        assert_close(hb.synchronize(h["large"]), mean.astype(np.float32),
+                     "float32", "large allreduce")
         g0, g1 = hb.synchronize(h["grouped"])
         assert_close(g0, sum(self.data("g0", x, (3,)).astype(np.float64)
                              for x in m).astype(np.float32), "float32", "g0")

@@ -28,12 +28,15 @@ void FinalizeAtExit() {
 
 class MpiGroup : public Group {
  public:
-  // Takes ownership of `comm`.
-  explicit MpiGroup(MPI_Comm comm, double max_sleep_us)
+  // Takes ownership of `comm`. `ring`: its allreduces go around hbcore's
+  // ring (a collective call on `comm`: every member passes the same).
+  MpiGroup(MPI_Comm comm, double max_sleep_us, bool ring)
       : comm_(comm),
         control_(std::make_unique<MpiControlComm>(comm_, max_sleep_us)),
-        backend_(std::make_unique<MpiBackend>(comm_, nullptr,
-                                              MPI_COMM_NULL)) {}
+        backend_(std::make_unique<MpiBackend>(
+            comm_, nullptr, MPI_COMM_NULL, nullptr,
+            ring ? std::make_unique<MpiRingAllreduce>(comm_) : nullptr)),
+        ring_(ring) {}
   ~MpiGroup() override {
     // Objects using the communicator go first.
     backend_.reset();
@@ -45,11 +48,13 @@ class MpiGroup : public Group {
 
   ControlComm* control() override { return control_.get(); }
   Backend* cpu_backend() override { return backend_.get(); }
+  bool ring_allreduce() const override { return ring_; }
 
  private:
   MPI_Comm comm_;
   std::unique_ptr<MpiControlComm> control_;
   std::unique_ptr<MpiBackend> backend_;
+  bool ring_;
 };
 
 class MpiTransport : public Transport {
@@ -122,6 +127,11 @@ class MpiTransport : public Transport {
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_split");
     MPI_Comm_rank(cross_, &topo_.cross_rank);
     MPI_Comm_size(cross_, &topo_.cross_size);
+    // The host's lowest global rank names it (process sets ask whether
+    // their members span hosts: CreateGroup).
+    rc = MPI_Allreduce(&topo_.rank, &host_id_, 1, MPI_INT, MPI_MIN, local_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce (host id)");
+    ring_choice_ = config.ring_allreduce;
 
     control_ = std::make_unique<MpiControlComm>(comm_, max_sleep_us);
     alarm_ = std::make_unique<MpiPeerAlarm>(comm_);
@@ -201,7 +211,13 @@ class MpiTransport : public Transport {
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Comm_split");
     if (comm == MPI_COMM_NULL) return Status::OK();
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    *out = std::make_unique<MpiGroup>(comm, max_sleep_us_);
+    bool ring = false;
+    Status s = ChooseSetRing(comm, &ring);
+    if (!s.ok()) {
+      MPI_Comm_free(&comm);
+      return s;
+    }
+    *out = std::make_unique<MpiGroup>(comm, max_sleep_us_, ring);
     return Status::OK();
   }
 
@@ -221,6 +237,26 @@ class MpiTransport : public Transport {
     int rc = MPI_Allreduce(mine, max, 2, MPI_INT, MPI_MAX, comm_);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce");
     *ring = max[0] == 1 && max[1] == -1;  // every rank wants it
+    return Status::OK();
+  }
+
+  // A process set's allreduces go around the ring by the rule of the global
+  // set (ChooseRing) applied to its members: `1` where it has more than one,
+  // `auto` where they span hosts (a set within one host keeps MPI's
+  // shared-memory allreduce). The same answer on every member: the runtime
+  // checked at init that every rank has the same HB_RING_ALLREDUCE, and the
+  // span comes from one allreduce over the set.
+  Status ChooseSetRing(MPI_Comm comm, bool* ring) {
+    int size = 1;
+    MPI_Comm_size(comm, &size);
+    // Maxima of (host id, -host id): one host iff they agree.
+    int mine[2] = {host_id_, -host_id_};
+    int max[2] = {0, 0};
+    int rc = MPI_Allreduce(mine, max, 2, MPI_INT, MPI_MAX, comm);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce (set hosts)");
+    const bool spans_hosts = max[0] != -max[1];
+    *ring = size > 1 && (ring_choice_ == Choice::kOn ||
+                         (ring_choice_ == Choice::kAuto && spans_hosts));
     return Status::OK();
   }
 
@@ -273,6 +309,8 @@ class MpiTransport : public Transport {
   }
 
   Topology topo_;
+  int host_id_ = 0;  // the lowest global rank on this rank's host
+  Choice ring_choice_ = Choice::kAuto;  // HB_RING_ALLREDUCE
   double max_sleep_us_ = 0;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;

@@ -683,6 +683,8 @@ Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
   Status s = transport_->CreateGroup(ranks, &set->group);
   if (!s.ok()) return s;
   if (set->group) {
+    HB_LOG(kDebug, "process set " << id << ": ring allreduce "
+                   << (set->group->ring_allreduce() ? "on" : "off"));
     set->controller = std::make_unique<Controller>(set->group->control(),
                                                    config_, set->info);
     CreateExecutor(set.get(), set->group->cpu_backend());

@@ -40,12 +40,15 @@ struct Topology {
 };
 
 // A process set's own communicator, as its control plane and CPU backend
-// (plain MPI: the node shared-memory allreduce serves the global set only).
+// (plain MPI: the node shared-memory allreduce serves the global set only;
+// where its members span hosts, hbcore's ring as for the global set).
 class Group {
  public:
   virtual ~Group() = default;
   virtual ControlComm* control() = 0;
   virtual Backend* cpu_backend() = 0;
+  // Its allreduces go around hbcore's ring (mpi_ring_allreduce.h).
+  virtual bool ring_allreduce() const = 0;
 };
 
 class Transport {
