@@ -134,7 +134,7 @@ Status Runtime::Start(int64_t comm) {
                  << " local ranks)");
   int background_cpu = -1;
   const Status affinity = BackgroundThreadCpu(
-      config_.thread_affinity, topo.local_rank, topo.local_size,
+      config_.thread_affinity, topo.local_rank, topo.local_size, cpu_list,
       &background_cpu);
   bool same_cpu_sets = false;
   s = CheckSharedSettings(timeline.ok(), affinity.ok(),

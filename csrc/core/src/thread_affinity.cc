@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -36,7 +37,8 @@ bool ParseCpus(const std::string& list, std::vector<int>* cpus) {
 }  // namespace
 
 Status BackgroundThreadCpu(const std::string& list, int local_rank,
-                           int local_size, int* cpu) {
+                           int local_size, const std::vector<int>& allowed,
+                           int* cpu) {
   *cpu = -1;
   if (list.empty()) return Status::OK();
   std::vector<int> cpus;
@@ -51,13 +53,10 @@ Status BackgroundThreadCpu(const std::string& list, int local_rank,
                        " ranks: give one CPU id per local rank");
   }
   const int wanted = cpus[local_rank];
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-    return ConfigError(std::string("sched_getaffinity: ") +
-                       std::strerror(errno));
+  if (allowed.empty()) {
+    return ConfigError("this process's CPU set could not be read");
   }
-  if (wanted >= CPU_SETSIZE || !CPU_ISSET(wanted, &allowed)) {
+  if (!std::binary_search(allowed.begin(), allowed.end(), wanted)) {
     return ConfigError("local rank " + std::to_string(local_rank) +
                        " may not run on CPU " + std::to_string(wanted) +
                        " (not in this process's CPU set)");

@@ -16,11 +16,12 @@
 namespace hbcore {
 
 // The CPU for this local rank's background thread, or -1 when `list` is
-// empty. A list that does not parse, names fewer CPUs than `local_size`,
-// or names a CPU this process may not run on is a HB_ERR_CONFIG status
-// naming the variable.
+// empty. `allowed`: the CPUs this process may run on (ThreadCpus()). A list
+// that does not parse, names fewer CPUs than `local_size`, or names a CPU
+// not in `allowed` is a HB_ERR_CONFIG status naming the variable.
 Status BackgroundThreadCpu(const std::string& list, int local_rank,
-                           int local_size, int* cpu);
+                           int local_size, const std::vector<int>& allowed,
+                           int* cpu);
 
 // Restricts `thread` to `cpu` (no-op for -1).
 Status PinThread(std::thread& thread, int cpu);
