@@ -46,13 +46,20 @@ void AllreducePipeline::Start(size_t batch, const FusedLayout* layout,
                                   std::to_string(bytes) + " bytes");
     } else {
       f.start = Clock::now();
-      f.status = Pack(*layout, f.begin, f.end, buffer, memory);
-      if (f.begin == 0 && f.last) {
-        phase_(batch, "MEMCPY_IN_FUSION_BUFFER", f.start);
-      }
-      if (f.status.ok()) {
-        f.status = backend->StartAllreduce(buffer, buffer, f.end - f.begin,
-                                           layout->dtype(), op, &f.op);
+      const int64_t count = f.end - f.begin;
+      if (backend->StartsFromLayout(count, layout->dtype(), op)) {
+        // The backend packs what it sends and reads the rest in place.
+        f.status = backend->StartAllreduceFromLayout(*layout, f.begin, count,
+                                                     buffer, op, &f.op);
+      } else {
+        f.status = Pack(*layout, f.begin, f.end, buffer, memory);
+        if (f.begin == 0 && f.last) {
+          phase_(batch, "MEMCPY_IN_FUSION_BUFFER", f.start);
+        }
+        if (f.status.ok()) {
+          f.status = backend->StartAllreduce(buffer, buffer, count,
+                                             layout->dtype(), op, &f.op);
+        }
       }
     }
     flights_.push_back(std::move(f));

@@ -8,7 +8,11 @@
 // packed, its allreduce started, and while it is in flight piece k+1 is
 // packed into the next buffer (the packing calls Test on the oldest
 // operation between blocks, so MPI progresses it meanwhile). A buffer is
-// reused only after the piece in it has completed and been unpacked.
+// reused only after the piece in it has completed and been unpacked. Where
+// the backend starts pieces from the layout (Backend::StartsFromLayout:
+// hbcore's ring), it packs only what it sends first and reads the rest of
+// this rank's contribution from the tensors as it reduces; the piece is
+// unpacked from the buffer all the same.
 //
 // Contract (cross-rank): every rank starts the same batches in the same
 // order, split into the same pieces (the split depends only on the

@@ -88,6 +88,22 @@ class Backend {
   virtual Status StartAllreduce(const void* in, void* out, int64_t count,
                                 DataType dtype, ReduceOp op,
                                 std::unique_ptr<Pending>* pending);
+  // Whether StartAllreduceFromLayout takes pieces of `count` elements of
+  // `dtype` with `op`: the same answer on every rank for the same arguments.
+  virtual bool StartsFromLayout(int64_t /*count*/, DataType /*dtype*/,
+                                ReduceOp /*op*/) const {
+    return false;
+  }
+  // StartAllreduce of fused elements [begin, begin + count) of `layout`
+  // (prescales applied, postscales not) into `buffer`, a fusion buffer of
+  // count elements that the caller unpacks once Wait returned, packing what
+  // it needs itself (for a backend that reads the tensors where they are,
+  // e.g. MpiRingAllreduce::StartFromLayout). Only where StartsFromLayout.
+  virtual Status StartAllreduceFromLayout(
+      const FusedLayout& /*layout*/, int64_t /*begin*/, int64_t /*count*/,
+      void* /*buffer*/, ReduceOp /*op*/, std::unique_ptr<Pending>* /*pending*/) {
+    return Status::Unsupported("this backend packs fused pieces first");
+  }
   // Rank r contributes bytes_per_rank[r] bytes; out holds them in rank order.
   virtual Status Allgatherv(const void* in, void* out,
                             const std::vector<int64_t>& bytes_per_rank) = 0;

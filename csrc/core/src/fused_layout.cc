@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "reduce_kernels.h"
 #include "scaling.h"
 
 namespace hbcore {
@@ -74,6 +75,30 @@ void FusedLayout::Scatter(int64_t begin, int64_t n, const void* src) const {
     ScaledCopy(static_cast<char*>(t.output) + at * element_size_,
                in + from * element_size_, m, dtype_, t.postscale);
   });
+}
+
+bool FusedLayout::ReduceInto(int64_t begin, int64_t n, void* dst,
+                             const void* other, ReduceOp op) const {
+  char* out = static_cast<char*>(dst);
+  const char* b = static_cast<const char*>(other);
+  bool ok = true;
+  ForEachSpan(begin, n, [&](const FusedTensor& t, int64_t at, int64_t to,
+                            int64_t m) {
+    char* piece = out + to * element_size_;
+    const char* theirs = b + to * element_size_;
+    const char* mine = static_cast<const char*>(t.input) + at * element_size_;
+    if (t.input == nullptr || t.prescale != 1.0) {
+      // The contribution needs writing out first: zeros, or scaled.
+      if (t.input == nullptr) {
+        std::memset(piece, 0, m * element_size_);
+      } else {
+        ScaledCopy(piece, mine, m, dtype_, t.prescale);
+      }
+      mine = piece;
+    }
+    ok = Reduce(piece, mine, theirs, m, dtype_, op) && ok;
+  });
+  return ok;
 }
 
 Status FusedLayout::Gather(int64_t begin, int64_t n, void* dst,

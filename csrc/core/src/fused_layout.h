@@ -51,6 +51,14 @@ class FusedLayout {
   const void* InputView(int64_t begin, int64_t n, void* scratch) const;
   // Fused outputs [begin, begin + n) = postscaled src[0, n).
   void Scatter(int64_t begin, int64_t n, const void* src) const;
+  // dst[0, n) = (prescaled inputs at fused elements [begin, begin + n)) op
+  // other[0, n), in host memory: what Gather into dst and then
+  // Reduce(dst, dst, other) give, reading each tensor's input where it is
+  // instead of through dst first (a missing input counts as zeros, as in
+  // Gather). `dst` and `other` do not overlap the tensors. Returns false
+  // where Reduce does not support `op` on the dtype.
+  bool ReduceInto(int64_t begin, int64_t n, void* dst, const void* other,
+                  ReduceOp op) const;
 
  private:
   // Calls fn(tensor, offset in tensor, offset in the range, count) for each

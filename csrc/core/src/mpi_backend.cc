@@ -217,6 +217,18 @@ Status MpiBackend::StartAllreduce(const void* in, void* out, int64_t count,
   return Status::OK();
 }
 
+bool MpiBackend::StartsFromLayout(int64_t count, DataType dtype,
+                                  ReduceOp op) const {
+  return ring_ && ring_->Takes(count, dtype, op);
+}
+
+Status MpiBackend::StartAllreduceFromLayout(
+    const FusedLayout& layout, int64_t begin, int64_t count, void* buffer,
+    ReduceOp op, std::unique_ptr<Pending>* pending) {
+  ring_->StartFromLayout(layout, begin, count, buffer, op, pending);
+  return Status::OK();
+}
+
 Status MpiBackend::AllreduceLayout(const FusedLayout& layout, ReduceOp op,
                                    const PhaseFn& phase) {
   // Every rank fails the same way here, before any collective.

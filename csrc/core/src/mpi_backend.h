@@ -49,6 +49,12 @@ class MpiBackend : public Backend {
   Status StartAllreduce(const void* in, void* out, int64_t count,
                         DataType dtype, ReduceOp op,
                         std::unique_ptr<Pending>* pending) override;
+  // The ring's pieces (MpiRingAllreduce::StartFromLayout).
+  bool StartsFromLayout(int64_t count, DataType dtype,
+                        ReduceOp op) const override;
+  Status StartAllreduceFromLayout(const FusedLayout& layout, int64_t begin,
+                                  int64_t count, void* buffer, ReduceOp op,
+                                  std::unique_ptr<Pending>* pending) override;
   Status Allgatherv(const void* in, void* out,
                     const std::vector<int64_t>& bytes_per_rank) override;
   Status Broadcast(void* buffer, int64_t bytes, int root) override;

@@ -26,18 +26,27 @@ int Mod(int64_t x, int n) {
 // received) and post the next ones.
 class RingPending : public Backend::Pending {
  public:
+  // `layout`: null, or the batch whose fused elements [layout_begin,
+  // layout_begin + count) are reduced into `data` (StartFromLayout).
   RingPending(MPI_Comm comm, int rank, int size, int tag, char* data,
               int64_t count, DataType dtype, ReduceOp op,
-              std::shared_ptr<ScratchPool> pool)
+              std::shared_ptr<ScratchPool> pool,
+              const FusedLayout* layout = nullptr, int64_t layout_begin = 0)
       : comm_(comm), rank_(rank), size_(size), tag_(tag), data_(data),
         count_(count), elem_(DataTypeSize(dtype)), dtype_(dtype), op_(op),
-        pool_(std::move(pool)) {
+        pool_(std::move(pool)), layout_(layout), layout_begin_(layout_begin) {
     if (!pool_->empty()) {
       scratch_ = std::move(pool_->back());
       pool_->pop_back();
     }
     // The largest chunk, the most one reduce-scatter step receives.
     scratch_.resize(static_cast<size_t>((count_ + size_ - 1) / size_ * elem_));
+    if (layout_ != nullptr) {
+      // The first step sends this rank's own chunk, so it is the one chunk
+      // of its contribution that goes through the buffer.
+      layout_->Gather(layout_begin_ + ChunkBegin(rank_), ChunkCount(rank_),
+                      Chunk(rank_));
+    }
     Post();
   }
 
@@ -111,7 +120,14 @@ class RingPending : public Backend::Pending {
     if (reduce_scatter()) {
       const int recv = RecvChunk();
       char* chunk = Chunk(recv);
-      Reduce(chunk, chunk, scratch_.data(), ChunkCount(recv), dtype_, op_);
+      // Each chunk but the rank's own is reduced once in the reduce-scatter:
+      // there its own contribution meets the one received.
+      if (layout_ != nullptr) {
+        layout_->ReduceInto(layout_begin_ + ChunkBegin(recv), ChunkCount(recv),
+                            chunk, scratch_.data(), op_);
+      } else {
+        Reduce(chunk, chunk, scratch_.data(), ChunkCount(recv), dtype_, op_);
+      }
     }
     ++step_;
     Post();
@@ -136,6 +152,8 @@ class RingPending : public Backend::Pending {
   DataType dtype_;
   ReduceOp op_;
   std::shared_ptr<ScratchPool> pool_;
+  const FusedLayout* layout_;
+  int64_t layout_begin_;
   std::vector<char> scratch_;
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int step_ = 0;
@@ -173,6 +191,16 @@ void MpiRingAllreduce::Start(void* data, int64_t count, DataType dtype,
   *pending = std::make_unique<RingPending>(comm_, rank_, size_, tag,
                                            static_cast<char*>(data), count,
                                            dtype, op, spare_scratch_);
+}
+
+void MpiRingAllreduce::StartFromLayout(
+    const FusedLayout& layout, int64_t begin, int64_t count, void* buffer,
+    ReduceOp op, std::unique_ptr<Backend::Pending>* pending) {
+  const int tag = next_tag_;
+  next_tag_ = (next_tag_ + 1) % kTagSpace;
+  *pending = std::make_unique<RingPending>(
+      comm_, rank_, size_, tag, static_cast<char*>(buffer), count,
+      layout.dtype(), op, spare_scratch_, &layout, begin);
 }
 
 Status MpiRingAllreduce::Allreduce(void* data, int64_t count, DataType dtype,

@@ -206,6 +206,37 @@ TEST(FusedLayoutAbsentInputsGatherAsZeros) {
   CHECK(scratch == std::vector<int32_t>({0, 7}));
 }
 
+TEST(FusedLayoutReduceIntoEqualsGatherThenReduce) {
+  // A prescaled tensor, an absent input (zeros), an empty tensor and a
+  // plain one; every range, Sum and Min, against Gather then Reduce.
+  std::vector<float> a = {1, -2, 3}, d = {4, 5, -6, 7};
+  std::vector<FusedTensor> tensors(4);
+  tensors[0] = {a.data(), nullptr, 3, 0.5, 1.0};
+  tensors[1] = {nullptr, nullptr, 2, 1.0, 1.0};
+  tensors[2] = {nullptr, nullptr, 0, 1.0, 1.0};
+  tensors[3] = {d.data(), nullptr, 4, 1.0, 1.0};
+  FusedLayout layout(DataType::kFloat32, tensors);
+  std::vector<float> other(9);
+  for (int i = 0; i < 9; ++i) other[i] = 10.0f - 3.0f * i;
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin}) {
+    for (int64_t begin = 0; begin <= 9; ++begin) {
+      for (int64_t n = 0; begin + n <= 9; ++n) {
+        std::vector<float> want(n), got(n + 1, -99.0f);
+        layout.Gather(begin, n, want.data());
+        Reduce(want.data(), want.data(), other.data(), n,
+               DataType::kFloat32, op);
+        CHECK(layout.ReduceInto(begin, n, got.data(), other.data(), op));
+        for (int64_t i = 0; i < n; ++i) CHECK_EQ(got[i], want[i]);
+        CHECK_EQ(got[n], -99.0f);  // nothing written past the range
+      }
+    }
+  }
+  CHECK_EQ(a[1], -2.0f);  // inputs are read, never written
+  std::vector<float> out(9);
+  CHECK(!layout.ReduceInto(0, 9, out.data(), other.data(),
+                           ReduceOp::kAverage));
+}
+
 TEST(ReduceKernelsPerOp) {
   // Odd lengths reach the vectorised loops' remainders.
   for (int n : {1, 7, 33, 1000}) {
