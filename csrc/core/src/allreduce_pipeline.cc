@@ -48,7 +48,8 @@ void AllreducePipeline::Start(size_t batch, const FusedLayout* layout,
       f.start = Clock::now();
       const int64_t count = f.end - f.begin;
       if (backend->StartsFromLayout(count, layout->dtype(), op)) {
-        // The backend packs what it sends and reads the rest in place.
+        // The backend packs and unpacks what it needs itself.
+        f.unpacked = true;
         f.status = backend->StartAllreduceFromLayout(*layout, f.begin, count,
                                                      buffer, op, &f.op);
       } else {
@@ -88,12 +89,14 @@ void AllreducePipeline::CompleteOldest() {
     if (f.begin == 0) batch_start_ = f.start;
     const auto unpack = Clock::now();
     Memory* memory = f.backend->memory();
-    f.status = f.layout->Scatter(f.begin, f.end - f.begin,
-                                 buffer_data_[f.buffer], memory);
+    if (!f.unpacked) {
+      f.status = f.layout->Scatter(f.begin, f.end - f.begin,
+                                   buffer_data_[f.buffer], memory);
+    }
     // The batch's outputs are final once the unpacking completed.
     if (f.status.ok() && f.last) f.status = memory->Synchronize();
     if (f.last) phase_(f.batch, "ALLREDUCE", batch_start_);
-    if (f.begin == 0 && f.last) {
+    if (f.begin == 0 && f.last && !f.unpacked) {
       phase_(f.batch, "MEMCPY_OUT_FUSION_BUFFER", unpack);
     }
   }

@@ -11,8 +11,9 @@
 // reused only after the piece in it has completed and been unpacked. Where
 // the backend starts pieces from the layout (Backend::StartsFromLayout:
 // hbcore's ring), it packs only what it sends first and reads the rest of
-// this rank's contribution from the tensors as it reduces; the piece is
-// unpacked from the buffer all the same.
+// this rank's contribution from the tensors as it reduces, and it writes
+// the result to the tensors' outputs as parts of it become final, so the
+// pipeline does not unpack that piece.
 //
 // Contract (cross-rank): every rank starts the same batches in the same
 // order, split into the same pieces (the split depends only on the
@@ -74,6 +75,7 @@ class AllreducePipeline {
     int buffer = -1;          // fused piece: the buffer holding it
     int64_t begin = 0;        // fused piece: [begin, end) of the layout
     int64_t end = 0;
+    bool unpacked = false;    // the backend writes the outputs itself
     bool last = true;         // the batch's last piece
     std::chrono::steady_clock::time_point start;
   };

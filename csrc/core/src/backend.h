@@ -95,10 +95,11 @@ class Backend {
     return false;
   }
   // StartAllreduce of fused elements [begin, begin + count) of `layout`
-  // (prescales applied, postscales not) into `buffer`, a fusion buffer of
-  // count elements that the caller unpacks once Wait returned, packing what
-  // it needs itself (for a backend that reads the tensors where they are,
-  // e.g. MpiRingAllreduce::StartFromLayout). Only where StartsFromLayout.
+  // straight into the tensors' outputs (scale factors applied), with
+  // `buffer`, a fusion buffer of count elements, as working memory: the
+  // backend packs and unpacks what it needs itself, reading and writing
+  // the tensors where they are (MpiRingAllreduce::StartFromLayout). The
+  // outputs are final once Wait returned. Only where StartsFromLayout.
   virtual Status StartAllreduceFromLayout(
       const FusedLayout& /*layout*/, int64_t /*begin*/, int64_t /*count*/,
       void* /*buffer*/, ReduceOp /*op*/, std::unique_ptr<Pending>* /*pending*/) {

@@ -78,7 +78,8 @@ void FusedLayout::Scatter(int64_t begin, int64_t n, const void* src) const {
 }
 
 bool FusedLayout::ReduceInto(int64_t begin, int64_t n, void* dst,
-                             const void* other, ReduceOp op) const {
+                             const void* other, ReduceOp op,
+                             bool scatter) const {
   char* out = static_cast<char*>(dst);
   const char* b = static_cast<const char*>(other);
   bool ok = true;
@@ -97,6 +98,10 @@ bool FusedLayout::ReduceInto(int64_t begin, int64_t n, void* dst,
       mine = piece;
     }
     ok = Reduce(piece, mine, theirs, m, dtype_, op) && ok;
+    if (scatter && t.output != nullptr) {
+      ScaledCopy(static_cast<char*>(t.output) + at * element_size_, piece, m,
+                 dtype_, t.postscale);
+    }
   });
   return ok;
 }

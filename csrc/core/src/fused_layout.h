@@ -55,10 +55,12 @@ class FusedLayout {
   // other[0, n), in host memory: what Gather into dst and then
   // Reduce(dst, dst, other) give, reading each tensor's input where it is
   // instead of through dst first (a missing input counts as zeros, as in
-  // Gather). `dst` and `other` do not overlap the tensors. Returns false
-  // where Reduce does not support `op` on the dtype.
+  // Gather). With `scatter`, also what Scatter(begin, n, dst) then gives,
+  // tensor by tensor while each span is in cache. `dst` and `other` do not
+  // overlap the tensors. Returns false where Reduce does not support `op`
+  // on the dtype.
   bool ReduceInto(int64_t begin, int64_t n, void* dst, const void* other,
-                  ReduceOp op) const;
+                  ReduceOp op, bool scatter = false) const;
 
  private:
   // Calls fn(tensor, offset in tensor, offset in the range, count) for each

@@ -117,17 +117,22 @@ class RingPending : public Backend::Pending {
   }
 
   void FinishStep() {
+    const int recv = RecvChunk();
+    char* chunk = Chunk(recv);
     if (reduce_scatter()) {
-      const int recv = RecvChunk();
-      char* chunk = Chunk(recv);
       // Each chunk but the rank's own is reduced once in the reduce-scatter:
-      // there its own contribution meets the one received.
+      // there its own contribution meets the one received. The last step's
+      // is final (the one this rank passes around in the allgather).
       if (layout_ != nullptr) {
         layout_->ReduceInto(layout_begin_ + ChunkBegin(recv), ChunkCount(recv),
-                            chunk, scratch_.data(), op_);
+                            chunk, scratch_.data(), op_,
+                            /*scatter=*/step_ == size_ - 2);
       } else {
         Reduce(chunk, chunk, scratch_.data(), ChunkCount(recv), dtype_, op_);
       }
+    } else if (layout_ != nullptr) {
+      layout_->Scatter(layout_begin_ + ChunkBegin(recv), ChunkCount(recv),
+                       chunk);
     }
     ++step_;
     Post();

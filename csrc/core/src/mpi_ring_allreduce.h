@@ -62,13 +62,16 @@ class MpiRingAllreduce {
   Status Allreduce(void* data, int64_t count, DataType dtype, ReduceOp op);
 
   // Starts the allreduce of fused elements [begin, begin + count) of
-  // `layout` (its dtype; prescales applied), with `buffer` (count elements,
-  // not overlapping the tensors) as its working memory: the result ends in
-  // `buffer`, for the caller to unpack (postscales are the caller's). The
-  // ring packs only the chunk it sends first; every other chunk's own
-  // contribution is read from the tensors by the reduction that needs it
-  // (FusedLayout::ReduceInto), which spares writing (P-1)/P of the piece
-  // into the buffer and reading it back. Takes() must hold for `count`.
+  // `layout` (its dtype; prescales and postscales applied) into the
+  // tensors' outputs, with `buffer` (count elements, not overlapping the
+  // tensors) as its working memory. The ring packs only the chunk it sends
+  // first; every other chunk's own contribution is read from the tensors
+  // by the reduction that needs it (FusedLayout::ReduceInto), which spares
+  // writing (P-1)/P of the piece into the buffer and reading it back. The
+  // chunk a rank reduces last is final there and goes to the outputs at
+  // once, span by span while in cache; each chunk received in the
+  // allgather goes to them as its step completes. Takes() must hold for
+  // `count`.
   void StartFromLayout(const FusedLayout& layout, int64_t begin,
                        int64_t count, void* buffer, ReduceOp op,
                        std::unique_ptr<Backend::Pending>* pending);

@@ -232,6 +232,22 @@ TEST(FusedLayoutReduceIntoEqualsGatherThenReduce) {
     }
   }
   CHECK_EQ(a[1], -2.0f);  // inputs are read, never written
+  // With scatter: the outputs also get what Scatter of the result gives
+  // (postscaled; an absent output skipped; outside the range untouched).
+  std::vector<float> a_out(3, -1), d_out(4, -1);
+  tensors[0].output = a_out.data();
+  tensors[3].output = d_out.data();
+  tensors[3].postscale = 2.0;
+  FusedLayout with_outputs(DataType::kFloat32, tensors);
+  std::vector<float> result(7), expected(7);
+  CHECK(with_outputs.ReduceInto(2, 7, result.data(), other.data(),
+                                ReduceOp::kSum, /*scatter=*/true));
+  layout.Gather(2, 7, expected.data());
+  Reduce(expected.data(), expected.data(), other.data(), 7,
+         DataType::kFloat32, ReduceOp::kSum);
+  CHECK(result == expected);
+  CHECK(a_out == std::vector<float>({-1, -1, expected[0]}));
+  for (int i = 0; i < 4; ++i) CHECK_EQ(d_out[i], 2.0f * expected[3 + i]);
   std::vector<float> out(9);
   CHECK(!layout.ReduceInto(0, 9, out.data(), other.data(),
                            ReduceOp::kAverage));
