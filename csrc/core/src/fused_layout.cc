@@ -87,15 +87,16 @@ bool FusedLayout::ReduceInto(int64_t begin, int64_t n, void* dst,
                             int64_t m) {
     char* piece = out + to * element_size_;
     const char* theirs = b + to * element_size_;
-    const char* mine = static_cast<const char*>(t.input) + at * element_size_;
-    if (t.input == nullptr || t.prescale != 1.0) {
-      // The contribution needs writing out first: zeros, or scaled.
-      if (t.input == nullptr) {
-        std::memset(piece, 0, m * element_size_);
-      } else {
-        ScaledCopy(piece, mine, m, dtype_, t.prescale);
-      }
-      mine = piece;
+    // This rank's contribution: in the tensor, or written out first (zeros,
+    // or scaled).
+    const char* mine = piece;
+    if (t.input == nullptr) {
+      std::memset(piece, 0, m * element_size_);
+    } else if (t.prescale != 1.0) {
+      ScaledCopy(piece, static_cast<const char*>(t.input) + at * element_size_,
+                 m, dtype_, t.prescale);
+    } else {
+      mine = static_cast<const char*>(t.input) + at * element_size_;
     }
     ok = Reduce(piece, mine, theirs, m, dtype_, op) && ok;
     if (scatter && t.output != nullptr) {

@@ -188,12 +188,16 @@ bool MpiRingAllreduce::Takes(int64_t count, DataType dtype,
          ReduceSupported(dtype, op);
 }
 
+int MpiRingAllreduce::NextTag() {
+  const int tag = next_tag_;
+  next_tag_ = (next_tag_ + 1) % kTagSpace;
+  return tag;
+}
+
 void MpiRingAllreduce::Start(void* data, int64_t count, DataType dtype,
                              ReduceOp op,
                              std::unique_ptr<Backend::Pending>* pending) {
-  const int tag = next_tag_;
-  next_tag_ = (next_tag_ + 1) % kTagSpace;
-  *pending = std::make_unique<RingPending>(comm_, rank_, size_, tag,
+  *pending = std::make_unique<RingPending>(comm_, rank_, size_, NextTag(),
                                            static_cast<char*>(data), count,
                                            dtype, op, spare_scratch_);
 }
@@ -201,10 +205,8 @@ void MpiRingAllreduce::Start(void* data, int64_t count, DataType dtype,
 void MpiRingAllreduce::StartFromLayout(
     const FusedLayout& layout, int64_t begin, int64_t count, void* buffer,
     ReduceOp op, std::unique_ptr<Backend::Pending>* pending) {
-  const int tag = next_tag_;
-  next_tag_ = (next_tag_ + 1) % kTagSpace;
   *pending = std::make_unique<RingPending>(
-      comm_, rank_, size_, tag, static_cast<char*>(buffer), count,
+      comm_, rank_, size_, NextTag(), static_cast<char*>(buffer), count,
       layout.dtype(), op, spare_scratch_, &layout, begin);
 }
 

@@ -77,6 +77,9 @@ class MpiRingAllreduce {
                        std::unique_ptr<Backend::Pending>* pending);
 
  private:
+  // The tag of the next allreduce started (see "Matching" above).
+  int NextTag();
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
