@@ -612,12 +612,19 @@ def layout_line(comm: MPI.Intracomm) -> str:
                                                               path)
 
 
+# Environment variables the header reports: hbcore's (and Horovod's
+# aliases), MPICH's control variables, UCX's and libfabric's.
+SETTING_PREFIXES = ("HB_", "HOROVOD_", "MPIR_CVAR_", "UCX_", "FI_")
+
+
 def header_lines(comm: MPI.Intracomm, args: argparse.Namespace,
                  foreign: Optional[float], layout: str) -> List[str]:
     size = comm.Get_size()
     mpi = MPI.Get_library_version().strip().splitlines()[0]
+    # hbcore's knobs and the MPI library's: UCX_TLS=tcp,self, say, makes
+    # emulated hosts talk through TCP instead of shared memory and CMA.
     knobs = " ".join("%s=%s" % kv for kv in sorted(os.environ.items())
-                     if kv[0].startswith(("HB_", "HOROVOD_")))
+                     if kv[0].startswith(SETTING_PREFIXES))
     lines = [
         "hbcore %s allreduce benchmark (%s): %d ranks, %s, %d CPUs" % (
             hb.__version__, "quick" if args.quick else "full", size,
