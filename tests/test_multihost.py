@@ -15,6 +15,12 @@ each finish within seconds: a lost wake-up between hosts used to hold
 such jobs until the stall inspector's timer (60 s by default).
 Every launch must also leave nothing on stderr from MPI (wake-ups still
 in flight at finalize made UCX warn).
+
+UCX sees that the emulated hosts share a machine and carries their traffic
+through its shared-memory transports (System V and CMA). The *_over_tcp
+tests make it use TCP instead (UCX_TLS=tcp,self), as between real hosts
+without RDMA: there messages move only while some rank drives MPI's
+progress, which is what lost wake-ups and unprogressed requests get wrong.
 """
 import os
 import re
@@ -32,6 +38,9 @@ DTYPES = ["int8", "bfloat16", "float32", "bool"]
 # unmistakable).
 SHORT_JOB_S = 5.0
 SHORT_JOBS = 50
+# MPICH's UCX netmod: talk through TCP (UCX picks eth0), not shared memory.
+OVER_TCP = {"UCX_TLS": "tcp,self"}
+TCP_SHORT_JOBS = 10
 MPI_NOISE = re.compile(r"UCX\s+WARN|was not matched|MPICH ERROR|Fatal error",
                        re.IGNORECASE)
 
@@ -87,6 +96,19 @@ def test_collectives_across_hosts(layout):
     assert "misc/topology" in names
     run.assert_cases(names)
     assert_no_mpi_noise(run)
+
+
+def test_collectives_over_tcp():
+    """The collectives at 2 x 2 with the hosts talking through TCP. UCX
+    prints the protocols it chose (UCX_PROTO_INFO): TCP ones only."""
+    run = collectives_run("2x2", dict(OVER_TCP, UCX_PROTO_INFO="y"))
+    run.assert_ok()
+    run.assert_cases([name for name, _ in collectives.build_cases(4, 0, DTYPES)])
+    assert_no_mpi_noise(run)
+    output = run.stdout + run.stderr
+    assert "tcp/" in output, run.describe(2000)
+    assert not re.search(r"\| (sysv|posix|cma|xpmem|knem)/", output), \
+        run.describe(2000)
 
 
 @pytest.mark.parametrize("choice", ["0", "1"])
@@ -203,7 +225,7 @@ PIPELINE_CASES = ["pipeline/" + c for c in ("fused-group", "multi-piece",
 
 @pytest.mark.parametrize("layout,env", [
     ("2x1", {}), ("2+1", {}), ("2x2", {"HB_HIERARCHICAL_ALLREDUCE": "0"}),
-    ("2x2", {})])
+    ("2x2", {}), ("2x1", OVER_TCP), ("2x2", OVER_TCP)])
 def test_pipelined_allreduces(layout, env):
     """Fused batches of several pieces through the two fusion buffers, lone
     tensors in flight together, a joined rank: numpy's results."""
@@ -213,9 +235,10 @@ def test_pipelined_allreduces(layout, env):
     assert_no_mpi_noise(run)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_ordering_across_hosts(layout):
-    run = launch("ordering.py", layout, 120, args=["order", 50])
+@pytest.mark.parametrize("layout,env", [(layout, {}) for layout in LAYOUTS]
+                         + [("2x2", OVER_TCP)])
+def test_ordering_across_hosts(layout, env):
+    run = launch("ordering.py", layout, 120, args=["order", 50], env=env)
     assert not run.timed_out, "deadlock? " + run.describe()
     run.assert_cases(["order/round0", "order/round1"])
     run.assert_ok()
@@ -262,14 +285,13 @@ def test_killed_rank_on_second_host_ends_the_job():
     assert "SIGKILL" in run.stderr, run.describe()
 
 
-@pytest.mark.timeout(900)  # 50 launches, each with its own 60 s limit
-def test_short_jobs_never_stall():
-    """50 jobs of one 4 MB allreduce per rank at 2 x 2: each ends within
+def assert_short_jobs_finish(count, env):
+    """`count` jobs of one 4 MB allreduce per rank at 2 x 2: each ends within
     SHORT_JOB_S, with the right result, and MPI prints nothing."""
     slow = []
-    for i in range(SHORT_JOBS):
+    for i in range(count):
         run = launch("short_job.py", "2x2", 60,
-                     env={"HB_STALL_CHECK_TIME_SECONDS": "30"})
+                     env=dict(env, HB_STALL_CHECK_TIME_SECONDS="30"))
         run.assert_ok()
         assert_no_mpi_noise(run)
         for rank, result in run.results.items():
@@ -277,6 +299,18 @@ def test_short_jobs_never_stall():
         if run.duration >= SHORT_JOB_S:
             slow.append("job %d: %.1f s" % (i, run.duration))
     assert not slow, "jobs that took %s s or more: %s" % (SHORT_JOB_S, slow)
+
+
+@pytest.mark.timeout(900)  # 50 launches, each with its own 60 s limit
+def test_short_jobs_never_stall():
+    assert_short_jobs_finish(SHORT_JOBS, {})
+
+
+@pytest.mark.timeout(300)  # TCP_SHORT_JOBS launches, each limited to 60 s
+def test_short_jobs_never_stall_over_tcp():
+    """Over TCP a wake-up or request that nobody progresses would hold a
+    job until the stall check."""
+    assert_short_jobs_finish(TCP_SHORT_JOBS, OVER_TCP)
 
 
 def test_tf_training_across_hosts():
