@@ -4,8 +4,8 @@
 
 namespace hbcore {
 
-MpiControlComm::MpiControlComm(MPI_Comm comm, double max_sleep_us)
-    : comm_(comm), max_sleep_us_(max_sleep_us) {
+MpiControlComm::MpiControlComm(MPI_Comm comm, const WaitPolicy& wait)
+    : comm_(comm), wait_(wait) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   wake_in_.assign(size_, 0);
@@ -32,7 +32,7 @@ MpiControlComm::~MpiControlComm() {
 }
 
 Status MpiControlComm::Wait(MPI_Request* request) {
-  return WaitForRequest(request, max_sleep_us_);
+  return WaitForRequest(request, wait_);
 }
 
 void MpiControlComm::PostWakeReceive(int peer) {

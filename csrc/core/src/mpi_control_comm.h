@@ -24,12 +24,13 @@
 #include <vector>
 
 #include "control_comm.h"
+#include "mpi_wait.h"
 
 namespace hbcore {
 
 class MpiControlComm : public ControlComm {
  public:
-  MpiControlComm(MPI_Comm comm, double max_sleep_us);
+  MpiControlComm(MPI_Comm comm, const WaitPolicy& wait);
   ~MpiControlComm() override;
 
   int rank() const override { return rank_; }
@@ -55,7 +56,7 @@ class MpiControlComm : public ControlComm {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  double max_sleep_us_;
+  WaitPolicy wait_;
   // Per peer (this rank's own entries stay unused).
   std::vector<uint64_t> wake_in_;
   std::vector<MPI_Request> wake_recv_;

@@ -9,6 +9,7 @@
 #include "mpi_control_comm.h"
 #include "mpi_peer_alarm.h"
 #include "mpi_wait.h"
+#include "thread_affinity.h"
 #include "transport.h"
 
 namespace hbcore {
@@ -30,9 +31,9 @@ class MpiGroup : public Group {
  public:
   // Takes ownership of `comm`. `ring`: its allreduces go around hbcore's
   // ring (a collective call on `comm`: every member passes the same).
-  MpiGroup(MPI_Comm comm, double max_sleep_us, bool ring)
+  MpiGroup(MPI_Comm comm, const WaitPolicy& wait, bool ring)
       : comm_(comm),
-        control_(std::make_unique<MpiControlComm>(comm_, max_sleep_us)),
+        control_(std::make_unique<MpiControlComm>(comm_, wait)),
         backend_(std::make_unique<MpiBackend>(
             comm_, nullptr, MPI_COMM_NULL, nullptr,
             ring ? std::make_unique<MpiRingAllreduce>(comm_) : nullptr)),
@@ -71,7 +72,6 @@ class MpiTransport : public Transport {
   }
 
   Status Init(int64_t comm, double max_sleep_us, const Config& config) {
-    max_sleep_us_ = max_sleep_us;
     int initialized = 0;
     MPI_Initialized(&initialized);
     int provided = 0;
@@ -132,8 +132,11 @@ class MpiTransport : public Transport {
     rc = MPI_Allreduce(&topo_.rank, &host_id_, 1, MPI_INT, MPI_MIN, local_);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce (host id)");
     ring_choice_ = config.ring_allreduce;
+    topo_.cpus = ThreadCpus();
+    topo_.spare_cpus = 2 * topo_.local_size <= CpuCount(topo_.cpus);
+    wait_ = ControlWaitPolicy(topo_.spare_cpus, max_sleep_us);
 
-    control_ = std::make_unique<MpiControlComm>(comm_, max_sleep_us);
+    control_ = std::make_unique<MpiControlComm>(comm_, wait_);
     alarm_ = std::make_unique<MpiPeerAlarm>(comm_);
     const bool single_node = topo_.local_size == topo_.size;
     bool hierarchical = false;
@@ -217,7 +220,7 @@ class MpiTransport : public Transport {
       MPI_Comm_free(&comm);
       return s;
     }
-    *out = std::make_unique<MpiGroup>(comm, max_sleep_us_, ring);
+    *out = std::make_unique<MpiGroup>(comm, wait_, ring);
     return Status::OK();
   }
 
@@ -311,7 +314,7 @@ class MpiTransport : public Transport {
   Topology topo_;
   int host_id_ = 0;  // the lowest global rank on this rank's host
   Choice ring_choice_ = Choice::kAuto;  // HB_RING_ALLREDUCE
-  double max_sleep_us_ = 0;
+  WaitPolicy wait_;  // of every control plane (the global set's and groups')
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;
   MPI_Comm cross_ = MPI_COMM_NULL;

@@ -15,23 +15,32 @@ Status MpiStatus(int code, const char* call) {
                           std::string(text, len));
 }
 
-Status WaitForRequest(MPI_Request* request, double max_sleep_us) {
+WaitPolicy ControlWaitPolicy(bool spare_cpus, double max_sleep_us) {
+  WaitPolicy policy;
+  policy.spin_us = spare_cpus ? 30.0 : 1000.0;
+  policy.yield = !spare_cpus;
+  policy.max_sleep_us = max_sleep_us;
+  return policy;
+}
+
+Status WaitForRequest(MPI_Request* request, const WaitPolicy& policy) {
   using Clock = std::chrono::steady_clock;
-  // Spinning for a few tens of microseconds keeps the latency of a cycle
-  // whose peers are already waiting at MPI's own; after that the peer is
-  // late and sleeping costs nothing measurable.
-  constexpr auto kSpin = std::chrono::microseconds(30);
   const auto start = Clock::now();
+  const auto spin = std::chrono::duration<double, std::micro>(policy.spin_us);
   double sleep_us = 2.0;
   for (;;) {
     int done = 0;
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Test");
     if (done) return Status::OK();
-    if (Clock::now() - start < kSpin) continue;
+    if (Clock::now() - start < spin) {
+      if (policy.yield) std::this_thread::yield();
+      continue;
+    }
     std::this_thread::sleep_for(
         std::chrono::duration<double, std::micro>(sleep_us));
-    sleep_us = sleep_us * 2 < max_sleep_us ? sleep_us * 2 : max_sleep_us;
+    sleep_us = sleep_us * 2 < policy.max_sleep_us ? sleep_us * 2
+                                                  : policy.max_sleep_us;
   }
 }
 

@@ -119,18 +119,15 @@ Status Runtime::Start(int64_t comm) {
       timeline = Status(timeline.code(), timeline.message() + " (HB_TIMELINE)");
     }
   }
-  const std::vector<int> cpu_list = ThreadCpus();
-  const int cpus =
-      cpu_list.empty() ? static_cast<int>(std::thread::hardware_concurrency())
-                       : static_cast<int>(cpu_list.size());
-  spare_cpus_ = 2 * topo.local_size <= cpus;
+  const std::vector<int>& cpu_list = topo.cpus;
+  spare_cpus_ = topo.spare_cpus;
   idle_spin_ = config_.idle_spin == Choice::kAuto
                    ? spare_cpus_
                    : config_.idle_spin == Choice::kOn;
   HB_LOG(kDebug, "idle spin " << (idle_spin_ ? "on" : "off")
                  << " (HB_IDLE_SPIN=" << ChoiceName(config_.idle_spin)
                  << "), waiters spin " << (spare_cpus_ ? "on" : "off")
-                 << " (" << cpus << " CPUs for " << topo.local_size
+                 << " (" << CpuCount(cpu_list) << " CPUs for " << topo.local_size
                  << " local ranks)");
   int background_cpu = -1;
   const Status affinity = BackgroundThreadCpu(

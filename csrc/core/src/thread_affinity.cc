@@ -89,4 +89,9 @@ std::vector<int> ThreadCpus(pid_t tid) {
   return cpus;
 }
 
+int CpuCount(const std::vector<int>& allowed) {
+  return allowed.empty() ? static_cast<int>(std::thread::hardware_concurrency())
+                         : static_cast<int>(allowed.size());
+}
+
 }  // namespace hbcore

@@ -30,6 +30,10 @@ Status PinThread(std::thread& thread, int cpu);
 // affinity mask; 0: the calling thread; empty if that cannot be read).
 std::vector<int> ThreadCpus(pid_t tid = 0);
 
+// How many CPUs `allowed` (from ThreadCpus) names; the machine's count
+// when it is empty.
+int CpuCount(const std::vector<int>& allowed);
+
 }  // namespace hbcore
 
 #endif  // HBCORE_THREAD_AFFINITY_H_

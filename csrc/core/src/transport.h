@@ -37,6 +37,12 @@ struct Topology {
   // point-to-point messages instead (see mpi_ring_allreduce.h); the same on
   // every rank.
   bool ring_allreduce = false;
+  // The CPUs this process may run on (ThreadCpus(); empty if unreadable),
+  // and whether they give every local rank's background thread and calling
+  // thread a CPU of its own (2 x local_size <= their number, or the
+  // machine's when unreadable).
+  std::vector<int> cpus;
+  bool spare_cpus = false;
 };
 
 // A process set's own communicator, as its control plane and CPU backend
