@@ -2,8 +2,10 @@
 a moment before sleeping, when the host has a CPU for each local rank's
 background and calling threads (auto), always (1) or never (0). Threads
 waiting for a result spin only under that same CPU rule (hb_spin_wait),
-whatever the knob says. Both decisions are read from the runtime's DEBUG
-log; results with the spin forced on at 2 and 3 ranks (on this 2-CPU
+whatever the knob says, and the control plane's waits test for 30 us
+before they sleep, or, without that CPU for each thread, for 1 ms while
+yielding the CPU (wait_policy.h). The decisions are read from the
+runtime's DEBUG log; results with the spin forced on at 2 and 3 ranks (on this 2-CPU
 machine auto turns it off there) are checked against numpy by the
 ordering script."""
 import os
@@ -18,7 +20,8 @@ CPUS = sorted(os.sched_getaffinity(0))
 
 def _spin_state(run):
     states = re.findall(r"idle spin (on|off) \(HB_IDLE_SPIN=(\w+)\), waiters "
-                        r"spin (on|off) \((\d+) CPUs for (\d+) local ranks\)",
+                        r"spin (on|off), control waits test (\d+ us(?: yielding)?)"
+                        r" \((\d+) CPUs for (\d+) local ranks\)",
                         run.stdout + run.stderr)
     assert len(states) == run.np, run.describe()
     return states
@@ -42,13 +45,14 @@ def test_spin_rule(np_, value, cpus):
                     wrapper=wrapper)
     run.assert_ok()
     spare = "on" if 2 * np_ <= cpus else "off"
+    control = "30 us" if spare == "on" else "1000 us yielding"
     if value is None:
         want, shown = spare, "auto"
     else:
         want = "on" if value in ("1", "true") else "off"
         shown = "1" if want == "on" else "0"
     for state in _spin_state(run):
-        assert state == (want, shown, spare, str(cpus), str(np_)), (
+        assert state == (want, shown, spare, control, str(cpus), str(np_)), (
             state, run.describe())
 
 

@@ -198,6 +198,7 @@ class MpiTransport : public Transport {
   }
 
   const Topology& topology() const override { return topo_; }
+  const WaitPolicy& control_wait() const override { return wait_; }
   ControlComm* control() override { return control_.get(); }
   Backend* cpu_backend() override { return backend_.get(); }
   PeerAlarm* alarm() override { return alarm_.get(); }

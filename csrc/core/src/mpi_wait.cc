@@ -15,14 +15,6 @@ Status MpiStatus(int code, const char* call) {
                           std::string(text, len));
 }
 
-WaitPolicy ControlWaitPolicy(bool spare_cpus, double max_sleep_us) {
-  WaitPolicy policy;
-  policy.spin_us = spare_cpus ? 30.0 : 1000.0;
-  policy.yield = !spare_cpus;
-  policy.max_sleep_us = max_sleep_us;
-  return policy;
-}
-
 Status WaitForRequest(MPI_Request* request, const WaitPolicy& policy) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();

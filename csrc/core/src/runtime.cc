@@ -124,10 +124,13 @@ Status Runtime::Start(int64_t comm) {
   idle_spin_ = config_.idle_spin == Choice::kAuto
                    ? spare_cpus_
                    : config_.idle_spin == Choice::kOn;
+  const WaitPolicy& wait = transport_->control_wait();
   HB_LOG(kDebug, "idle spin " << (idle_spin_ ? "on" : "off")
                  << " (HB_IDLE_SPIN=" << ChoiceName(config_.idle_spin)
                  << "), waiters spin " << (spare_cpus_ ? "on" : "off")
-                 << " (" << CpuCount(cpu_list) << " CPUs for " << topo.local_size
+                 << ", control waits test " << wait.spin_us << " us"
+                 << (wait.yield ? " yielding" : "") << " ("
+                 << CpuCount(cpu_list) << " CPUs for " << topo.local_size
                  << " local ranks)");
   int background_cpu = -1;
   const Status affinity = BackgroundThreadCpu(

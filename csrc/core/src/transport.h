@@ -14,6 +14,7 @@
 #include "control_comm.h"
 #include "peer_alarm.h"
 #include "status.h"
+#include "wait_policy.h"
 
 namespace hbcore {
 
@@ -61,6 +62,8 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const Topology& topology() const = 0;
+  // How the control planes wait (the global set's and every group's).
+  virtual const WaitPolicy& control_wait() const = 0;
   virtual ControlComm* control() = 0;
   virtual Backend* cpu_backend() = 0;
   // Failure notices between the data planes of any process set (see
