@@ -205,8 +205,8 @@ class Runtime {
   int next_set_id_ = 1;
   std::thread thread_;
   // Fixed by Start, before any front end can see the runtime:
-  // spare_cpus_: this host has a CPU for every local rank's background and
-  // calling thread (2 * local_size <= usable CPUs). Only then may a front
+  // spare_cpus_: Topology::spare_cpus, kept here so front ends read it
+  // without reaching into the transport. Only where it holds may a front
   // end spin while it waits for a result (hb_spin_wait): without spare
   // CPUs a spinning waiter takes the CPU from the threads it waits for.
   // idle_spin_ (HB_IDLE_SPIN): the background thread spins briefly after a

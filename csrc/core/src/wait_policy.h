@@ -23,9 +23,10 @@ namespace hbcore {
 // alone 15-36 us); 4 ranks 574-720 against 113-203 us; 2 emulated hosts x
 // 2 ranks 565-635 against 140-203 us; 2 + 1 ranks 469-539 against 102-223
 // us. With a 30 us loop that yields, 3 ranks took 226-410 us. At 2 ranks
-// on the same 2 CPUs, where the CPUs are also short, the 1 ms loop read as
-// the 30 us one (medians of 8 alternating jobs: 38 against 37 us on one
-// host, 29 against 26 us on 2 emulated hosts, whose jobs swing by 3x).
+// on one host of 2 CPUs, where the CPUs are also short, the 1 ms loop read
+// as the 30 us one (medians of 8 alternating jobs, each loop forced: 38
+// against 37 us; on 2 emulated hosts x 1 rank, which keep the 30 us loop,
+// 29 against 26 us, in jobs that swing by 3x).
 struct WaitPolicy {
   double spin_us = 30.0;
   bool yield = false;
