@@ -34,8 +34,9 @@ output:
 
 failures:
   When a rank exits with a nonzero code or is killed by a signal, the
-  launcher stops all other ranks (SIGTERM, then SIGKILL after a few
-  seconds) and prints one line on stderr naming the first rank that
+  launcher gives the other ranks up to a second to fail too (so each
+  prints its own error), stops those still running (SIGTERM, then SIGKILL
+  after a few seconds) and prints one line on stderr naming the first rank that
   failed, e.g.
     {{prog}}: rank 1 failed first: exited with code 3 [host h1, pid 4242]; stopped the remaining ranks
     {{prog}}: rank 2 failed first: killed by signal SIGKILL (9) [host h1, pid 4243]; stopped the remaining ranks

@@ -10,8 +10,11 @@ Why not rely on mpiexec: hydra waits forever when a rank exits with an
 error code while the others wait for it (before MPI_Init, in a barrier, in
 ``time.sleep``), and when a rank dies by a signal it reports the wrong pid.
 
-Teardown, in order (after a quarter second in which the output of ranks
-failing at the same moment can still arrive):
+Teardown, in order (after a settle pause in which ranks failing at about
+the same moment, often with the same bad setting, still get their own
+error out: it ends once every rank has failed or mpiexec has exited, and
+after a second at most, so a job whose other ranks wait for the failed one
+ends a second later):
 1. SIGTERM to mpiexec, so hydra stops its proxies and ranks, including
    those on other hosts, which this process cannot reach.
 2. After at most a second, SIGTERM to every local process of the job still
@@ -51,10 +54,12 @@ _MPIEXEC_STOP_S = 1.0
 _TREE_REFRESH_S = 1.0
 # How long to wait for the output relays to finish after mpiexec ended.
 _RELAY_DRAIN_S = 2.0
-# Pause between the first failure and the teardown, so that ranks failing
-# at the same moment (often with a different error) still get their output
-# through mpiexec before it is stopped.
-_SETTLE_S = 0.25
+# Longest pause between the first failure and the teardown, so that ranks
+# failing at about the same moment (often with a different error) still get
+# their output through mpiexec before it is stopped.  A rank still importing
+# its framework when a faster one failed would otherwise be stopped before
+# it prints its own error (0.25 s was too short on a loaded 2-CPU machine).
+_SETTLE_S = 1.0
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -255,7 +260,7 @@ def supervise(command: Sequence[str], np: int,
                 # the settle pause and print its misleading banner.
                 quiet.set()
                 if interrupted_by is None:
-                    time.sleep(_SETTLE_S)
+                    _settle(events, np)
                 tree.terminate(grace_s)
             else:
                 # mpiexec ended by itself; a failure status may still be in
@@ -311,6 +316,26 @@ def _wait_for_end(events: "queue.Queue", tree: ProcessTree
             return None, value
         if kind == "exit":
             return None, None
+
+
+def _settle(events: "queue.Queue", np: int) -> None:
+    """Waits after the first failure until every rank has failed, mpiexec
+    has exited, a signal arrived or _SETTLE_S passed, whichever is first.
+    The events it takes are dropped: the first failure is already chosen,
+    and the teardown that follows handles a signal the same way."""
+    deadline = time.monotonic() + _SETTLE_S
+    failed = 1
+    while failed < np:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            kind, _ = events.get(timeout=left)
+        except queue.Empty:
+            return
+        if kind != "status":
+            return
+        failed += 1
 
 
 def _first_status(events: "queue.Queue") -> Optional[RankStatus]:
