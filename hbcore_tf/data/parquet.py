@@ -53,12 +53,24 @@ _INSTALL_HINT = ('hb.data.ParquetDataset needs pyarrow, an optional extra of '
                  'pip install ".[parquet]")')
 
 
+# pyarrow 26 and later refuse to import next to numpy 1.x (which
+# TensorFlow 2.16 and 2.17 require) but do not declare it, so pip installs
+# them together.
+_NUMPY_HINT = ('pyarrow 26 and later need numpy 2, and TensorFlow 2.16 and '
+               '2.17 need numpy 1: pip install "pyarrow<26"')
+
+
 def _pyarrow() -> Tuple[Any, Any]:
     try:
         import pyarrow
         import pyarrow.parquet
     except ImportError as exc:
-        raise ImportError(_INSTALL_HINT) from exc
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "pyarrow":
+            raise ImportError(_INSTALL_HINT) from exc
+        # Installed but broken: say what pyarrow said.
+        hint = _NUMPY_HINT if "NumPy" in str(exc) else _INSTALL_HINT
+        raise ImportError("hb.data.ParquetDataset cannot import pyarrow: "
+                          "%s (%s)" % (exc, hint)) from exc
     return pyarrow, pyarrow.parquet
 
 

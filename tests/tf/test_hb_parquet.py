@@ -50,3 +50,31 @@ def test_missing_pyarrow_names_the_extra(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "IMPORT-ERROR:" in out.stdout, out.stdout + out.stderr[-2000:]
     assert "hbcore[parquet]" in out.stdout, out.stdout
+
+
+def test_pyarrow_that_cannot_import_is_named(tmp_path):
+    """A pyarrow that is installed but refuses to import (pyarrow 26 and
+    later next to numpy 1.x, which TensorFlow 2.16 and 2.17 need) gives an
+    ImportError with pyarrow's own reason and the version to install, not
+    the hint to install the extra."""
+    fake = tmp_path / "site" / "pyarrow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        'raise ImportError("pyarrow requires NumPy 2.0 or newer, found '
+        '1.26.4")\n')
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import hbcore_tf.data as d\n"
+        "try:\n"
+        "    d.ParquetDataset('x.parquet', 2)\n"
+        "except ImportError as e:\n"
+        "    print('IMPORT-ERROR:', e)\n" % str(tmp_path / "site"))
+    env = base_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
+    out = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
+                         capture_output=True, text=True, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "IMPORT-ERROR:" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert ("cannot import pyarrow: pyarrow requires NumPy 2.0 or newer, "
+            "found 1.26.4") in out.stdout, out.stdout
+    assert 'pip install "pyarrow<26"' in out.stdout, out.stdout
+    assert "hbcore[parquet]" not in out.stdout, out.stdout

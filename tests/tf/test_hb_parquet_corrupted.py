@@ -20,14 +20,24 @@ from train_util import tensorflow_missing
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
 
-import pyarrow as pa  # noqa: E402  (the [test] extra installs it)
-import pyarrow.parquet as pq  # noqa: E402
+
+
+def arrow():
+    """pyarrow and pyarrow.parquet (the [test] extra installs them),
+    imported by the tests that use them: a pyarrow that cannot import fails
+    those tests with its reason instead of stopping the collection of the
+    whole suite."""
+    import pyarrow
+    import pyarrow.parquet
+    return pyarrow, pyarrow.parquet
+
 
 GROUP_ROWS = 10
 BATCH = 7
 
 
 def write(path, first_id, rows):
+    pa, pq = arrow()
     ids = np.arange(first_id, first_id + rows, dtype=np.int64)
     table = pa.table({"id": pa.array(ids),
                       "x": pa.array(ids * 0.5 + 0.25, pa.float64()),
@@ -41,6 +51,7 @@ def write(path, first_id, rows):
 def corrupt_row_group(path, group):
     """Overwrites every byte of row group ``group``'s first column chunk
     (dictionary and data pages), leaving the footer intact."""
+    _, pq = arrow()
     meta = pq.ParquetFile(path).metadata
     chunk = meta.row_group(group).column(0)
     start = chunk.dictionary_page_offset or chunk.data_page_offset
@@ -53,6 +64,7 @@ def corrupt_row_group(path, group):
 def files(tmp_path_factory):
     """good0 (25 rows), bad (30 rows, row group 1 unreadable), good1 (12
     rows), and truncated (a good file cut short)."""
+    _, pq = arrow()
     root = tmp_path_factory.mktemp("parquet")
     good0 = write(root / "good0.parquet", 0, 25)
     bad = write(root / "bad.parquet", 100, 30)
@@ -73,6 +85,7 @@ def files(tmp_path_factory):
 def readable_tables(files, names):
     """What pyarrow reads of each file: every row group it can read (all of
     a good file; row groups 0 and 2 of the corrupted one)."""
+    pa, pq = arrow()
     tables = []
     for name in names:
         reader = pq.ParquetFile(files[name])
