@@ -105,12 +105,17 @@ def _tf_dtype(pa: Any, arrow_type: Any) -> Optional[tf.DType]:
     if types.is_string(arrow_type) or types.is_large_string(arrow_type) or \
             types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
         return tf.string
-    if types.is_boolean(arrow_type) or types.is_integer(arrow_type) or \
-            types.is_floating(arrow_type):
-        try:
-            return tf.as_dtype(arrow_type.to_pandas_dtype())
-        except TypeError:
-            return None
+    # Compared type by type: DataType.to_pandas_dtype needs pandas in
+    # pyarrow 25 (not in 26), and pandas is not a requirement.
+    for arrow, dtype in ((pa.bool_(), tf.bool), (pa.int8(), tf.int8),
+                         (pa.int16(), tf.int16), (pa.int32(), tf.int32),
+                         (pa.int64(), tf.int64), (pa.uint8(), tf.uint8),
+                         (pa.uint16(), tf.uint16), (pa.uint32(), tf.uint32),
+                         (pa.uint64(), tf.uint64), (pa.float16(), tf.float16),
+                         (pa.float32(), tf.float32),
+                         (pa.float64(), tf.float64)):
+        if arrow_type == arrow:
+            return dtype
     return None
 
 
