@@ -8,7 +8,10 @@ Its DLPack device decides the path:
 - kDLCPU (1) and kDLCUDAHost (3): the host path, as numpy arrays. An
   object numpy reads itself (``__array__``, ``__array_interface__``)
   goes through ``numpy.asarray`` as before; any other through
-  ``numpy.from_dlpack``. Results are numpy arrays.
+  ``numpy.from_dlpack``. Results are numpy arrays. In-place operations
+  write into such a tensor's memory; numpy before 2.2.5 imports every
+  DLPack tensor read-only whatever the producer allows, and there hbcore
+  writes through a writeable view of the same memory.
 - kDLCUDA (2) and kDLCUDAManaged (13): the GPU path. hbcore calls
   ``obj.__dlpack__(stream=1, max_version=(1, 0))``, or without
   ``max_version`` and then without arguments for producers that refuse
@@ -111,7 +114,13 @@ def as_inplace(obj: Any, what: str) -> Optional[Input]:
     if device[0] in _GPU:
         return _take(obj, True, what)
     if device[0] in _HOST:
-        return _host_array(obj, what)
+        array = _host_array(obj, what)
+        if (_READONLY_IMPORTS and not array.flags.writeable
+                and array.flags.c_contiguous
+                and not (hasattr(obj, "__array__")
+                         or hasattr(obj, "__array_interface__"))):
+            return _writeable_alias(array)
+        return array
     raise _unsupported_device(device, what)
 
 
@@ -208,6 +217,22 @@ def _tensorflow_capsule(tensor: Any) -> Any:
     tf = sys.modules["tensorflow"]
     tf.test.experimental.sync_devices()
     return tensor.__dlpack__()
+
+
+# numpy before 2.2.5 marks every array from numpy.from_dlpack read-only
+# (numpy 1.x asks for legacy capsules, which carry no read-only flag; 2.x
+# before 2.2.5 ignored the flag of DLPack 1.x capsules), so there it says
+# nothing of the producer's memory. Later versions keep the producer's flag.
+_READONLY_IMPORTS = np.lib.NumpyVersion(np.__version__) < "2.2.5"
+
+
+def _writeable_alias(array: np.ndarray) -> np.ndarray:
+    """A writeable array over the memory of read-only, C-contiguous
+    ``array`` (from numpy.from_dlpack), which it keeps alive."""
+    import ctypes
+    buffer = (ctypes.c_char * array.nbytes).from_address(array.ctypes.data)
+    buffer.imported = array  # the capsule's tensor lives as long as the alias
+    return np.frombuffer(buffer, dtype=array.dtype).reshape(array.shape)
 
 
 def _host_array(obj: Any, what: str) -> np.ndarray:
