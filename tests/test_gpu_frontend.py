@@ -482,3 +482,36 @@ def test_runtime_after_refusals_and_dropped_handles(np_):
     run, names = cases(np_, "misc/")
     assert names == ["misc/still-works", "misc/dropped-handle"]
     run.assert_cases(names)
+
+
+def test_writeable_alias_of_a_read_only_dlpack_import():
+    """What in-place host calls use where numpy.from_dlpack marks every
+    import read-only (numpy before 2.2.5): a writeable array over the same
+    memory, which keeps the import (and so the producer's tensor) alive."""
+    from hbcore import _dlpack
+
+    class LegacyOnly:
+        """A producer numpy imports through a legacy capsule, which numpy
+        always marks read-only."""
+        def __init__(self, array):
+            self.array = array
+
+        def __dlpack__(self, stream=None):
+            return self.array.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.array.__dlpack_device__()
+
+    source = np.arange(6, dtype=np.float32).reshape(2, 3)
+    imported = np.from_dlpack(LegacyOnly(source))
+    assert not imported.flags.writeable
+    alias = _dlpack._writeable_alias(imported)
+    del imported
+    gc.collect()
+    assert alias.flags.writeable and alias.shape == (2, 3)
+    assert alias.dtype == np.float32
+    alias += 10
+    np.testing.assert_array_equal(source, np.arange(6).reshape(2, 3) + 10)
+    empty = _dlpack._writeable_alias(np.from_dlpack(LegacyOnly(
+        np.zeros((0, 4), np.int64))))
+    assert empty.shape == (0, 4) and empty.flags.writeable
