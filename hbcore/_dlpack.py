@@ -114,13 +114,7 @@ def as_inplace(obj: Any, what: str) -> Optional[Input]:
     if device[0] in _GPU:
         return _take(obj, True, what)
     if device[0] in _HOST:
-        array = _host_array(obj, what)
-        if (_READONLY_IMPORTS and not array.flags.writeable
-                and array.flags.c_contiguous
-                and not (hasattr(obj, "__array__")
-                         or hasattr(obj, "__array_interface__"))):
-            return _writeable_alias(array)
-        return array
+        return _host_array(obj, what, writeable=True)
     raise _unsupported_device(device, what)
 
 
@@ -235,14 +229,20 @@ def _writeable_alias(array: np.ndarray) -> np.ndarray:
     return np.frombuffer(buffer, dtype=array.dtype).reshape(array.shape)
 
 
-def _host_array(obj: Any, what: str) -> np.ndarray:
+def _host_array(obj: Any, what: str, writeable: bool = False) -> np.ndarray:
+    """``obj``'s host memory as a numpy array; ``writeable``: for an
+    in-place operation (the caller still checks the array can be written)."""
     if hasattr(obj, "__array__") or hasattr(obj, "__array_interface__"):
         return np.asarray(obj)
     try:
-        return np.from_dlpack(obj)
+        array = np.from_dlpack(obj)
     except (BufferError, RuntimeError, TypeError, ValueError) as exc:
         raise InvalidArgumentError("%s: cannot read %s through DLPack: %s"
                                    % (what, type(obj).__name__, exc)) from exc
+    if (writeable and _READONLY_IMPORTS and not array.flags.writeable
+            and array.flags.c_contiguous):
+        return _writeable_alias(array)
+    return array
 
 
 def _unsupported_device(device: Tuple[int, int], what: str

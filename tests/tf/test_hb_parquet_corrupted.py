@@ -21,16 +21,14 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
 
 
-
 def arrow():
-    """pyarrow and pyarrow.parquet (the [test] extra installs them),
-    imported by the tests that use them: a pyarrow that cannot import fails
-    those tests with its reason instead of stopping the collection of the
-    whole suite."""
-    import pyarrow
-    import pyarrow.parquet
-    return pyarrow, pyarrow.parquet
-
+    """pyarrow and pyarrow.parquet through hbcore's own import (the [test]
+    extra installs pyarrow), called by the tests that use them: a pyarrow
+    that cannot import fails those tests with its reason instead of
+    stopping the collection of the whole suite (hbcore_tf, like in the
+    tests, is imported only once TensorFlow is known to be there)."""
+    from hbcore_tf.data.parquet import _pyarrow
+    return _pyarrow()
 
 GROUP_ROWS = 10
 BATCH = 7
