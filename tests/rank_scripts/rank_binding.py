@@ -78,6 +78,9 @@ def main() -> None:
         "pinned": pinned.cpus(), "later": later.cpus(),
         "background": sorted(os.sched_getaffinity(background_tid())),
         "sum": total.tolist()}
+    # A rank that shuts down ends every rank's background thread: no rank
+    # shuts down before all have read theirs.
+    hb.barrier()
     hb.shutdown()
     result.update({"main_after": sorted(os.sched_getaffinity(0)),
                    "plain_after": plain.cpus(), "later_after": later.cpus(),

@@ -52,10 +52,14 @@ def main() -> None:
         report({"init": "failed", "error": exc_info(exc)}, rank)
         return
     total = hb.allreduce(np.ones(2, np.float32), op=hb.Sum)  # it runs
-    report({"init": "ok", "local_rank": hb.local_rank(),
-            "background_cpus": background_thread_cpus(),
-            "main_cpus": sorted(os.sched_getaffinity(0)),
-            "sum": total.tolist()}, rank)
+    result = {"init": "ok", "local_rank": hb.local_rank(),
+              "background_cpus": background_thread_cpus(),
+              "main_cpus": sorted(os.sched_getaffinity(0)),
+              "sum": total.tolist()}
+    # A rank that shuts down ends every rank's background thread: no rank
+    # shuts down before all have read theirs.
+    hb.barrier()
+    report(result, rank)
     hb.shutdown()
 
 
