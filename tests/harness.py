@@ -251,6 +251,29 @@ def assert_bad_value_fails_init(variable: str, value: str,
     assert text.count("ConfigError") >= np, text
 
 
+def assert_memory_steady(run: RankRun, bound: int) -> None:
+    """Asserts that every rank of a steady-memory run grew by at most
+    ``bound`` bytes in the smaller of the last two thirds of its steps.
+
+    The rank scripts (rank_scripts/steady_memory.py, tf/rank_scripts/
+    steady_memory_tf.py) report ``marks`` (the steps after a third, two
+    thirds and all of them) and ``anon_rss`` (RssAnon there). A leak grows
+    in both thirds; a pool or allocator arena that reaches its size grows
+    once, in one of them.
+    """
+    run.assert_ok()
+    for rank in range(run.np):
+        marks = run.results[rank]["marks"]
+        third, two_thirds, end = run.results[rank]["anon_rss"]
+        growth = min(two_thirds - third, end - two_thirds)
+        assert growth <= bound, (
+            "rank %d grew by %.2f MiB from step %d to %d and by %.2f MiB "
+            "from step %d to %d" % (
+                rank, (two_thirds - third) / 2**20, marks[0], marks[1],
+                (end - two_thirds) / 2**20, marks[1], marks[2]),
+            run.describe())
+
+
 def _run(command: Sequence[str], np: int, env: Optional[Mapping[str, str]],
          timeout: float) -> RankRun:
     out_dir = tempfile.mkdtemp(prefix="hbtest_")

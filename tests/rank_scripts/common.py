@@ -279,6 +279,18 @@ def expect_raises(fn: Callable[[], Any], exc_type: type,
     raise CaseFailure("expected %s, nothing raised" % exc_type.__name__)
 
 
+# ------------------------------------------------------------------- memory
+
+def anon_rss_bytes() -> int:
+    """This process's anonymous resident memory (RssAnon: what a leak
+    grows; shared-memory segments are counted apart), from /proc."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
 # ---------------------------------------------------------------- handshakes
 #
 # Ranks order themselves through marker files in $HB_TEST_OUT (fresh for
