@@ -3,11 +3,11 @@ tf.function training steps and eager ops (rank_scripts/steady_memory_tf.py)
 keeps its anonymous resident memory steady, at 2 and 3 ranks.
 
 The bound: the smaller growth of the last two thirds of the steps (see
-harness.assert_memory_steady for why the smaller) is at most 1 MiB. A third is
-400 steps, each with the tape's and the loss's allreduces in the graph and
-an eager allreduce, allgather and broadcast. Measured: 0.0 MiB without a
-leak; with 512 bytes leaked in every call of the allreduce kernel, 1.2-1.5
-MiB per third, which fails.
+harness.assert_memory_steady for why the smaller) is at most 1 MiB. A
+third is 400 steps, each with the tape's and the loss's allreduces in the
+graph and an eager allreduce, allgather and broadcast. Measured: 0.0 MiB
+without a leak; with 512 bytes leaked in every call of the allreduce
+kernel, 1.2-1.5 MiB per third, which fails.
 """
 import pytest
 
