@@ -8,8 +8,8 @@ mode) and eager ops: an allreduce, an allgather whose first dimension
 changes from step to step, and a broadcast. The eager results are checked
 against numpy every step; at the end every rank's variables must equal
 rank 0's. The process's anonymous resident memory (RssAnon) is read at a
-third, two thirds and the end of the steps (see tests/test_steady_memory.py
-for the bound).
+third, two thirds and the end of the steps (tests/tf/
+test_steady_memory_tf.py bounds its growth).
 """
 import sys
 
