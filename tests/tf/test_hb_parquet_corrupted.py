@@ -30,6 +30,7 @@ def arrow():
     from hbcore_tf.data.parquet import _pyarrow
     return _pyarrow()
 
+
 GROUP_ROWS = 10
 BATCH = 7
 
