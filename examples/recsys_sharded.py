@@ -65,6 +65,10 @@ def parse_args() -> argparse.Namespace:
                         help="checkpoints, summaries and the export, kept "
                              "(default: a temporary directory, removed at "
                              "the end: the checkpoints take about 0.7 GB)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seeds the variables' initial values (rank r "
+                             "uses seed*1000 + r, so the shards of a table "
+                             "differ); the data's seeds are fixed")
     return parser.parse_args()
 
 
@@ -252,6 +256,11 @@ def train(args: argparse.Namespace, model_dir: str) -> None:
     sample = padded_sample(generate(64, seed=7), 64)
 
     v1.disable_eager_execution()
+    # Per rank, so that each rank's shards of a table start from different
+    # values; the dense variables are rank 0's everywhere (the
+    # MonitoredTrainingSession broadcasts them). Same seed and world size:
+    # the same AUC run to run.
+    v1.set_random_seed(args.seed * 1000 + rank)
     history = []
     with hb.scope():
         features = v1.data.make_one_shot_iterator(
