@@ -93,11 +93,16 @@ class Step:
         kwargs = {"process_set": self.even_set} if use_set else {}
         name = None if g.random() < 0.5 else "sched.%d.%d" % (self.base, index)
         handlers = {
-            "allreduce": self._allreduce, "allreduce_": self._allreduce_in_place,
-            "grouped": self._grouped, "allgather": self._allgather,
-            "broadcast": self._broadcast, "alltoall": self._alltoall,
-            "reducescatter": self._reducescatter, "object": self._object,
-            "mismatch": self._mismatch}
+            "allreduce": self._allreduce,
+            "allreduce_": self._allreduce_in_place,
+            "grouped": self._grouped,
+            "allgather": self._allgather,
+            "broadcast": self._broadcast,
+            "alltoall": self._alltoall,
+            "reducescatter": self._reducescatter,
+            "object": self._object,
+            "mismatch": self._mismatch,
+        }
         handlers[kind](g, index, members, name, kwargs)
 
     # -- reductions --------------------------------------------------------
