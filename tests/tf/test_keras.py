@@ -7,8 +7,9 @@ skipped with the reason when tf_keras is not importable).
 import pytest
 
 from train_util import (TF_KERAS_SKIP, assert_one_collective_per_step,
-                        case_names, launch, tensorflow_missing, tf_keras_env,
-                        tf_keras_path, timeline_run)
+                        case_names, flavor_case_params, launch,
+                        tensorflow_missing, tf_keras_env, tf_keras_path,
+                        timeline_run)
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -35,11 +36,10 @@ def test_launch_is_clean(flavor):
     assert run.results[0]["keras"] == want, run.results[0]
 
 
-@pytest.mark.parametrize("flavor", FLAVORS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(flavor, case):
-    if case in LEGACY_ONLY and flavor != "tf_keras":
-        pytest.skip("tf_keras.optimizers.legacy exists only in tf_keras")
+@pytest.mark.parametrize(
+    "case,flavor",
+    flavor_case_params(case_names(SCRIPT), LEGACY_ONLY, FLAVORS))
+def test_case(case, flavor):
     keras_run(flavor).assert_cases([case])
 
 

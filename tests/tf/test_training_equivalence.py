@@ -7,8 +7,9 @@ tf_keras (current and legacy optimizers) at 2 ranks.
 """
 import pytest
 
-from train_util import (TF_KERAS_SKIP, case_names, launch, tensorflow_missing,
-                        tf_keras_env, tf_keras_path)
+from train_util import (TF_KERAS_SKIP, case_names, flavor_case_params,
+                        launch, tensorflow_missing, tf_keras_env,
+                        tf_keras_path)
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -33,9 +34,8 @@ def test_launch_is_clean(flavor, np_):
     equivalence_run(flavor, np_).assert_ok()
 
 
-@pytest.mark.parametrize("flavor,np_", RUNS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_matches_single_process(flavor, np_, case):
-    if case in LEGACY_ONLY and flavor != "tf_keras":
-        pytest.skip("tf_keras.optimizers.legacy exists only in tf_keras")
+@pytest.mark.parametrize(
+    "case,flavor,np_",
+    flavor_case_params(case_names(SCRIPT), LEGACY_ONLY, RUNS))
+def test_matches_single_process(case, flavor, np_):
     equivalence_run(flavor, np_).assert_cases([case])
