@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (DTYPE_NAMES, CaseFailure, Checker, all_rank_data,  # noqa: E402
                     assert_close, await_peers, env_rank, exc_info,
                     expect_raises, is_float, rank_data, reduce_expected,
-                    report, signal_peers, wait_poll)
+                    reducescatter_rows, report, signal_peers, wait_poll)
 
 hb = None  # hbcore, imported in main() (importing this module needs no MPI)
 
@@ -51,12 +51,6 @@ def _kind(op: str) -> str:
 
 def _ops_for(dt: str) -> List[str]:
     return BOOL_OPS if dt == "bool" else OPS
-
-
-def _rows(n: int, size: int, r: int) -> Tuple[int, int]:
-    """(start, count) of rank r's reducescatter block of n rows."""
-    counts = [n // size + (1 if i < n % size else 0) for i in range(size)]
-    return sum(counts[:r]), counts[r]
 
 
 # ------------------------------------------------------------ case builders
@@ -139,7 +133,7 @@ def scale_cases(dt: str, size: int, rank: int) -> List[Case]:
             inputs = all_rank_data(_seed(name), size, (n, 2), dt, "small")
             out = hb.reducescatter(inputs[rank], name=name, op=_op(op),
                                    prescale_factor=pre, postscale_factor=post)
-            start, count = _rows(n, size, rank)
+            start, count = reducescatter_rows(n, size, rank)
             full = reduce_expected(inputs, dt, op, pre, post)
             assert_close(out, full[start:start + count], dt, name)
         cases.append((name, rs))
@@ -246,7 +240,7 @@ def async_cases(dt: str, size: int, rank: int) -> List[Case]:
         label = name + "/reducescatter"
         n = size + 1
         r_inputs = all_rank_data(_seed(label), size, (n, 2), dt)
-        start, count = _rows(n, size, rank)
+        start, count = reducescatter_rows(n, size, rank)
         full = reduce_expected(r_inputs, dt, "Sum")
         pending.append((label, hb.reducescatter_async(r_inputs[rank],
                                                       name=label, op=hb.Sum),
@@ -313,7 +307,7 @@ def grouped_cases(dt: str, size: int, rank: int) -> List[Case]:
             raise CaseFailure("expected %d outputs, got %d" % (len(ns),
                                                                len(outs)))
         for i, (n, p) in enumerate(zip(ns, per)):
-            start, count = _rows(n, size, rank)
+            start, count = reducescatter_rows(n, size, rank)
             full = reduce_expected(p, dt, "Sum")
             assert_close(outs[i], full[start:start + count], dt,
                          "%s[%d]" % (name, i))
@@ -466,7 +460,7 @@ def reducescatter_cases(dt: str, size: int, rank: int) -> List[Case]:
                     else:
                         out = hb.reducescatter(inputs[rank], name=name,
                                                op=_op(op))
-                    start, count = _rows(n, size, rank)
+                    start, count = reducescatter_rows(n, size, rank)
                     full = reduce_expected(inputs, dt, op)
                     assert_close(out, full[start:start + count], dt, name)
                 cases.append((name, fn))
@@ -788,7 +782,7 @@ def misc_cases(size: int, rank: int) -> List[Case]:
         assert_close(hb.alltoall(x[rank], name=name),
                      np.concatenate([a[2 * rank:2 * rank + 2] for a in x]),
                      "float32", "alltoall")
-        start, count = _rows(2 * size, size, rank)
+        start, count = reducescatter_rows(2 * size, size, rank)
         assert_close(hb.reducescatter(x[rank], name=name, op=hb.Sum),
                      reduce_expected(x, "float32", "Sum")[start:start + count],
                      "float32", "reducescatter")

@@ -17,7 +17,7 @@ import json
 import os
 import time
 import traceback
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -176,6 +176,14 @@ def rank_data(seed: int, rank: int, shape: Sequence[int], dtype_name: str,
 def all_rank_data(seed: int, size: int, shape: Sequence[int],
                   dtype_name: str, kind: str = "any"):
     return [rank_data(seed, r, shape, dtype_name, kind) for r in range(size)]
+
+
+def reducescatter_rows(n: int, parts: int, index: int) -> Tuple[int, int]:
+    """(start, count) of the ``index``-th member's block when a
+    reducescatter splits ``n`` rows over ``parts`` members: the first
+    n % parts members get one row more."""
+    base, extra = divmod(n, parts)
+    return index * base + min(index, extra), base + (1 if index < extra else 0)
 
 
 def reduce_expected(inputs: Sequence[np.ndarray], dtype_name: str, op: str,

@@ -31,7 +31,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (DTYPE_NAMES, CaseFailure, Checker, assert_close,  # noqa: E402
-                    env_rank, is_float, rank_data, reduce_expected, report)
+                    env_rank, is_float, rank_data, reduce_expected,
+                    reducescatter_rows, report)
 
 import hbcore as hb  # noqa: E402
 
@@ -136,10 +137,9 @@ def expected_of(spec, rank: int, size: int):
                                spec.get("postscale", 1.0))
     if kind == "reducescatter":
         n = spec["shape"][0]
-        counts = [n // size + (1 if i < n % size else 0) for i in range(size)]
-        start = sum(counts[:rank])
+        start, count = reducescatter_rows(n, size, rank)
         full = reduce_expected(inputs, dt, spec["op"])
-        return full[start:start + counts[rank]]
+        return full[start:start + count]
     if kind == "broadcast":
         return inputs[spec["root"]]
     if kind == "allgather":

@@ -30,7 +30,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (CaseFailure, Checker, assert_close, env_rank,  # noqa: E402
-                    env_size, expect_raises, rank_data, report)
+                    env_size, expect_raises, rank_data,
+                    reducescatter_rows, report)
 
 import hbcore as hb  # noqa: E402
 from hbcore import exceptions as hx  # noqa: E402
@@ -48,13 +49,6 @@ def seed(text: str) -> int:
 def overlapping(size: int):
     """The three overlapping member lists of the concurrent case."""
     return [list(range(size - 1)), list(range(1, size)), [0, size - 1]]
-
-
-def set_rows(n: int, s: int, k: int):
-    """Rows [start, stop) of set rank k in a reducescatter of n rows."""
-    base, extra = divmod(n, s)
-    start = k * base + min(k, extra)
-    return start, start + base + (1 if k < extra else 0)
 
 
 def a2a_splits(member: int, s: int):
@@ -139,9 +133,9 @@ class SetJob:
         n = 2 * s + 1
         mean = sum(self.data("rs", x, (n, 2)).astype(np.float64)
                    for x in m) / s
-        start, stop = set_rows(n, s, k)
+        start, count = reducescatter_rows(n, s, k)
         assert_close(hb.synchronize(h["reducescatter"]),
-                     mean[start:stop].astype(np.float32), "float32",
+                     mean[start:start + count].astype(np.float32), "float32",
                      "reducescatter")
         if self.ps.rank() != k or self.ps.size() != s:
             raise CaseFailure("rank()/size() %s/%s, expected %s/%s"

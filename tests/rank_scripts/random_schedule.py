@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (assert_close, env_rank, env_size, rank_data,  # noqa: E402
-                    reduce_expected, report)
+                    reduce_expected, reducescatter_rows, report)
 
 import hbcore as hb  # noqa: E402
 from hbcore.exceptions import MismatchError  # noqa: E402
@@ -56,14 +56,6 @@ def draw_count(g: np.random.Generator) -> int:
     return int(g.integers(20000, 600000))
 
 
-def block_of(rows: int, index: int, parts: int) -> Tuple[int, int]:
-    """Rows [lo, hi) that reducescatter gives the index-th of ``parts``
-    members: the first rows % parts members get one row more."""
-    base, extra = divmod(rows, parts)
-    lo = index * base + min(index, extra)
-    return lo, lo + base + (1 if index < extra else 0)
-
-
 class Step:
     """One step's operations as this rank submits them."""
 
@@ -74,7 +66,7 @@ class Step:
         self.g = np.random.default_rng([seed, step])  # the same on all ranks
         self.base = (seed * 100003 + step) * 100
         self.pending: List[Tuple[Optional[hb.Handle], Check]] = []
-        self.objects: List[Check] = []
+        self.objects: List[Callable[[], None]] = []
         self.mismatches = 0
 
     def data(self, op_index: int, part: int, rank: int, shape: Tuple,
@@ -107,6 +99,8 @@ class Step:
 
     # -- reductions --------------------------------------------------------
     def _reduction(self, g, index, members, count):
+        """Draws a reduction of ``count`` tensors; None where this rank is
+        not a member, else (dtype, op, pre, post, inputs, expected)."""
         dtype = pick(g, FLOATS + INTS)
         ops = ["Sum", "Min", "Max"] + (["Average"] if dtype in FLOATS else [])
         op = pick(g, ops)
@@ -117,6 +111,8 @@ class Step:
         shapes = [(draw_count(g),) if g.random() < 0.7 else
                   (int(g.integers(1, 40)), int(g.integers(1, 40)))
                   for _ in range(count)]
+        if self.rank not in members:
+            return None  # every value is drawn: the generator stays in step
         expected = [reduce_expected(
             [self.data(index, j, r, shape, dtype) for r in members], dtype,
             op, pre, post) for j, shape in enumerate(shapes)]
@@ -125,10 +121,10 @@ class Step:
         return dtype, getattr(hb, op), pre, post, inputs, expected
 
     def _allreduce(self, g, index, members, name, kwargs):
-        dtype, op, pre, post, inputs, expected = self._reduction(
-            g, index, members, 1)
-        if self.rank not in members:
+        drawn = self._reduction(g, index, members, 1)
+        if drawn is None:
             return
+        dtype, op, pre, post, inputs, expected = drawn
         handle = hb.allreduce_async(inputs[0], name=name, op=op,
                                     prescale_factor=pre,
                                     postscale_factor=post, **kwargs)
@@ -136,10 +132,10 @@ class Step:
             out, expected[0], dtype, "allreduce %s" % dtype)))
 
     def _allreduce_in_place(self, g, index, members, name, kwargs):
-        dtype, op, pre, post, inputs, expected = self._reduction(
-            g, index, members, 1)
-        if self.rank not in members:
+        drawn = self._reduction(g, index, members, 1)
+        if drawn is None:
             return
+        dtype, op, pre, post, inputs, expected = drawn
         tensor = inputs[0]
         handle = hb.allreduce_async_(tensor, name=name, op=op,
                                      prescale_factor=pre,
@@ -152,10 +148,10 @@ class Step:
 
     def _grouped(self, g, index, members, name, kwargs):
         count = int(g.integers(1, 5))
-        dtype, op, pre, post, inputs, expected = self._reduction(
-            g, index, members, count)
-        if self.rank not in members:
+        drawn = self._reduction(g, index, members, count)
+        if drawn is None:
             return
+        dtype, op, pre, post, inputs, expected = drawn
         handle = hb.grouped_allreduce_async(inputs, name=name, op=op,
                                             prescale_factor=pre,
                                             postscale_factor=post, **kwargs)
@@ -227,19 +223,20 @@ class Step:
             return
         full = reduce_expected([self.data(index, 0, r, (rows, 3), dtype)
                                 for r in members], dtype, op)
-        lo, hi = block_of(rows, members.index(self.rank), len(members))
+        start, count = reducescatter_rows(rows, len(members),
+                                          members.index(self.rank))
         handle = hb.reducescatter_async(
             self.data(index, 0, self.rank, (rows, 3), dtype), name=name,
             op=getattr(hb, op), **kwargs)
         self.pending.append((handle, lambda out: assert_close(
-            out, full[lo:hi], dtype, "reducescatter %s" % op)))
+            out, full[start:start + count], dtype, "reducescatter %s" % op)))
 
     def _object(self, g, index, members, name, kwargs):
         length = int(g.integers(0, 2000))
         if kwargs:  # object collectives run over every rank here
             return
 
-        def gather(_: Any) -> None:
+        def gather() -> None:
             got = hb.allgather_object({"rank": self.rank, "items": length})
             assert got == [{"rank": r, "items": length}
                            for r in range(self.size)], got
@@ -283,7 +280,7 @@ class Step:
         for gather in self.objects:
             checked += 1
             try:
-                gather(None)
+                gather()
             except Exception as exc:  # noqa: BLE001 - recorded, run goes on
                 failures.append("object: %r" % exc)
         order = np.random.default_rng([seed, step, 1 + self.rank]).permutation(

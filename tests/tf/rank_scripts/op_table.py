@@ -10,12 +10,12 @@ No TensorFlow or hbcore import here: ``group_names()`` is read by the
 pytest side without starting MPI.
 """
 import zlib
-from typing import Any, Callable, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Sequence
 
 import numpy as np
 
 from common import (DTYPE_NAMES, all_rank_data, is_float, rank_data,
-                    reduce_expected)
+                    reduce_expected, reducescatter_rows)
 
 OPS = ["Average", "Sum", "Min", "Max", "Product"]
 BOOL_OPS = ["Sum", "Min", "Max", "Product"]
@@ -48,12 +48,6 @@ def seed(*parts: Any) -> int:
 
 def shape_label(shape: Sequence[int]) -> str:
     return "x".join(map(str, shape)) or "scalar"
-
-
-def rows_of(n: int, size: int, r: int) -> Tuple[int, int]:
-    """(start, count) of rank r's reducescatter block of n rows."""
-    counts = [n // size + (1 if i < n % size else 0) for i in range(size)]
-    return sum(counts[:r]), counts[r]
 
 
 def splits_of(src: int, size: int) -> List[int]:
@@ -158,7 +152,7 @@ def reducescatter_specs(dt: str, size: int, rank: int) -> List[Spec]:
             key = "reducescatter/%s/%s/%s" % (dt, op, label)
             n = 2 * size + 1
             inputs = all_rank_data(seed(key), size, (n,) + trailing, dt)
-            start, count = rows_of(n, size, rank)
+            start, count = reducescatter_rows(n, size, rank)
             full = reduce_expected(inputs, dt, op)
             call = (lambda hvd, xs, op=op:
                     [hvd.reducescatter(xs[0], op=_op(hvd, op))])
@@ -190,7 +184,7 @@ def grouped_specs(dt: str, size: int, rank: int) -> List[Spec]:
     n = size + 2
     per_tensor = [all_rank_data(seed(key, i), size, (n,) + trailing, dt)
                   for i, trailing in enumerate([(), (3,)])]
-    start, count = rows_of(n, size, rank)
+    start, count = reducescatter_rows(n, size, rank)
     specs.append(Spec(key, lambda hvd, xs, op=op: hvd.grouped_reducescatter(
         xs, op=_op(hvd, op)), [t[rank] for t in per_tensor],
         [reduce_expected(t, dt, op)[start:start + count]

@@ -30,7 +30,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "rank_scripts"))
 from common import (Checker, assert_close, env_rank, env_size,  # noqa: E402
-                    rank_data, report)
+                    rank_data, reducescatter_rows, report)
 import op_table  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
@@ -172,7 +172,7 @@ def case_table(mode: str) -> Dict[str, Callable[[], None]]:
 
     def reducescatter(case: str, op: str) -> None:
         n = 2 * SIZE + 1
-        blocks = [op_table.rows_of(n, SIZE, r) for r in range(SIZE)]
+        blocks = [reducescatter_rows(n, SIZE, r) for r in range(SIZE)]
         x = rank_data(op_table.seed(key(case)), RANK, (n, 2), F32)
         ws = weights(key(case), [(blocks[r][1], 2) for r in range(SIZE)])
         got = gradient(mode, lambda t: hvd.reducescatter(

@@ -36,7 +36,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "rank_scripts"))
 from common import (OUT_DIR, CaseFailure, Checker, all_rank_data,  # noqa: E402
                     assert_close, await_peers, env_rank, env_size,
-                    expect_raises, rank_data, report, signal_peers)
+                    expect_raises, rank_data, reducescatter_rows, report,
+                    signal_peers)
 import op_table  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
@@ -490,7 +491,7 @@ def misc_cases() -> None:
         x = all_rank_data(op_table.seed("rsfp16"), SIZE, (SIZE * 2,), "float32")
         out = hvd.reducescatter(tf.constant(x[RANK]), op=hvd.Sum,
                                 compression=hvd.Compression.fp16)
-        start, count = op_table.rows_of(SIZE * 2, SIZE, RANK)
+        start, count = reducescatter_rows(SIZE * 2, SIZE, RANK)
         exp = np.sum(x, axis=0)[start:start + count]
         _assert(out.dtype == tf.float32 and
                 np.allclose(np_of(out), exp, rtol=1e-2, atol=2e-2),

@@ -34,7 +34,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "rank_scripts"))
 from common import (Checker, assert_close, env_rank,  # noqa: E402
-                    env_size, expect_raises, rank_data, report)
+                    env_size, expect_raises, rank_data,
+                    reducescatter_rows, report)
 import op_table  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
@@ -166,7 +167,7 @@ def rs_fewer_rows(mode: str) -> None:
     got_f, got_i = in_mode(mode, lambda: [
         hvd.reducescatter(tf.constant(xs[RANK]), op=hvd.Sum),
         hvd.reducescatter(tf.constant(ints[RANK]), op=hvd.Average)])
-    start, count = op_table.rows_of(n, SIZE, RANK)
+    start, count = reducescatter_rows(n, SIZE, RANK)
     assert_close(got_f, np.sum(xs, axis=0)[start:start + count], "float32",
                  "float Sum")
     total = np.sum(np.asarray(ints, np.int64), axis=0)
@@ -202,7 +203,7 @@ def grads_edges(mode: str) -> None:
 
     # reducescatter (Sum) of SIZE - 1 rows: the last rank's block is empty.
     n = SIZE - 1
-    blocks = [op_table.rows_of(n, SIZE, r) for r in range(SIZE)]
+    blocks = [reducescatter_rows(n, SIZE, r) for r in range(SIZE)]
     ws = [rank_data(op_table.seed(key, "rs"), r, (blocks[r][1], 2),
                     "float32") for r in range(SIZE)]
     x = rank_data(op_table.seed(key, "rsx"), RANK, (n, 2), "float32")
