@@ -357,18 +357,19 @@ def judge_step(section: str, nbytes: int, size: int, with_large: bool,
     if plan_s is not None:
         rows.append(row("in place vs its plan in MPI (1+%d)" % LARGE_COUNT,
                         hb_in_s, plan_s))
-    rows.append(bound_row(section, with_large, per_in_s, one_s, plan_s))
+    rows.append(bound_row(section, per_in_s, one_s, plan_s))
     return rows
 
 
-def bound_row(section: str, with_large: bool, per_in_s: float, one_s: float,
+def bound_row(section: str, per_in_s: float, one_s: float,
               plan_s: Optional[float]) -> Row:
     """What MPI alone reaches on the judged comparison, which bounds any
     runtime's figure there (no target): for the small step, per-tensor
     time / floor, the speedup of a runtime that fused for free; for the
-    gradient step, hbcore's plan run by MPI (no copies, no negotiation) /
-    floor, where a runtime that runs that plan for free lands."""
-    if with_large and plan_s is not None:
+    gradient step (the one with ``plan_s``), hbcore's plan run by MPI (no
+    copies, no negotiation) / floor, where a runtime that runs that plan
+    for free lands."""
+    if plan_s is not None:
         return Row(section=section, case="bound: its plan in MPI / floor",
                    value="%.2fx" % (plan_s / one_s),
                    extra={"plan_over_floor": plan_s / one_s})
