@@ -3,9 +3,13 @@ running worker processes under a hard timeout.
 
 A driver (``python benchmarks/X.py``) starts its own workers (hbrun jobs,
 or plain processes for MultiWorkerMirroredStrategy); every worker gets the
-same environment: the checkout first on PYTHONPATH, no inherited HB_* /
-HOROVOD_* / TF_CONFIG settings, quiet TensorFlow, one OpenMP thread.
+same environment: hbcore from the checkout when it is built in place
+(``python setup.py build_ext --inplace``), else the installed hbcore (the
+README's ``pip install .``); no inherited HB_* / HOROVOD_* / TF_CONFIG
+settings, quiet TensorFlow, one OpenMP thread.
 """
+import glob
+import importlib.machinery
 import json
 import os
 import socket
@@ -19,6 +23,37 @@ ROOT = os.path.dirname(HERE)
 
 
 _dropped_named = False  # whether worker_env said what it does not pass on
+
+
+def _not_checkout(entry: str) -> bool:
+    return os.path.abspath(entry or os.curdir) != ROOT
+
+
+def hbcore_paths() -> List[str]:
+    """The sys.path entries that make ``import hbcore`` find a built hbcore.
+
+    The checkout when it holds an in-place build. Otherwise nothing: the
+    installed package (the README's ``pip install .``) serves, and the
+    checkout is taken off this process's sys.path, since its unbuilt
+    ``hbcore/`` (put there by ``PYTHONPATH=.`` or by running from the
+    checkout) would shadow the installed one and fail to import its
+    native module.
+
+    Returns:
+        ``[ROOT]`` or ``[]``.
+
+    Raises:
+        SystemExit: hbcore is neither built in place nor installed.
+    """
+    if glob.glob(os.path.join(ROOT, "hbcore", "_core*.so")):
+        return [ROOT]
+    sys.path[:] = [p for p in sys.path if _not_checkout(p)]
+    if importlib.machinery.PathFinder.find_spec("hbcore", sys.path) is None:
+        raise SystemExit(
+            "benchmarks: no built hbcore found. Install it (pip install . "
+            "from the checkout, as the README says) or build the checkout "
+            "in place (python setup.py build_ext --inplace).")
+    return []
 
 
 def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -37,7 +72,9 @@ def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         print("benchmark workers run with the default settings; not passed "
               "on: %s" % ", ".join(dropped), file=sys.stderr)
     env = {k: v for k, v in os.environ.items() if k not in dropped}
-    paths = [ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                 if p and _not_checkout(p)]
+    paths = hbcore_paths() + inherited
     env.update({"PYTHONPATH": os.pathsep.join(paths),
                 "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1"})

@@ -2,8 +2,8 @@
 
 Run (2 ranks is what the targets are written for)::
 
-    PYTHONPATH=. mpiexec -n 2 python benchmarks/allreduce.py
-    PYTHONPATH=. python -m hbcore.launcher.cli -np 2 python benchmarks/allreduce.py
+    mpiexec -n 2 python benchmarks/allreduce.py
+    python -m hbcore.launcher.cli -np 2 python benchmarks/allreduce.py
     # two hosts (or two emulated on one machine: MPI sees two nodes)
     hbrun -np 2 -H hA:1,hB:1 --mpi-args="-launcher fork" python benchmarks/allreduce.py
     ... benchmarks/allreduce.py --quick             # smoke run, ~10-15 s
@@ -93,8 +93,12 @@ from typing import List, Optional, Sequence
 import numpy as np
 import psutil
 
-import hbcore as hb
-from _timing import measure
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _launch import hbcore_paths  # noqa: E402
+
+sys.path[:0] = hbcore_paths()
+import hbcore as hb  # noqa: E402
+from _timing import measure  # noqa: E402
 
 import mpi4py  # noqa: E402  (after hbcore: it loads the shared libmpi first)
 

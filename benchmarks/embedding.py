@@ -1,8 +1,8 @@
 """Sharded embedding tables against Horovod's two ways of training
 replicated ones, same model, same data, one run, one table.
 
-    PYTHONPATH=. python benchmarks/embedding.py              # ~3-4 minutes
-    PYTHONPATH=. python benchmarks/embedding.py --quick      # smoke run
+    python benchmarks/embedding.py              # ~3-4 minutes
+    python benchmarks/embedding.py --quick      # smoke run
     ... --json out.json                                      # also save numbers
 
 The script is its own driver: it launches itself under ``hbrun`` once per

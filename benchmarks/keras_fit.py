@@ -2,8 +2,8 @@
 DistributedOptimizer against TensorFlow's MultiWorkerMirroredStrategy, for
 Keras 3 and for tf_keras, in one run, one table.
 
-    PYTHONPATH=. python benchmarks/keras_fit.py             # ~3-5 minutes
-    PYTHONPATH=. python benchmarks/keras_fit.py --quick     # smoke run
+    python benchmarks/keras_fit.py             # ~3-5 minutes
+    python benchmarks/keras_fit.py --quick     # smoke run
     ... --flavors keras3                                    # one flavour
     ... --json out.json                                     # also save numbers
 

@@ -38,7 +38,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _launch import hbcore_paths  # noqa: E402
 from _timing import measure  # noqa: E402
+
+sys.path[:0] = hbcore_paths()
 
 LARGE_BYTES = 64 << 20
 TARGET_RATIO = 0.9

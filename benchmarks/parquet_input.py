@@ -1,8 +1,8 @@
 """Input throughput: hb.data.ParquetDataset against pyarrow -> pandas ->
 tf.data.Dataset.from_tensor_slices, on the same generated files, one run.
 
-    PYTHONPATH=. python benchmarks/parquet_input.py            # ~2 minutes
-    PYTHONPATH=. python benchmarks/parquet_input.py --quick    # smoke run
+    python benchmarks/parquet_input.py            # ~2 minutes
+    python benchmarks/parquet_input.py --quick    # smoke run
 
 Needs pyarrow (pip install ".[parquet]") and pandas (pip install pandas).
 
@@ -32,7 +32,10 @@ import time
 from typing import Callable, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from _launch import hbcore_paths  # noqa: E402
+
+sys.path[:0] = hbcore_paths()
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -1,8 +1,8 @@
 """The TensorFlow ops' speed: hbcore_tf against the one-buffer MPI floor,
 hbcore's numpy API and (when importable) Horovod, in one run, one table.
 
-    PYTHONPATH=. python benchmarks/tf_ops.py             # ~1-2 minutes
-    PYTHONPATH=. python benchmarks/tf_ops.py --quick     # smoke run
+    python benchmarks/tf_ops.py             # ~1-2 minutes
+    python benchmarks/tf_ops.py --quick     # smoke run
     ... --json out.json                                  # also save numbers
 
 The script is its own driver: it runs ``hbrun -np 2`` of itself with

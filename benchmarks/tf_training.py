@@ -1,8 +1,8 @@
 """Training throughput: hbcore (-np 1, -np 2) against TensorFlow's
 MultiWorkerMirroredStrategy (2 workers), same model, same data, one run.
 
-    PYTHONPATH=. python benchmarks/tf_training.py            # ~2-3 minutes
-    PYTHONPATH=. python benchmarks/tf_training.py --quick    # smoke run
+    python benchmarks/tf_training.py            # ~2-3 minutes
+    python benchmarks/tf_training.py --quick    # smoke run
     ... --json out.json                                      # also save numbers
 
 The script is its own driver: it launches
