@@ -139,6 +139,10 @@ KNOBS: Tuple[Knob, ...] = (
          0, "path",
          "CUDA runtime library to load for GPU collectives (default: the "
          "nvidia-cuda-runtime-cu12 wheel, else libcudart.so.12)"),
+    Knob("ignore_tf_config", "HB_IGNORE_TF_CONFIG", "bool", "0", 0, 0,
+         "flag",
+         "skip init's check that a world of one is not a job that "
+         "TF_CONFIG, Slurm or another MPI launcher says has several tasks"),
 )
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}

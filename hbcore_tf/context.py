@@ -34,6 +34,7 @@ import re
 import socket
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from hbcore import tf_config
 from hbcore_tf.options import Options, options as _options
 
 JOB = "worker"
@@ -318,13 +319,7 @@ class Context:
             ValueError: TF_CONFIG is not JSON, or lacks ``task`` (with
                 ``type`` and ``index``) or ``cluster``.
         """
-        text = os.environ.get("TF_CONFIG", "")
-        if not text.strip():
-            return None
-        try:
-            config = json.loads(text)
-        except ValueError as exc:
-            raise ValueError("TF_CONFIG is not valid JSON: %s" % exc) from None
+        config = tf_config.load(os.environ.get("TF_CONFIG", ""))
         if not config:
             return None
         try:
