@@ -105,15 +105,37 @@ class Context:
         """True on rank 0, which writes checkpoints and summaries."""
         return self.rank == 0
 
+    def _tf_task(self) -> Optional[tf_config.Task]:
+        """This rank's task in TF_CONFIG when TF_CONFIG describes this
+        world, as the TF_CONFIG launch (and HybridBackend's launcher) gives
+        every worker: its training tasks number ``world_size`` and this
+        rank's task is the rank-th of them. Otherwise None."""
+        try:
+            config = tf_config.parse(os.environ.get("TF_CONFIG", ""))
+        except ValueError:
+            return None
+        if config is None or not config.trains:
+            return None
+        tasks = config.training_tasks
+        if len(tasks) != self.world_size or tasks.index(config.task) != \
+                self.rank:
+            return None
+        return config.task
+
     @property
     def task_type(self) -> str:
-        """Always ``"worker"`` (the chief is worker 0)."""
-        return JOB
+        """TF_CONFIG's task type when it describes this world (``"chief"``
+        for rank 0, ``"worker"`` for the others, as HybridBackend's
+        launcher writes it); else ``"worker"`` (the chief is worker 0)."""
+        task = self._tf_task()
+        return JOB if task is None else task.type
 
     @property
     def task_id(self) -> int:
-        """This rank's task index in the ``worker`` job: the rank."""
-        return self.rank
+        """TF_CONFIG's task index when it describes this world (rank - 1
+        for workers when there is a chief); else the rank."""
+        task = self._tf_task()
+        return self.rank if task is None else task.index
 
     # -- devices ---------------------------------------------------------
     @property

@@ -313,7 +313,9 @@ def run_tf_config(args: argparse.Namespace, program: str) -> int:
     """
     env = flags_to_env(args)
     env.update(launch_env(args))
-    return run_tf_config_job(args, os.environ, env, program)
+    return run_tf_config_job(
+        args, os.environ, env,
+        lambda extra: run_job(args, 1, None, [extra], program), program)
 
 
 def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:

@@ -80,6 +80,10 @@ class RendezvousError(LauncherError):
     """The rendezvous failed; the message says why, naming the member."""
 
 
+class _Refused(RendezvousError):
+    """A hello that ends the whole job (step 4), not just its connection."""
+
+
 class Arrival(NamedTuple):
     """What a member said about itself (validated).
 
@@ -178,7 +182,12 @@ class Channel:
         return message
 
     def close(self) -> None:
-        """Closes the connection."""
+        """Closes the connection (the peer sees its end at once, and so
+        does a thread of ours blocked receiving on it)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:
@@ -301,6 +310,7 @@ class Coordinator:
         self._cond = threading.Condition()
         self._arrived: Dict[str, Tuple[Channel, Arrival]] = {}
         self._error: Optional[str] = None
+        self._reported = False  # _error was sent to every member
         self._ended = False
         try:
             self._server = socket.create_server(bind, reuse_port=False)
@@ -308,6 +318,8 @@ class Coordinator:
             raise RendezvousError("cannot listen on %s:%d for the other "
                                   "machines: %s" % (bind[0] or "*", bind[1],
                                                     exc.strerror or exc))
+        # The port listened on (useful when bind asked for port 0).
+        self.port = self._server.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True,
                          name="rendezvous-accept").start()
 
@@ -326,8 +338,11 @@ class Coordinator:
         try:
             arrival = self._greet(channel)
         except RendezvousError as exc:
+            # The peer hears why first: _fail may end this process soon.
             channel.send({"type": "error", "message": str(exc)})
             channel.close()
+            if isinstance(exc, _Refused):
+                self._fail(str(exc))
             return
         except (OSError, socket.timeout):
             channel.close()
@@ -341,7 +356,8 @@ class Coordinator:
         message = channel.receive(max(0.0, self._deadline - time.monotonic()))
         if message is None:
             return None
-        if message.get("type") == "hello" and message.get("v") != PROTOCOL:
+        if message.get("type") == "hello" and message.get("v", PROTOCOL) \
+                != PROTOCOL:
             raise RendezvousError("%s speaks rendezvous protocol %r, this "
                                   "coordinator %d (different hbcore "
                                   "versions?)" % (channel.peer,
@@ -362,22 +378,19 @@ class Coordinator:
                                   % (who, len(hello["devices"]),
                                      hello["workers"]))
         if hello["job"] != self._job:
-            self._fail("%s (from %s) describes another job than the "
-                       "coordinator: %s" % (who, channel.peer,
-                                            describe_difference(
-                                                self._job, hello["job"],
-                                                who)))
-            raise RendezvousError(self._error or "")
+            raise _Refused("%s (from %s) describes another job than the "
+                           "coordinator: %s" % (who, channel.peer,
+                                                describe_difference(
+                                                    self._job, hello["job"],
+                                                    who)))
         if not hmac.compare_digest(hello["proof"], proof(
                 self._secret, self._job, nonce, name)):
-            self._fail("%s (from %s) does not know this job's "
-                       "HB_RENDEZVOUS_SECRET" % (who, channel.peer))
-            raise RendezvousError(self._error or "")
+            raise _Refused("%s (from %s) does not know this job's "
+                           "HB_RENDEZVOUS_SECRET" % (who, channel.peer))
         if name not in self._members:
-            self._fail("%s (from %s) is not a member of this job (members: "
-                       "%s)" % (who, channel.peer, ", ".join(
-                           self._describe(m) for m in self._members)))
-            raise RendezvousError(self._error or "")
+            raise _Refused("%s (from %s) is not a member of this job "
+                           "(members: %s)" % (who, channel.peer, ", ".join(
+                               self._describe(m) for m in self._members)))
         arrival = Arrival(name, hello["workers"], hello["devices"],
                           channel.peer)
         with self._cond:
@@ -389,9 +402,8 @@ class Coordinator:
                 return arrival
         if error is not None:
             raise RendezvousError(error)
-        self._fail("%s was started twice: from %s and from %s"
-                   % (who, first[1].peer, channel.peer))
-        raise RendezvousError(self._error or "")
+        raise _Refused("%s was started twice: from %s and from %s"
+                       % (who, first[1].peer, channel.peer))
 
     def _watch(self, channel: Channel, arrival: Arrival) -> None:
         """Reads the member's connection until it closes (step 7)."""
@@ -412,11 +424,15 @@ class Coordinator:
                 return
             self._error = message
             channels = [c for c, _ in self._arrived.values()]
-            self._cond.notify_all()
         for channel in channels:
             channel.send({"type": "error", "message": message})
         if self._on_failure is not None:
             self._on_failure(message)
+        # Last, so whoever waits for the members sees a failure that was
+        # already reported everywhere.
+        with self._cond:
+            self._reported = True
+            self._cond.notify_all()
 
     # -- step 5: placement ---------------------------------------------
     def wait_for_members(self) -> List[Placement]:
@@ -430,7 +446,7 @@ class Coordinator:
                 names the missing ones), or the rendezvous failed.
         """
         with self._cond:
-            while self._error is None and \
+            while not self._reported and \
                     len(self._arrived) < len(self._members):
                 left = self._deadline - time.monotonic()
                 if left <= 0:
@@ -583,6 +599,8 @@ class Member:
         if message is None:
             raise RendezvousError("the coordinator at %s closed the "
                                   "connection before the start" % self.where)
+        if message.get("type") == "end":  # mpiexec could not be started
+            raise RendezvousError(_text(message.get("message")))
         start = _fields(message, "start", {
             "control_port": lambda v: True, "options": lambda v: True,
             "first_rank": _is_int(0, 1 << 20),

@@ -25,6 +25,7 @@ rendezvous checks that, together with the cluster, and names what differs.
 """
 
 import argparse
+import collections
 import json
 import os
 import queue
@@ -32,7 +33,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from hbcore import tf_config
 from hbcore.launcher.devices import worker_devices
@@ -271,15 +272,25 @@ class _Job:
             # parent_death_preexec): then the proxy cannot outlive us.
             preexec = (parent_death_preexec(signal.SIGTERM)
                        if threading.active_count() == 1 else None)
+            # The ranks' output reaches the coordinator's mpiexec through
+            # hydra; the proxy's own lines are held back (see _ProxyLines).
             proxy = subprocess.Popen(
                 proxy_command(self.proxy, self.coordinator_host, start.proxy),
                 env=self.proxy_env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=preexec)
+            lines = _ProxyLines(proxy)
             tree = ProcessTree(proxy.pid)
             while True:
                 outcome = member.wait_for_end(_POLL_S)
                 if outcome is not None:
-                    return outcome
+                    code, message = outcome
+                    if message and not message.startswith(self.program):
+                        # Not the coordinator's report: the proxy's own
+                        # words may say what happened here.
+                        message = "%s: error: %s%s" % (
+                            self.program, message, lines.text())
+                    return code, message
                 tree.refresh()  # remember ranks that may become orphans
         except _Stopped as exc:
             return 128 + exc.signum, ("%s: received %s; stopped this "
@@ -300,6 +311,31 @@ class _Job:
                 signal.signal(signum, handler)
 
 
+class _ProxyLines(threading.Thread):
+    """Keeps the last lines the proxy printed itself. They are shown only
+    when a member loses its coordinator: at every other end the
+    coordinator's report says what happened, and a proxy whose mpiexec
+    was stopped prints hydra's "assert (!closed) failed" noise."""
+
+    def __init__(self, proxy: subprocess.Popen) -> None:
+        super().__init__(daemon=True, name="proxy-output")
+        self._pipe = proxy.stdout
+        self._lines: "collections.deque" = collections.deque(maxlen=20)
+        self.start()
+
+    def run(self) -> None:
+        """Reads the proxy's output until it closes."""
+        try:
+            for line in iter(self._pipe.readline, b""):
+                self._lines.append(line.decode("utf-8", "replace").rstrip())
+        except (OSError, ValueError):
+            pass
+
+    def text(self) -> str:
+        """The kept lines, each on a line of its own after a newline."""
+        return "".join("\n  " + line for line in list(self._lines))
+
+
 def side_task_env() -> Dict[str, str]:
     """Variables of a ps or evaluator task's single process (as
     HybridBackend's launcher: no GPU)."""
@@ -308,6 +344,7 @@ def side_task_env() -> Dict[str, str]:
 
 def run_tf_config_job(args: argparse.Namespace, environ: Mapping[str, str],
                       rank_env: Dict[str, str],
+                      run_alone: Callable[[Dict[str, str]], int],
                       program: str = "hbcore.run") -> int:
     """Runs this machine's part of a TF_CONFIG job.
 
@@ -316,6 +353,8 @@ def run_tf_config_job(args: argparse.Namespace, environ: Mapping[str, str],
             ``start_timeout``, output and mpiexec flags).
         environ: The launcher's environment (TF_CONFIG, devices, ...).
         rank_env: Variables for this machine's ranks (tuning flags).
+        run_alone: Runs the command as a job of one rank here, with extra
+            variables (for ps and evaluator tasks); returns its exit code.
         program: The name starting report lines.
 
     Returns:
@@ -331,6 +370,8 @@ def run_tf_config_job(args: argparse.Namespace, environ: Mapping[str, str],
         sys.stderr.write("%s: error: --tf-config needs TF_CONFIG naming a "
                          "cluster and this task\n" % program)
         return 2
+    if not config.trains:
+        return run_alone(side_task_env())
     try:
         return _Job(args, config, environ, rank_env, program).run()
     except LauncherError as exc:
