@@ -156,15 +156,25 @@ def test_three_tasks_train_as_one_job_like_hbrun():
 
 def test_two_tasks_of_two_workers_one_started_by_hbrun():
     cluster = Cluster(workers=1)
+    # An evaluator task takes no part: its launcher runs it alone.
+    cluster.cluster["evaluator"] = ["127.0.0.1:%d" % free_ports(1)[0]]
+    evaluator_out = tempfile.mkdtemp(prefix="hb_tfconfig_eval_")
     try:
         cluster.start("chief:0", devices="0,1",
                       launcher=("hbrun", "--tf-config"))
+        cluster.start("evaluator:0", devices="0,1",
+                      env={"HB_TEST_OUT": evaluator_out})
         cluster.start("worker:0", devices="0,1")
         outcome = cluster.finish()
         assert_ok(outcome)
         results = cluster.results()
+        with open(os.path.join(evaluator_out, "rank0.json")) as f:
+            evaluator = json.load(f)
     finally:
         cluster.close()
+        shutil.rmtree(evaluator_out, ignore_errors=True)
+    assert (evaluator["size"], evaluator["devices"], evaluator["task"]) == (
+        1, "", {"type": "evaluator", "index": 0})
     assert [(r["rank"], r["size"], r["local_rank"], r["devices"],
              r["task"]["type"], r["task"]["index"])
             for _, r in sorted(results.items())] == [

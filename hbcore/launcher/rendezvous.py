@@ -312,8 +312,13 @@ class Coordinator:
         self._error: Optional[str] = None
         self._reported = False  # _error was sent to every member
         self._ended = False
+        # Every interface, IPv6 as well where the host has it (a TF_CONFIG
+        # may name the chief by an IPv6 address).
+        dual = bind[0] == "" and socket.has_dualstack_ipv6()
         try:
-            self._server = socket.create_server(bind, reuse_port=False)
+            self._server = socket.create_server(
+                bind, family=socket.AF_INET6 if dual else socket.AF_INET,
+                dualstack_ipv6=dual)
         except OSError as exc:
             raise RendezvousError("cannot listen on %s:%d for the other "
                                   "machines: %s" % (bind[0] or "*", bind[1],

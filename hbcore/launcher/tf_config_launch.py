@@ -240,7 +240,7 @@ class _Job:
                 coordinator_thread.start()
             code, message = self._member()
         except RendezvousError as exc:
-            code, message = 1, "%s: error: %s" % (self.program, exc)
+            code, message = 1, self._error_line(str(exc))
         finally:
             if coordinator is not None:
                 # A member that stopped on a signal ends the job; wait for
@@ -253,6 +253,13 @@ class _Job:
             sys.stderr.write(message.rstrip("\n") + "\n")
             sys.stderr.flush()
         return code
+
+    def _error_line(self, text: str) -> str:
+        """``hbcore.run: error: TEXT`` (TEXT may be a coordinator's report
+        that has its prefix already)."""
+        if text.startswith(self.program + ":"):
+            return text
+        return "%s: error: %s" % (self.program, text)
 
     def _member(self) -> Tuple[int, str]:
         member = Member(self.me, self.workers, self.devices, self.job,
@@ -288,8 +295,7 @@ class _Job:
                     if message and not message.startswith(self.program):
                         # Not the coordinator's report: the proxy's own
                         # words may say what happened here.
-                        message = "%s: error: %s%s" % (
-                            self.program, message, lines.text())
+                        message = self._error_line(message + lines.text())
                     return code, message
                 tree.refresh()  # remember ranks that may become orphans
         except _Stopped as exc:
