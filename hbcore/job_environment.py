@@ -30,6 +30,11 @@ _HOW = ("set HB_IGNORE_TF_CONFIG=1 (or HOROVOD_IGNORE_TF_CONFIG=1) if this "
         "process is meant to run alone")
 
 
+_SLURM_HOW = ("start one hbrun in the allocation instead (hbrun -np N python "
+              "train.py: hydra starts the ranks through srun), or give srun "
+              "a PMI this MPI library reads")
+
+
 def _int(environ: Mapping[str, str], name: str) -> Optional[int]:
     value = environ.get(name, "").strip()
     return int(value) if value.isdigit() else None
@@ -88,12 +93,8 @@ def lone_process_problem(environ: Mapping[str, str]) -> Optional[str]:
              "hydra mpiexec of MPICH / Intel MPI)"),
             ("MV2_COMM_WORLD_SIZE", "MVAPICH's mpirun_rsh",
              "launch with hbrun -np N (or MVAPICH's mpiexec, which is hydra)"),
-            ("SLURM_STEP_NUM_TASKS", "srun",
-             "run `srun --mpi=pmi2 ...` (MPICH's PMI), or one hbrun per "
-             "allocation (hbrun -np N -H host1:n,host2:n ...)"),
-            ("SLURM_NTASKS", "Slurm",
-             "run `srun --mpi=pmi2 ...` (MPICH's PMI), or one hbrun per "
-             "allocation (hbrun -np N -H host1:n,host2:n ...)")):
+            ("SLURM_STEP_NUM_TASKS", "srun", _SLURM_HOW),
+            ("SLURM_NTASKS", "Slurm", _SLURM_HOW)):
         size = _int(environ, name)
         if size is None:
             continue
