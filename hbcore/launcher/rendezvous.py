@@ -335,7 +335,11 @@ class Coordinator:
                 sock, address = self._server.accept()
             except OSError:
                 return  # closed
-            peer = "%s:%d" % address[:2]
+            host = address[0]
+            if host.startswith("::ffff:"):  # IPv4 on the dual-stack socket
+                host = host[len("::ffff:"):]
+            peer = ("[%s]:%d" if ":" in host else "%s:%d") % (host,
+                                                               address[1])
             threading.Thread(target=self._serve, args=(Channel(sock, peer),),
                              daemon=True, name="rendezvous-" + peer).start()
 
