@@ -169,3 +169,54 @@ def test_init_under_hbrun_trusts_its_pmi_size():
     assert results["tf_config"]["error"] == "WorldMismatchError"
     assert "TF_CONFIG names 2 training tasks" in results["tf_config"][
         "message"]
+
+
+# ------------------------------------------- the launcher's decisions
+
+def test_launchers_choose_the_tf_config_launch():
+    import importlib
+
+    from hbcore.launcher import cli
+
+    # "hbcore.run" the attribute is the function; the module is the CLI.
+    run_module = importlib.import_module("hbcore.run")
+
+    parser = run_module.build_parser()
+    args = parser.parse_args(["python", "t.py"])
+    two = tf_config_text()
+    assert cli.use_tf_config(parser, args, {"TF_CONFIG": two})
+    assert not cli.use_tf_config(parser, args, {})
+    assert not cli.use_tf_config(parser, args, {
+        "TF_CONFIG": two, "HOROVOD_IGNORE_TF_CONFIG": "1"})
+    args, hosts = cli.parse_args(["--tf-config", "--start-timeout", "5",
+                                  "python", "t.py"])
+    assert args.tf_config and args.start_timeout == 5 and hosts is None
+    # hbrun without --tf-config ignores TF_CONFIG (-np decides).
+    args, _ = cli.parse_args(["-np", "2", "python", "t.py"])
+    assert not cli.use_tf_config(parser, args, {"TF_CONFIG": two})
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--tf-config", "-np", "2", "python", "t.py"],
+     "argument --tf-config: not allowed with -np, -H or --hostfile"),
+    (["--tf-config", "--start-timeout", "0", "python", "t.py"],
+     "argument --start-timeout: expected an integer >= 1"),
+])
+def test_hbrun_tf_config_flag_errors(argv, message, capsys):
+    from hbcore.launcher import cli
+
+    with pytest.raises(SystemExit) as raised:
+        cli.parse_args(argv)
+    assert raised.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_env_flag_reads_the_knob_and_its_alias():
+    from hbcore.knobs import env_flag
+
+    assert env_flag("ignore_tf_config", {}) is False
+    assert env_flag("ignore_tf_config", {"HB_IGNORE_TF_CONFIG": "true"})
+    assert not env_flag("ignore_tf_config", {"HB_IGNORE_TF_CONFIG": "0",
+                                             "HOROVOD_IGNORE_TF_CONFIG": "1"})
+    with pytest.raises(ValueError, match="invalid value for "
+                       "HOROVOD_IGNORE_TF_CONFIG: 'yes'"):
+        env_flag("ignore_tf_config", {"HOROVOD_IGNORE_TF_CONFIG": "yes"})

@@ -8,7 +8,8 @@ CUDA_VISIBLE_DEVICES=0,1, worker:1 with 1) running a short training whose
 weights must equal both numpy's and the same script's under ``hbrun -np
 4``, and what hb.context reports; 2 tasks of 2 workers each, one machine
 started with hbrun --tf-config; a missing machine; a disagreeing
-TF_CONFIG; a worker on a non-chief machine killed with SIGKILL.
+TF_CONFIG; a worker on a non-chief machine killed with SIGKILL; the
+launcher of a non-chief machine killed with SIGKILL.
 """
 import json
 import os
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -106,6 +108,17 @@ class Cluster:
 
     def close(self):
         shutil.rmtree(self.out, ignore_errors=True)
+
+
+def wait_for_files(directory, count, timeout=TIMEOUT_S):
+    """Waits until ``count`` pid files are in ``directory``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len([n for n in os.listdir(directory)
+                if n.startswith("pid.")]) >= count:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def assert_every_machine(outcome, code, *texts):
@@ -216,12 +229,16 @@ def test_a_disagreeing_tf_config_is_named():
                          "coordinator", differs)
 
 
+def start_chief_and_worker(cluster, env):
+    """chief:0 with one worker (rank 0), worker:0 with two (ranks 1, 2)."""
+    cluster.start("chief:0", env=env)
+    cluster.start("worker:0", devices="0,1", env=env)
+
+
 def test_a_killed_worker_on_another_machine_stops_every_machine():
     cluster = Cluster(workers=1)
     try:
-        env = {"HB_TEST_KILL_RANK": "2"}
-        cluster.start("chief:0", env=env)
-        cluster.start("worker:0", devices="0,1", env=env)
+        start_chief_and_worker(cluster, {"HB_TEST_KILL_RANK": "2"})
         outcome = cluster.finish()
         pids = read_pids(cluster.out)
     finally:
@@ -230,4 +247,25 @@ def test_a_killed_worker_on_another_machine_stops_every_machine():
             "by signal SIGKILL (9)" % cluster.cluster["worker"][0])
     assert_every_machine(outcome, 128 + 9, line)
     assert len(pids) == 3
+    assert wait_gone(pids) == []
+
+
+def test_a_killed_launcher_of_another_machine_stops_the_job():
+    cluster = Cluster(workers=1)
+    try:
+        start_chief_and_worker(cluster, {"HB_TEST_HOLD": "1"})
+        # Every rank writes its pid after the first allreduce, so three
+        # files mean the job runs on both machines.
+        worker = cluster.procs["worker:0"]
+        assert wait_for_files(cluster.out, 3), "the job did not start"
+        os.kill(worker.pid, 9)
+        outcome = cluster.finish()
+        pids = read_pids(cluster.out)
+    finally:
+        cluster.close()
+    code, _out, err = outcome["chief:0"]
+    assert code == 1 and ("hbcore.run: error: the launcher of task worker:0 "
+                          "(%s) (127.0.0.1:" % cluster.cluster["worker"][0]
+                          in err), err
+    assert outcome["worker:0"][0] == -9
     assert wait_gone(pids) == []

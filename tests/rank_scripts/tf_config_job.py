@@ -10,11 +10,14 @@ hb.context says (task_type, task_id, rank, world_size, local_rank).
 
 HB_TEST_KILL_RANK=r: rank r writes its pid and SIGKILLs itself after the
 first step, while the others wait in the second (a fault test).
+HB_TEST_HOLD=1: after the first step every rank writes its pid and then
+waits (up to a minute) while the test stops a machine's launcher.
 """
 import json
 import os
 import signal
 import sys
+import time
 
 import numpy as np
 
@@ -42,21 +45,21 @@ def main():
     hbcore.init()
     rank, size = hbcore.rank(), hbcore.size()
     kill_rank = int(os.environ.get("HB_TEST_KILL_RANK", "-1"))
+    hold = os.environ.get("HB_TEST_HOLD") == "1"
     x, y = data(rank)
     w = np.zeros(FEATURES)
     for step in range(STEPS):
         g = hbcore.allreduce(gradient(w, x, y), op=hbcore.Average,
                              name="grad.%d" % step)
         w = w - LR * g
-        if step == 0 and rank == kill_rank:
+        if step == 0 and (kill_rank >= 0 or hold):
             with open(os.path.join(os.environ["HB_TEST_OUT"],
                                    "pid.%d" % rank), "w") as f:
                 f.write(str(os.getpid()))
-            os.kill(os.getpid(), signal.SIGKILL)
-        if step == 0 and kill_rank >= 0:
-            with open(os.path.join(os.environ["HB_TEST_OUT"],
-                                   "pid.%d" % rank), "w") as f:
-                f.write(str(os.getpid()))
+            if rank == kill_rank:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if hold:
+                time.sleep(60)  # the test kills a launcher meanwhile
     expected = np.zeros(FEATURES)
     everyone = [data(r) for r in range(size)]
     for step in range(STEPS):
