@@ -42,6 +42,12 @@ class Task(NamedTuple):
     def __str__(self) -> str:
         return "%s:%d" % (self.type, self.index)
 
+    @classmethod
+    def from_name(cls, name: str) -> "Task":
+        """The task ``str(task)`` named (``"worker:1"``)."""
+        kind, _, index = name.partition(":")
+        return cls(kind, int(index))
+
 
 class TfConfig(NamedTuple):
     """A parsed ``TF_CONFIG``.

@@ -88,8 +88,7 @@ def rank_tf_config(config: tf_config.TfConfig,
     """
     addresses = []
     for placement in placements:
-        task = tf_config.Task(*placement.arrival.name.split(":"))
-        task = tf_config.Task(task.type, int(task.index))
+        task = tf_config.Task.from_name(placement.arrival.name)
         host, _port = tf_config.split_address(config.address(task))
         host = "[%s]" % host if ":" in host else host
         addresses += ["%s:%d" % (host, base_port + i)
@@ -151,8 +150,7 @@ class _Job:
 
     def describe(self, member: str) -> str:
         """``task worker:1 (host:port)`` for messages."""
-        task = tf_config.Task(member.split(":")[0],
-                              int(member.split(":")[1]))
+        task = tf_config.Task.from_name(member)
         return "task %s (%s)" % (member, self.config.address(task))
 
     # -- the coordinator (the first training task's machine) -------------
