@@ -101,8 +101,6 @@ def test_members_form_one_world_in_member_order():
     (dict(name="worker:1", job=dict(JOB, command=["python", "other.py"])),
      "command: [\"python\", \"train.py\"] at the coordinator, [\"python\", "
      "\"other.py\"] at task worker:1"),
-    (dict(name="worker:1", secret=b"guess"), "does not know this job's "
-     "HB_RENDEZVOUS_SECRET"),
     (dict(name="ps:0"), "'ps:0' (from 127.0.0.1:%d) is not a member of this "
      "job (members: task chief:0, task worker:0, task worker:1)"),
 ])
@@ -183,6 +181,27 @@ def test_a_lost_coordinator_ends_every_member():
         assert machine.end == (1, "lost the connection to the coordinator "
                                "(the chief's launcher) at 127.0.0.1:%d"
                                % coord.port)
+
+
+def test_a_peer_without_the_secret_is_refused_alone():
+    failures = []
+    coord = coordinator(failures=failures, secret=b"s3cret")
+    stranger = Machine(coord.port, "worker:1", secret=b"guess",
+                       job={"cluster": "other"})
+    stranger.join(TIMEOUT_S)
+    assert stranger.error == ("task worker:1 (from %s) does not know this "
+                              "job's HB_RENDEZVOUS_SECRET"
+                              % stranger.error.split("(from ")[1].split(")")[0])
+    assert "train.py" not in stranger.error and failures == []
+    machines = [Machine(coord.port, name, secret=b"s3cret")
+                for name in MEMBERS]
+    placements = coord.wait_for_members()
+    assert [p.arrival.name for p in placements] == MEMBERS
+    coord.start(proxies(placements), placements)
+    coord.end(0, "")
+    for machine in machines:
+        machine.join(TIMEOUT_S)
+        assert machine.end == (0, "")
 
 
 @pytest.mark.parametrize("payload,message", [

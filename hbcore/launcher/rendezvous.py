@@ -21,16 +21,17 @@ Protocol (TCP; each message one line of UTF-8 JSON, an object with a
    one device string per worker or null, the job description that every
    member must agree on (for TF_CONFIG: the cluster, the command, the
    Python and wrapper paths), and ``proof`` = HMAC-SHA256 over nonce and
-   name, keyed by SHA-256 of the shared secret (``HB_RENDEZVOUS_SECRET``,
-   may be empty) and the job description. So only a peer that knows the
-   secret and describes the same job is accepted; without a secret, the
-   job description alone keeps other jobs' launchers out.
-4. The coordinator checks every field strictly. A job description that
-   differs (named key by key), a name that is not a member or that
-   arrived already (a machine started twice), or a wrong proof ends the
-   whole job: every connected member gets ``error`` ``{"message"}`` and
-   every launcher exits with it. A malformed message gets an error and
-   its connection is closed.
+   name, keyed by a hash of the shared secret (``HB_RENDEZVOUS_SECRET``,
+   may be empty).
+4. The coordinator checks every field strictly. A malformed message or a
+   wrong proof (a peer without the secret) gets an ``error``
+   ``{"message"}`` and its connection is closed; nothing else changes, so
+   a stranger can neither end the job nor learn what it runs. A peer that
+   proved the secret (or any peer when there is none) and then describes
+   another job (named key by key), a name that is not a member, or a name
+   that arrived already (a machine started twice) ends the whole job:
+   every connected member gets the ``error`` and every launcher exits
+   with it.
 5. When every member has arrived, members are placed in member order with
    consecutive ranks. If some have not arrived ``start_timeout`` seconds
    after the coordinator started, every connected member gets an
@@ -230,15 +231,10 @@ def _is_devices(value: Any) -> bool:
         isinstance(d, str) and _DEVICE.match(d) for d in value))
 
 
-def _key(secret: bytes, job: Mapping[str, Any]) -> bytes:
-    return hashlib.sha256(secret + b"\0" + json.dumps(
-        job, sort_keys=True).encode()).digest()
-
-
-def proof(secret: bytes, job: Mapping[str, Any], nonce: str,
-          name: str) -> str:
+def proof(secret: bytes, nonce: str, name: str) -> str:
     """The hello's proof (step 3 of the protocol)."""
-    return hmac.new(_key(secret, job), ("%s/%s" % (nonce, name)).encode(),
+    return hmac.new(hashlib.sha256(b"hbcore-rendezvous\0" + secret).digest(),
+                    ("%s/%s" % (nonce, name)).encode(),
                     hashlib.sha256).hexdigest()
 
 
@@ -386,16 +382,19 @@ class Coordinator:
             raise RendezvousError("%s sent %d devices for %d workers"
                                   % (who, len(hello["devices"]),
                                      hello["workers"]))
+        if not hmac.compare_digest(hello["proof"], proof(self._secret,
+                                                         nonce, name)):
+            # Only this peer is refused: a stranger must not be able to end
+            # the job, nor learn what it runs.
+            raise RendezvousError("%s (from %s) does not know this job's "
+                                  "HB_RENDEZVOUS_SECRET" % (who,
+                                                            channel.peer))
         if hello["job"] != self._job:
             raise _Refused("%s (from %s) describes another job than the "
                            "coordinator: %s" % (who, channel.peer,
                                                 describe_difference(
                                                     self._job, hello["job"],
                                                     who)))
-        if not hmac.compare_digest(hello["proof"], proof(
-                self._secret, self._job, nonce, name)):
-            raise _Refused("%s (from %s) does not know this job's "
-                           "HB_RENDEZVOUS_SECRET" % (who, channel.peer))
         if name not in self._members:
             raise _Refused("%s (from %s) is not a member of this job "
                            "(members: %s)" % (who, channel.peer, ", ".join(
@@ -596,8 +595,8 @@ class Member:
             channel.send({"type": "hello", "v": PROTOCOL,
                           "member": self._name, "workers": self._workers,
                           "devices": self._devices, "job": self._job,
-                          "proof": proof(self._secret, self._job,
-                                         challenge["nonce"], self._name)})
+                          "proof": proof(self._secret, challenge["nonce"],
+                                         self._name)})
             # The coordinator answers once every member arrived or its own
             # start timeout passed; it started no later than this member
             # could reach it, so twice the timeout bounds a hung one.
