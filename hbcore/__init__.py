@@ -44,7 +44,7 @@ for _module, _names in {
     "hbcore.exceptions": (
         "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
         "NotInitializedError ShutdownError ConfigError WaitTimeoutError "
-        "UnsupportedError"),
+        "UnsupportedError WorldMismatchError"),
     "hbcore.launcher.run_fn": "run",
 }.items():
     for _name in _names.split():

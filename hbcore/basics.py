@@ -9,7 +9,9 @@ import numpy as np
 from hbcore import _gpu_libs
 from hbcore import process_sets as process_sets_module
 from hbcore._native import MPI_LIBRARY, core
-from hbcore.exceptions import InvalidArgumentError, NotInitializedError
+from hbcore.exceptions import (InvalidArgumentError, NotInitializedError,
+                               WorldMismatchError)
+from hbcore.job_environment import lone_process_problem
 from hbcore.knobs import value_text
 
 _NOT_INITIALIZED = "hbcore has not been initialized; use hbcore.init()."
@@ -125,6 +127,10 @@ def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
         ConfigError: a ``config`` entry or an HB_* / HOROVOD_* variable has
             an invalid value, or a ``config`` name is unknown.
         InternalError: MPI could not be initialised.
+        WorldMismatchError: the world has one rank but ``TF_CONFIG``, Slurm
+            or another MPI launcher's variables say the job has several
+            (each process would train apart); the runtime is shut down
+            again. ``HB_IGNORE_TF_CONFIG=1`` skips the check.
     """
     if core.is_initialized():
         # Before anything collective: building the ranks' communicator of
@@ -158,6 +164,8 @@ def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
             sub.Free()
     else:
         core.init(comm.py2f(), overrides, set_members)
+    if comm is None:  # a communicator the user chose may well be one rank
+        _check_not_alone()
     process_sets_module._register_init_sets(process_sets)
     # Registered (again) last, so it runs before the atexit handler of any
     # library imported earlier that might finalise MPI (mpi4py).
@@ -165,6 +173,22 @@ def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
     atexit.register(_shutdown_at_exit)
     if not isinstance(sys.excepthook, _ExitOnUncaught):
         sys.excepthook = _ExitOnUncaught(sys.excepthook)
+
+
+def _check_not_alone() -> None:
+    """Raises WorldMismatchError (after shutting the runtime down) when this
+    world of one is part of a larger job (see hbcore/job_environment.py).
+    The switch is read from the runtime's parsed configuration, so
+    ``HB_IGNORE_TF_CONFIG``, its ``HOROVOD_`` alias and ``init(config=
+    {"ignore_tf_config": True})`` all count, validated like any knob."""
+    if core.size() != 1:
+        return
+    if "HB_IGNORE_TF_CONFIG=1" in core.config_string().splitlines():
+        return
+    problem = lone_process_problem(os.environ)
+    if problem:
+        core.shutdown()
+        raise WorldMismatchError("hbcore.init(): " + problem)
 
 
 def _world_ranks_of(comm: Any) -> Optional[List[int]]:

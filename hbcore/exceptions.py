@@ -69,5 +69,14 @@ class UnsupportedError(HbcoreError, NotImplementedError):
     without a GPU backend)."""
 
 
+class WorldMismatchError(HbcoreError):
+    """``init()`` found this process alone in its MPI world while its
+    environment (``TF_CONFIG``, Slurm, another MPI launcher's variables)
+    says the job has several processes, so each would train apart. Raised
+    by the Python front end after it shut the runtime down again; the
+    message says how to launch instead. ``HB_IGNORE_TF_CONFIG=1`` switches
+    the check off."""
+
+
 class InternalError(HbcoreError):
     """MPI failed or an internal invariant broke."""

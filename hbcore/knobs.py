@@ -12,7 +12,7 @@ Each knob is set, in this order of precedence, by ``hbcore.init(config=
 {name: value})``, by its ``HB_*`` variable, or by the ``HOROVOD_*`` alias.
 """
 import math
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
 
 class Flag(NamedTuple):
@@ -139,9 +139,41 @@ KNOBS: Tuple[Knob, ...] = (
          0, "path",
          "CUDA runtime library to load for GPU collectives (default: the "
          "nvidia-cuda-runtime-cu12 wheel, else libcudart.so.12)"),
+    Knob("ignore_tf_config", "HB_IGNORE_TF_CONFIG", "bool", "0", 0, 0,
+         "flag",
+         "skip init's check that a world of one is not a job that "
+         "TF_CONFIG, Slurm or another MPI launcher says has several tasks"),
 )
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}
+
+
+def env_flag(name: str, environ: Mapping[str, str]) -> bool:
+    """A bool knob's value from the environment alone (``HB_*``, else the
+    ``HOROVOD_*`` alias), for the launcher, which runs without the core; the
+    same words the core's parser accepts.
+
+    Args:
+        name: The knob, e.g. ``"ignore_tf_config"``.
+        environ: The environment to read.
+
+    Returns:
+        The value (the knob's default when neither variable is set).
+
+    Raises:
+        ValueError: The variable's value is not 0, 1, true or false; the
+            message names the variable.
+    """
+    knob = BY_NAME[name]
+    assert knob.type == "bool", name
+    for env in (knob.env, "HOROVOD_" + knob.env[3:]):
+        text = environ.get(env, "")
+        if text:
+            if text not in ("0", "1", "true", "false"):
+                raise ValueError("invalid value for %s: %r (expected 0, 1, "
+                                 "true or false)" % (env, text))
+            return text in ("1", "true")
+    return knob.default in ("1", "true")
 
 
 def value_text(name: str, value: object) -> str:

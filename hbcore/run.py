@@ -7,6 +7,11 @@ device, or one worker when neither is set.  It takes hbrun's tuning and
 output flags (``--timeline-filename``, ``--log-level``, ...) before the
 command, and launches, reports failures and exits like hbrun.
 
+With a ``TF_CONFIG`` naming a cluster (Kubernetes TFJob, PAI), the same
+command started on every machine forms one job across the machines
+(hbcore/launcher/tf_config_launch.py); ``HB_IGNORE_TF_CONFIG=1`` keeps it
+to this machine.
+
 ``run`` is implemented in hbcore/launcher/run_fn.py (see there why) and
 re-exported here.
 """
@@ -27,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     Returns:
         The parser; ``args.command`` holds the command and its own flags.
     """
-    from hbcore.launcher.cli import EPILOG, add_tuning_flags
+    from hbcore.launcher.cli import (EPILOG, add_tf_config_flags,
+                                     add_tuning_flags)
     parser = argparse.ArgumentParser(
         prog="python -m hbcore.run", allow_abbrev=False,
         epilog=EPILOG.format(prog="hbcore.run"),
@@ -36,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "or NVIDIA_VISIBLE_DEVICES; one worker when neither is "
                     "set), each seeing only its own GPU.")
     add_tuning_flags(parser)
+    add_tf_config_flags(parser, always=True)
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the command each worker runs")
     return parser
@@ -50,11 +57,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Returns:
         The exit code: 0, or the first failing worker's code (see hbrun).
     """
-    from hbcore.launcher.cli import run_job, validate_common
+    from hbcore.launcher.cli import run_job, use_tf_config, validate_common
     from hbcore.launcher.devices import worker_devices
     parser = build_parser()
     args = parser.parse_args(argv)
     validate_common(parser, args)
+    if use_tf_config(parser, args, os.environ):
+        from hbcore.launcher.cli import run_tf_config
+        return run_tf_config(args, "hbcore.run")
     devices = worker_devices(os.environ)
     per_rank_env: Optional[List[dict]] = None
     if devices:

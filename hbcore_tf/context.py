@@ -34,6 +34,7 @@ import re
 import socket
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from hbcore import tf_config
 from hbcore_tf.options import Options, options as _options
 
 JOB = "worker"
@@ -104,15 +105,37 @@ class Context:
         """True on rank 0, which writes checkpoints and summaries."""
         return self.rank == 0
 
+    def _tf_task(self) -> Optional[tf_config.Task]:
+        """This rank's task in TF_CONFIG when TF_CONFIG describes this
+        world, as the TF_CONFIG launch (and HybridBackend's launcher) gives
+        every worker: its training tasks number ``world_size`` and this
+        rank's task is the rank-th of them. Otherwise None."""
+        try:
+            config = tf_config.parse(os.environ.get("TF_CONFIG", ""))
+        except ValueError:
+            return None
+        if config is None or not config.trains:
+            return None
+        tasks = config.training_tasks
+        if len(tasks) != self.world_size or tasks.index(config.task) != \
+                self.rank:
+            return None
+        return config.task
+
     @property
     def task_type(self) -> str:
-        """Always ``"worker"`` (the chief is worker 0)."""
-        return JOB
+        """TF_CONFIG's task type when it describes this world (``"chief"``
+        for rank 0, ``"worker"`` for the others, as HybridBackend's
+        launcher writes it); else ``"worker"`` (the chief is worker 0)."""
+        task = self._tf_task()
+        return JOB if task is None else task.type
 
     @property
     def task_id(self) -> int:
-        """This rank's task index in the ``worker`` job: the rank."""
-        return self.rank
+        """TF_CONFIG's task index when it describes this world (rank - 1
+        for workers when there is a chief); else the rank."""
+        task = self._tf_task()
+        return self.rank if task is None else task.index
 
     # -- devices ---------------------------------------------------------
     @property
@@ -318,13 +341,7 @@ class Context:
             ValueError: TF_CONFIG is not JSON, or lacks ``task`` (with
                 ``type`` and ``index``) or ``cluster``.
         """
-        text = os.environ.get("TF_CONFIG", "")
-        if not text.strip():
-            return None
-        try:
-            config = json.loads(text)
-        except ValueError as exc:
-            raise ValueError("TF_CONFIG is not valid JSON: %s" % exc) from None
+        config = tf_config.load(os.environ.get("TF_CONFIG", ""))
         if not config:
             return None
         try:

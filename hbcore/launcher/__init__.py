@@ -15,6 +15,10 @@ Modules, one job each:
     rank_output  rank-side: rank-prefixed output lines
     run_fn       hbcore.run(fn, ...) and its rank side run_task
     devices      one worker per visible GPU for ``python -m hbcore.run``
+    rendezvous   launchers started by an orchestrator meet and form one
+                 MPI world (protocol in its module comment)
+    hydra_manual hydra's manual launcher: proxy commands <-> data
+    tf_config_launch  the rendezvous' TF_CONFIG front end
     check_build  hbrun --check-build
 
 Nothing here imports the native core: the launcher must work (and

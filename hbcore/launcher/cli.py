@@ -14,15 +14,18 @@ import math
 import os
 import shlex
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 from hbcore import __version__
-from hbcore.knobs import BY_NAME, CHOICES, KNOBS, LOG_LEVELS, Knob
+from hbcore.knobs import BY_NAME, CHOICES, KNOBS, LOG_LEVELS, Knob, env_flag
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
                                    total_slots)
 from hbcore.launcher.mpiexec import launcher_environ, nic_env
 from hbcore.launcher.supervisor import launch
+from hbcore.launcher.tf_config_launch import (DEFAULT_START_TIMEOUT_S,
+                                              run_tf_config_job)
 
 EPILOG = """\
 output:
@@ -251,6 +254,70 @@ def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
                           help="print the mpiexec command line")
 
 
+def add_tf_config_flags(parser: argparse.ArgumentParser,
+                        always: bool) -> None:
+    """Adds the flags of a TF_CONFIG launch (tf_config_launch.py).
+
+    Args:
+        parser: hbrun's or ``python -m hbcore.run``'s parser.
+        always: ``python -m hbcore.run``: a TF_CONFIG in the environment
+            makes the launch a TF_CONFIG launch by itself (as HybridBackend's
+            launcher); hbrun: only with ``--tf-config``.
+    """
+    group = parser.add_argument_group(
+        "TF_CONFIG clusters (one launcher per machine)")
+    if not always:
+        group.add_argument("--tf-config", action="store_true",
+                           help="form one job with the launchers started on "
+                                "the other machines of TF_CONFIG's cluster "
+                                "(no -np/-H: each machine runs one worker "
+                                "per visible GPU, or one)")
+    group.add_argument("--start-timeout", type=_positive_int, metavar="S",
+                       help="seconds for every machine of a TF_CONFIG "
+                            "cluster to arrive (default %d, as horovodrun)"
+                            % DEFAULT_START_TIMEOUT_S)
+
+
+def use_tf_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  environ: Mapping[str, str]) -> bool:
+    """Whether this launch is a TF_CONFIG launch; exits 2 on bad input.
+
+    Args:
+        parser: The launcher's parser (for errors).
+        args: Its validated arguments.
+        environ: The environment.
+
+    Returns:
+        True for ``hbrun --tf-config``, and for ``python -m hbcore.run``
+        (no ``tf_config`` attribute) when TF_CONFIG is set and
+        HB_IGNORE_TF_CONFIG is not.
+    """
+    if hasattr(args, "tf_config"):
+        return bool(args.tf_config)
+    try:
+        ignore = env_flag("ignore_tf_config", environ)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return bool(environ.get("TF_CONFIG", "").strip()) and not ignore
+
+
+def run_tf_config(args: argparse.Namespace, program: str) -> int:
+    """Runs this machine's part of a TF_CONFIG job (tf_config_launch.py).
+
+    Args:
+        args: Validated arguments.
+        program: The name starting report lines.
+
+    Returns:
+        The exit code.
+    """
+    env = flags_to_env(args)
+    env.update(launch_env(args))
+    return run_tf_config_job(
+        args, os.environ, env,
+        lambda extra: run_job(args, 1, None, [extra], program), program)
+
+
 def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
     """Builds hbrun's argument parser.
 
@@ -273,6 +340,7 @@ def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
     where.add_argument("-hostfile", "--hostfile", metavar="FILE",
                        help="file of 'host slots=N' or 'host:N' lines")
     add_tuning_flags(parser)
+    add_tf_config_flags(parser, always=False)
     parser.add_argument("-cb", "--check-build", action="store_true",
                         help="print what was built and found, and exit")
     parser.add_argument("-v", "--version", action="version",
@@ -291,8 +359,6 @@ def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
         "accepted for horovodrun compatibility, no effect")
     compat.add_argument("--disable-cache", action="store_true",
                         help="hbrun runs no cached ssh/NIC pre-checks")
-    compat.add_argument("--start-timeout", type=_positive_int, metavar="S",
-                        help="hbrun runs no pre-launch checks to time out")
     compat.add_argument("--mpi", action="store_true",
                         help="MPI is the only controller")
     compat.add_argument("--tcp", action="store_true",
@@ -441,6 +507,12 @@ def parse_args(argv: Optional[Sequence[str]] = None
     validate_common(parser, args)
     if args.check_build:
         return args, None
+    if args.tf_config:
+        if args.np is not None or args.hosts or args.hostfile:
+            parser.error("argument --tf-config: not allowed with -np, -H or "
+                         "--hostfile (TF_CONFIG's cluster and each machine's "
+                         "GPUs decide)")
+        return args, None
     return args, _resolve_hosts(parser, args)
 
 
@@ -512,6 +584,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.check_build:
         from hbcore.launcher.check_build import print_report
         return print_report()
+    if args.tf_config:
+        return run_tf_config(args, "hbrun")
     return run_job(args, args.np, hosts)
 
 

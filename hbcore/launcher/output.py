@@ -58,12 +58,17 @@ class OutputRelay(threading.Thread):
         sink: Called with each output line to show.
         on_status: Called with each rank status line found in the stream.
         quiet: While set, lines without a rank prefix are dropped.
+        intercept: Sees every line first; lines it returns True for are
+            consumed (not shown).
     """
 
     def __init__(self, pipe: BinaryIO, sink: Callable[[bytes], None],
                  on_status: Callable[[RankStatus], None],
-                 quiet: Optional[threading.Event] = None) -> None:
+                 quiet: Optional[threading.Event] = None,
+                 intercept: Optional[Callable[[bytes], bool]] = None
+                 ) -> None:
         super().__init__(daemon=True)
+        self._intercept = intercept
         self._pipe = pipe
         self._sink = sink
         self._on_status = on_status
@@ -79,6 +84,8 @@ class OutputRelay(threading.Thread):
         """
         try:
             for line in iter(self._pipe.readline, b""):
+                if self._intercept is not None and self._intercept(line):
+                    continue
                 if line.startswith(STATUS_MARKER):
                     status = parse_status(line)
                     if status is not None:

@@ -35,8 +35,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import (Dict, List, Mapping, NamedTuple, Optional, Sequence,
-                    TextIO, Tuple)
+from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence, TextIO, Tuple)
 
 import psutil
 
@@ -75,12 +75,15 @@ class LaunchResult(NamedTuple):
         first_failure: The first rank that failed, if any rank did.
         interrupted_by: Signal number that interrupted the launcher itself.
         mpiexec_code: mpiexec's own return code (negative: killed by us).
+        aborted: Why the owner of the launch stopped it (``abort`` events,
+            e.g. a machine of a rendezvous went away), or None.
     """
     exit_code: int
     np: int
     first_failure: Optional[RankStatus]
     interrupted_by: Optional[int]
     mpiexec_code: Optional[int]
+    aborted: Optional[str] = None
 
     def message(self, program: str = "hbrun") -> Optional[str]:
         """Returns the one-line failure report, or None on success.
@@ -95,6 +98,8 @@ class LaunchResult(NamedTuple):
         if self.interrupted_by is not None:
             return "%s: received %s; stopped all ranks" % (
                 program, signal.Signals(self.interrupted_by).name)
+        if self.aborted is not None:
+            return "%s: %s; stopped all ranks" % (program, self.aborted)
         failure = self.first_failure
         if failure is not None:
             tail = "; stopped the remaining ranks" if self.np > 1 else ""
@@ -202,7 +207,9 @@ def supervise(command: Sequence[str], np: int,
               stdout: Optional[TextIO] = None,
               stderr: Optional[TextIO] = None,
               stdin: Optional[int] = None,
-              grace_s: float = TERMINATE_GRACE_S) -> LaunchResult:
+              grace_s: float = TERMINATE_GRACE_S,
+              intercept: Optional[Callable[[bytes], bool]] = None,
+              events: Optional["queue.Queue"] = None) -> LaunchResult:
     """Runs an mpiexec command line until it ends or a rank fails.
 
     Args:
@@ -214,6 +221,12 @@ def supervise(command: Sequence[str], np: int,
         stdin: stdin for mpiexec (hydra forwards it to rank 0); default
             inherits ours.
         grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
+        intercept: Called with each line of mpiexec's stdout before it is
+            relayed; a line it returns True for is not shown (the
+            rendezvous reads hydra's manual-launch lines so).
+        events: The queue the wait reads (default: a new one). Its owner
+            may put ``("abort", reason)`` to stop the job from another
+            thread.
 
     Returns:
         The outcome; no process of the job is left running.
@@ -221,7 +234,7 @@ def supervise(command: Sequence[str], np: int,
     Raises:
         LauncherError: If mpiexec cannot be started.
     """
-    events: "queue.Queue" = queue.Queue()
+    events = queue.Queue() if events is None else events
     quiet = threading.Event()
     with _SignalCatcher(events):
         # If this process dies without a teardown (SIGKILL), mpiexec gets
@@ -245,7 +258,7 @@ def supervise(command: Sequence[str], np: int,
 
         relays = [
             OutputRelay(proc.stdout, make_sink(stdout or sys.stdout),
-                        on_status, quiet),
+                        on_status, quiet, intercept),
             OutputRelay(proc.stderr, make_sink(stderr or sys.stderr),
                         on_status, quiet)]
         for relay in relays:
@@ -254,13 +267,17 @@ def supervise(command: Sequence[str], np: int,
                          daemon=True).start()
 
         try:
-            first_failure, interrupted_by = _wait_for_end(events, tree)
+            first_failure, interrupted_by, aborted = _wait_for_end(events,
+                                                                   tree)
             if first_failure is not None or interrupted_by is not None:
                 # Quiet first: hydra may notice the failure itself during
                 # the settle pause and print its misleading banner.
                 quiet.set()
                 if interrupted_by is None:
                     _settle(events, np)
+                tree.terminate(grace_s)
+            elif aborted is not None:
+                quiet.set()
                 tree.terminate(grace_s)
             else:
                 # mpiexec ended by itself; a failure status may still be in
@@ -288,21 +305,25 @@ def supervise(command: Sequence[str], np: int,
         exit_code = 128 + interrupted_by
     elif first_failure is not None:
         exit_code = first_failure.shell_code
+    elif aborted is not None:
+        exit_code = 1
     elif mpiexec_code is None:
         exit_code = 1
     else:
         exit_code = mpiexec_code if mpiexec_code >= 0 else 128 - mpiexec_code
     return LaunchResult(exit_code, np, first_failure, interrupted_by,
-                        mpiexec_code)
+                        mpiexec_code, aborted)
 
 
 def _wait_for_end(events: "queue.Queue", tree: ProcessTree
-                  ) -> Tuple[Optional[RankStatus], Optional[int]]:
-    """Waits for the first rank failure, a signal to us, or mpiexec's exit.
+                  ) -> Tuple[Optional[RankStatus], Optional[int],
+                             Optional[str]]:
+    """Waits for the first rank failure, a signal to us, an abort, or
+    mpiexec's exit.
 
     Returns:
-        (first failure or None, signal number or None); both None when
-        mpiexec exited.
+        (first failure, signal number, abort reason), each or None; all
+        None when mpiexec exited.
     """
     while True:
         try:
@@ -311,11 +332,13 @@ def _wait_for_end(events: "queue.Queue", tree: ProcessTree
             tree.refresh()  # remember descendants that may become orphans
             continue
         if kind == "status":
-            return value, None
+            return value, None, None
         if kind == "signal":
-            return None, value
+            return None, value, None
+        if kind == "abort":
+            return None, None, value
         if kind == "exit":
-            return None, None
+            return None, None, None
 
 
 def _settle(events: "queue.Queue", np: int) -> None:

@@ -53,6 +53,11 @@ const hb_knob kKnobs[] = {
     {"nccl_library", "HB_NCCL_LIBRARY", HB_KNOB_STRING, "", 0, 0, "path"},
     {"cuda_runtime_library", "HB_CUDA_RUNTIME_LIBRARY", HB_KNOB_STRING, "", 0,
      0, "path"},
+    // Read by the Python front end after init (hbcore/job_environment.py):
+    // the check that a world of one is not a job its environment
+    // (TF_CONFIG, Slurm, another MPI's launcher) says has several tasks.
+    {"ignore_tf_config", "HB_IGNORE_TF_CONFIG", HB_KNOB_BOOL, "0", 0, 0,
+     "flag"},
 };
 constexpr int kNumKnobs = sizeof(kKnobs) / sizeof(kKnobs[0]);
 
@@ -92,6 +97,7 @@ const Apply kApply[] = {
     [](const Value& v, Config* c) { c->thread_affinity = v.text; },
     [](const Value& v, Config* c) { c->nccl_library = v.text; },
     [](const Value& v, Config* c) { c->cuda_runtime_library = v.text; },
+    [](const Value& v, Config* c) { c->ignore_tf_config = v.flag; },
 };
 static_assert(sizeof(kApply) / sizeof(kApply[0]) == kNumKnobs,
               "one setter per knob");
@@ -312,7 +318,8 @@ std::string Config::ToString() const {
       << "HB_DYNAMIC_PROCESS_SETS=" << (dynamic_process_sets ? 1 : 0) << "\n"
       << "HB_THREAD_AFFINITY=" << thread_affinity << "\n"
       << "HB_NCCL_LIBRARY=" << nccl_library << "\n"
-      << "HB_CUDA_RUNTIME_LIBRARY=" << cuda_runtime_library << "\n";
+      << "HB_CUDA_RUNTIME_LIBRARY=" << cuda_runtime_library << "\n"
+      << "HB_IGNORE_TF_CONFIG=" << (ignore_tf_config ? 1 : 0) << "\n";
   return out.str();
 }
 

@@ -73,6 +73,10 @@ struct Config {
   // default sonames); GPU requests need both (see gpu_libraries.h).
   std::string nccl_library;
   std::string cuda_runtime_library;
+  // The core does nothing with it: the Python front end reads it (through
+  // hb_config_string) to skip its check that a world of one is not part of
+  // a larger job (TF_CONFIG, Slurm, another MPI launcher's variables).
+  bool ignore_tf_config = false;
 
   // "KEY=value" lines, one per knob, for logs and hb_config_string.
   std::string ToString() const;

@@ -1,0 +1,383 @@
+"""The TF_CONFIG front end of the rendezvous: ``python -m hbcore.run CMD``
+(or ``hbrun --tf-config CMD``) started on every machine of a TF_CONFIG
+cluster forms one job, as ``python -m hybridbackend.run`` does.
+
+Every training task (chief, then workers by index; tf_config.py) is a
+member of the rendezvous (rendezvous.py), named ``chief:0``,
+``worker:1``, ...; the first one's launcher is the coordinator and
+listens on that task's TF_CONFIG port. Each member runs one worker per
+visible GPU (CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES, devices.py),
+or one; machines may run different counts. Ranks are consecutive per
+task, in task order. Every worker gets, as HybridBackend's launcher gives
+it, a TF_CONFIG of its own: the cluster with one chief/worker entry per
+rank (``host:`` HB_RUN_BASE_PORT + local index, default 20001) and its
+task, ``chief:0`` for rank 0 and ``worker:<rank - 1>`` for the others
+(``worker:<rank>`` when the cluster has no chief), which hb.context
+reports as task_type and task_id.
+
+``ps`` and ``evaluator`` tasks take no part in the collective job: their
+launcher runs the command once, alone, with CUDA_VISIBLE_DEVICES empty
+and TF_CONFIG unchanged (as HybridBackend's launcher does).
+
+All machines must run the same command with the same Python and hbcore
+paths (hydra starts the coordinator's rank command on every machine): the
+rendezvous checks that, together with the cluster, and names what differs.
+"""
+
+import argparse
+import collections
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from hbcore import tf_config
+from hbcore.launcher.devices import worker_devices
+from hbcore.launcher.errors import LauncherError
+from hbcore.launcher.hydra_manual import (LAUNCH_END, LAUNCH_PREFIX,
+                                          find_proxy, manual_command,
+                                          parse_launch_line, proxy_command)
+from hbcore.launcher.mpiexec import RANK_WRAPPER, find_mpiexec, wrapped_command
+from hbcore.launcher.rank_wrapper import parent_death_preexec
+from hbcore.launcher.rendezvous import (Coordinator, Member, Placement,
+                                        RendezvousError)
+from hbcore.launcher.supervisor import (TERMINATE_GRACE_S, LaunchResult,
+                                        ProcessTree, supervise)
+
+# horovodrun's default --start-timeout.
+DEFAULT_START_TIMEOUT_S = 30
+# HybridBackend's first per-GPU port (its HB_RUN_BASE_PORT default).
+DEFAULT_BASE_PORT = 20001
+# How often a member looks up from waiting for the job's end.
+_POLL_S = 0.5
+# How long a member lets its proxy stop by itself after the job ended
+# (hydra stops it when mpiexec goes) before stopping it.
+_PROXY_EXIT_S = 2.0
+
+
+class _Stopped(Exception):
+    """A signal arrived at the launcher (Ctrl-C, the orchestrator's stop)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _label(member: str) -> str:
+    """Hydra's host label of a member: ``worker:1`` -> ``worker-1``."""
+    return member.replace(":", "-")
+
+
+def rank_tf_config(config: tf_config.TfConfig,
+                   placements: List[Placement], rank: int,
+                   base_port: int) -> Dict[str, Any]:
+    """The TF_CONFIG a worker gets (HybridBackend's launcher's rewrite).
+
+    Args:
+        config: The machines' TF_CONFIG.
+        placements: The members' places, in member (rank) order.
+        rank: The worker's rank.
+        base_port: Port of each machine's first worker in the rewrite.
+
+    Returns:
+        The worker's TF_CONFIG.
+    """
+    addresses = []
+    for placement in placements:
+        task = tf_config.Task.from_name(placement.arrival.name)
+        host, _port = tf_config.split_address(config.address(task))
+        host = "[%s]" % host if ":" in host else host
+        addresses += ["%s:%d" % (host, base_port + i)
+                      for i in range(placement.arrival.workers)]
+    cluster = {kind: list(tasks) for kind, tasks in config.cluster.items()
+               if kind not in tf_config.TRAINING_TYPES}
+    head = next((k for k in ("chief", "master") if k in config.cluster), None)
+    if head is not None:
+        cluster[head] = addresses[:1]
+        if len(addresses) > 1:
+            cluster["worker"] = addresses[1:]
+        task = ({"type": head, "index": 0} if rank == 0
+                else {"type": "worker", "index": rank - 1})
+    else:
+        cluster["worker"] = addresses
+        task = {"type": "worker", "index": rank}
+    return {"cluster": cluster, "task": task}
+
+
+class _Job:
+    """One machine's part of a TF_CONFIG job (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace, config: tf_config.TfConfig,
+                 environ: Mapping[str, str], rank_env: Dict[str, str],
+                 program: str) -> None:
+        self.args = args
+        self.config = config
+        self.environ = dict(environ)
+        self.program = program
+        self.members = [str(t) for t in config.training_tasks]
+        self.me = str(config.task)
+        head = config.training_tasks[0]
+        self.coordinator_host, self.coordinator_port = \
+            tf_config.split_address(config.address(head))
+        self.devices = worker_devices(environ)
+        self.workers = len(self.devices) if self.devices else 1
+        self.secret = environ.get("HB_RENDEZVOUS_SECRET", "").encode()
+        self.start_timeout = float(args.start_timeout
+                                   or DEFAULT_START_TIMEOUT_S)
+        self.mpiexec = find_mpiexec(environ)
+        self.proxy = find_proxy(self.mpiexec)
+        output = getattr(args, "output_filename", None)
+        self.rank_command = wrapped_command(
+            args.command, os.path.abspath(output) if output else None,
+            getattr(args, "prefix_output_with_timestamp", False))
+        # The proxy's environment is the ranks' environment on this
+        # machine (the coordinator's mpiexec passes none of its own).
+        self.proxy_env = dict(environ)
+        self.proxy_env.update(rank_env)
+        try:
+            self.base_port = int(environ.get("HB_RUN_BASE_PORT",
+                                             DEFAULT_BASE_PORT))
+        except ValueError:
+            raise LauncherError("HB_RUN_BASE_PORT=%r is not a port number"
+                                % environ.get("HB_RUN_BASE_PORT")) from None
+        # What every machine must agree on (the rendezvous compares it).
+        self.job = {"cluster": config.cluster, "command": list(args.command),
+                    "python": sys.executable, "wrapper": RANK_WRAPPER}
+
+    def describe(self, member: str) -> str:
+        """``task worker:1 (host:port)`` for messages."""
+        task = tf_config.Task.from_name(member)
+        return "task %s (%s)" % (member, self.config.address(task))
+
+    # -- the coordinator (the first training task's machine) -------------
+    def coordinate(self, coordinator: Coordinator,
+                   events: "queue.Queue") -> None:
+        """Runs the rendezvous and the job, then tells every member its
+        outcome (on its own thread)."""
+        try:
+            placements = coordinator.wait_for_members()
+        except RendezvousError:
+            return  # every member was told
+        world = sum(p.arrival.workers for p in placements)
+        segments, owners = [], []
+        for placement in placements:
+            for local in range(placement.arrival.workers):
+                rank = placement.first_rank + local
+                env = {"TF_CONFIG": json.dumps(rank_tf_config(
+                    self.config, placements, rank, self.base_port))}
+                if placement.arrival.devices is not None:
+                    env["CUDA_VISIBLE_DEVICES"] = \
+                        placement.arrival.devices[local]
+                segments.append(env)
+                owners.append((placement.arrival.name, local))
+        hosts = ["%s:%d" % (_label(p.arrival.name), p.arrival.workers)
+                 for p in placements]
+        command = manual_command(self.mpiexec, hosts, segments,
+                                 self.rank_command,
+                                 getattr(self.args, "mpi_args", []))
+        proxies: Dict[str, Any] = {}
+
+        def intercept(line: bytes) -> bool:
+            text = line.decode("utf-8", "replace").rstrip("\n")
+            try:
+                if text.startswith(LAUNCH_PREFIX):
+                    data = parse_launch_line(text)
+                    proxies[placements[data.proxy_id].arrival.name] = data
+                    return True
+                if text.strip() == LAUNCH_END:
+                    coordinator.start(proxies, placements)
+                    return True
+            except (LauncherError, IndexError, KeyError) as exc:
+                events.put(("abort", "cannot start the proxies: %s" % exc))
+                return True
+            return False
+
+        if getattr(self.args, "verbose", False):
+            sys.stderr.write("%s: %s\n" % (self.program, " ".join(command)))
+        try:
+            result = supervise(command, world, environ=self.environ,
+                               stdin=subprocess.DEVNULL, intercept=intercept,
+                               events=events)
+        except LauncherError as exc:
+            coordinator.end(1, "%s: error: %s" % (self.program, exc))
+            return
+        coordinator.end(result.exit_code, self.report(result, owners))
+
+    def report(self, result: LaunchResult,
+               owners: List[Tuple[str, int]]) -> str:
+        """The line every machine prints about the job's end ("" if ok)."""
+        failure = result.first_failure
+        if failure is None or not 0 <= failure.rank < len(owners):
+            return result.message(self.program) or ""
+        member, local = owners[failure.rank]
+        return ("%s: rank %d (%s, its worker %d) failed first: %s [host %s, "
+                "pid %d]; stopped the job on every machine"
+                % (self.program, failure.rank, self.describe(member), local,
+                   failure.describe(), failure.host, failure.pid))
+
+    # -- every machine -------------------------------------------------
+    def run(self) -> int:
+        """Runs this machine's part; returns the launcher's exit code."""
+        events: "queue.Queue" = queue.Queue()
+        coordinator_thread = None
+        coordinator = None
+        try:
+            if self.me == self.members[0]:
+                coordinator = Coordinator(
+                    self.members, self.job, self.secret,
+                    ("", self.coordinator_port), self.start_timeout,
+                    describe=self.describe,
+                    on_failure=lambda why: events.put(("abort", why)))
+                coordinator_thread = threading.Thread(
+                    target=self.coordinate, args=(coordinator, events),
+                    daemon=True, name="rendezvous-coordinator")
+                coordinator_thread.start()
+            code, message = self._member()
+        except RendezvousError as exc:
+            code, message = 1, self._error_line(str(exc))
+        finally:
+            if coordinator is not None:
+                # A member that stopped on a signal ends the job; wait for
+                # the coordinator's teardown so nothing is left running.
+                events.put(("abort", "the coordinator's launcher stopped"))
+                if coordinator_thread is not None:
+                    coordinator_thread.join(TERMINATE_GRACE_S * 3 + 5)
+                coordinator.close()
+        if message:
+            sys.stderr.write(message.rstrip("\n") + "\n")
+            sys.stderr.flush()
+        return code
+
+    def _error_line(self, text: str) -> str:
+        """``hbcore.run: error: TEXT`` (TEXT may be a coordinator's report
+        that has its prefix already)."""
+        if text.startswith(self.program + ":"):
+            return text
+        return "%s: error: %s" % (self.program, text)
+
+    def _member(self) -> Tuple[int, str]:
+        member = Member(self.me, self.workers, self.devices, self.job,
+                        self.secret,
+                        (self.coordinator_host, self.coordinator_port),
+                        self.start_timeout)
+
+        def stop(signum: int, _frame: object) -> None:
+            raise _Stopped(signum)
+        previous = {s: signal.signal(s, stop) for s in
+                    (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        proxy: Optional[subprocess.Popen] = None
+        tree: Optional[ProcessTree] = None
+        try:
+            start = member.join()
+            # pdeathsig only where this process is single-threaded (see
+            # parent_death_preexec): then the proxy cannot outlive us.
+            preexec = (parent_death_preexec(signal.SIGTERM)
+                       if threading.active_count() == 1 else None)
+            # The ranks' output reaches the coordinator's mpiexec through
+            # hydra; the proxy's own lines are held back (see _ProxyLines).
+            proxy = subprocess.Popen(
+                proxy_command(self.proxy, self.coordinator_host, start.proxy),
+                env=self.proxy_env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=preexec)
+            lines = _ProxyLines(proxy)
+            tree = ProcessTree(proxy.pid)
+            while True:
+                outcome = member.wait_for_end(_POLL_S)
+                if outcome is not None:
+                    code, message = outcome
+                    if message and not message.startswith(self.program):
+                        # Not the coordinator's report: the proxy's own
+                        # words may say what happened here.
+                        message = self._error_line(message + lines.text())
+                    return code, message
+                tree.refresh()  # remember ranks that may become orphans
+        except _Stopped as exc:
+            return 128 + exc.signum, ("%s: received %s; stopped this "
+                                      "machine's workers" % (
+                                          self.program,
+                                          signal.Signals(exc.signum).name))
+        finally:
+            member.close()
+            if proxy is not None:
+                try:
+                    proxy.wait(_PROXY_EXIT_S)
+                except subprocess.TimeoutExpired:
+                    pass
+                if tree is not None and tree.alive():
+                    tree.terminate(TERMINATE_GRACE_S)
+                proxy.wait()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+class _ProxyLines(threading.Thread):
+    """Keeps the last lines the proxy printed itself. They are shown only
+    when a member loses its coordinator: at every other end the
+    coordinator's report says what happened, and a proxy whose mpiexec
+    was stopped prints hydra's "assert (!closed) failed" noise."""
+
+    def __init__(self, proxy: subprocess.Popen) -> None:
+        super().__init__(daemon=True, name="proxy-output")
+        self._pipe = proxy.stdout
+        self._lines: "collections.deque" = collections.deque(maxlen=20)
+        self.start()
+
+    def run(self) -> None:
+        """Reads the proxy's output until it closes."""
+        try:
+            for line in iter(self._pipe.readline, b""):
+                self._lines.append(line.decode("utf-8", "replace").rstrip())
+        except (OSError, ValueError):
+            pass
+
+    def text(self) -> str:
+        """The kept lines, each on a line of its own after a newline."""
+        return "".join("\n  " + line for line in list(self._lines))
+
+
+def side_task_env() -> Dict[str, str]:
+    """Variables of a ps or evaluator task's single process (as
+    HybridBackend's launcher: no GPU)."""
+    return {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def run_tf_config_job(args: argparse.Namespace, environ: Mapping[str, str],
+                      rank_env: Dict[str, str],
+                      run_alone: Callable[[Dict[str, str]], int],
+                      program: str = "hbcore.run") -> int:
+    """Runs this machine's part of a TF_CONFIG job.
+
+    Args:
+        args: The launcher's validated arguments (``command``,
+            ``start_timeout``, output and mpiexec flags).
+        environ: The launcher's environment (TF_CONFIG, devices, ...).
+        rank_env: Variables for this machine's ranks (tuning flags).
+        run_alone: Runs the command as a job of one rank here, with extra
+            variables (for ps and evaluator tasks); returns its exit code.
+        program: The name starting report lines.
+
+    Returns:
+        The exit code: 0, or the job's first failure's (the same on every
+        machine), or 1 for a failed rendezvous, which the message names.
+    """
+    try:
+        config = tf_config.parse(environ.get("TF_CONFIG", ""))
+    except ValueError as exc:
+        sys.stderr.write("%s: error: %s\n" % (program, exc))
+        return 2
+    if config is None:
+        sys.stderr.write("%s: error: --tf-config needs TF_CONFIG naming a "
+                         "cluster and this task\n" % program)
+        return 2
+    if not config.trains:
+        return run_alone(side_task_env())
+    try:
+        return _Job(args, config, environ, rank_env, program).run()
+    except LauncherError as exc:
+        sys.stderr.write("%s: error: %s\n" % (program, exc))
+        return 1
