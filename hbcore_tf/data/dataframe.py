@@ -107,7 +107,8 @@ class DataFrame:
                                  "non-negative integer (0: scalar column, 1: "
                                  "list column, 2: list of lists, ...), got %r"
                                  % (name, ragged_rank))
-            self.ragged_rank = None if ragged_rank is None else int(ragged_rank)
+            self.ragged_rank = (None if ragged_rank is None
+                                else int(ragged_rank))
             self.shape = _fixed_shape(name, shape)
             self.sparse = bool(sparse)
             if self.shape.rank and (self.ragged_rank or 0) > 1:
@@ -118,9 +119,10 @@ class DataFrame:
                                      name, self.ragged_rank,
                                      self.shape.as_list()))
             if self.shape.rank and self.sparse:
-                raise ValueError("DataFrame.Field %r: sparse=True and shape=%s "
-                                 "cannot be combined (a fixed-length list is "
-                                 "read dense)" % (name, self.shape.as_list()))
+                raise ValueError("DataFrame.Field %r: sparse=True and "
+                                 "shape=%s cannot be combined (a fixed-length "
+                                 "list is read dense)" % (
+                                     name, self.shape.as_list()))
 
         @property
         def incomplete(self) -> bool:
@@ -130,9 +132,10 @@ class DataFrame:
         def __repr__(self) -> str:
             shape = ", shape=%s" % self.shape.as_list() if self.shape.rank \
                 else ""
+            sparse = ", sparse=True" if self.sparse else ""
             return "DataFrame.Field(%r, dtype=%s, ragged_rank=%r%s%s)" % (
                 self.name, None if self.dtype is None else self.dtype.name,
-                self.ragged_rank, shape, ", sparse=True" if self.sparse else "")
+                self.ragged_rank, shape, sparse)
 
     class Value(collections.namedtuple("DataFrameValue",
                                        ["values", "nested_row_splits"])):
@@ -167,8 +170,8 @@ class DataFrame:
               A tf.RaggedTensor with int32 row splits.
             """
             if self.fixed_length:
-                return tf.RaggedTensor.from_tensor(self.values,
-                                                   row_splits_dtype=SPLITS_DTYPE)
+                return tf.RaggedTensor.from_tensor(
+                    self.values, row_splits_dtype=SPLITS_DTYPE)
             return tf.RaggedTensor.from_nested_row_splits(
                 self.values, self.nested_row_splits, validate=False)
 
@@ -288,11 +291,13 @@ def _column_unbatch_to_sparse(path: str, column: Any) -> Any:
         column = column.to_ragged()
     if not isinstance(column, tf.RaggedTensor):
         return column
+    message = ("hb.data.DataFrame.unbatch_and_to_sparse: column %s holds "
+               "more than one row; it unbatches batches of one row "
+               "(ParquetDataset: batch_size=1, its default)" % (
+                   path or "<batch>"))
     check = tf.debugging.assert_equal(
         column.nrows(out_type=tf.int64), tf.constant(1, tf.int64),
-        message="hb.data.DataFrame.unbatch_and_to_sparse: column %s holds "
-                "more than one row; it unbatches batches of one row "
-                "(ParquetDataset's default batch_size=1)" % (path or "<batch>"))
+        message=message)
     with tf.control_dependencies([check]):
         row = column[0]
     if isinstance(row, tf.RaggedTensor):

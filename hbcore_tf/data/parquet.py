@@ -392,9 +392,11 @@ class ParquetDataset(tf.data.Dataset):
         return self._dataset.element_spec
 
     @property
-    def fields(self) -> List[str]:
-        """The names of the columns this dataset reads, in order."""
-        return [c.name for c in self._columns]
+    def fields(self) -> List["DataFrame.Field"]:
+        """The columns this dataset reads, in order, as complete
+        DataFrame.Fields (name, dtype, ragged_rank, shape), as in
+        HybridBackend (e.g. ``hb.data.rebatch(n, fields=ds.fields)``)."""
+        return [c.field() for c in self._columns]
 
 
 def read_parquet(batch_size: int = 1, fields: Any = None,

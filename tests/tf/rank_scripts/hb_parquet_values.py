@@ -189,6 +189,10 @@ class Cases:
     def fixed_shape(self) -> None:
         ds = hb.data.ParquetDataset(self.paths, 6,
                                     fields=["id", Field("emb", shape=[4])])
+        check([(f.name, f.dtype, f.ragged_rank, f.shape.as_list())
+               for f in ds.fields] == [("id", tf.int64, 0, []),
+                                       ("emb", tf.float32, 1, [4])],
+              "fields %s" % (ds.fields,))
         check(ds.element_spec["emb"].values.shape.as_list() == [None, 4],
               "emb spec %s" % (ds.element_spec["emb"],))
         dense = hb.data.ParquetDataset(self.paths, 6, fields=[
