@@ -235,6 +235,7 @@ def check_columns(columns: List[Column], schema: Any, path: str,
         depth, dtype = _file_column(schema, column.name, path)
         if depth != column.depth:
             if reference is None:
+                # Typed Fields: the error says how the Field disagrees.
                 _check_field(column.field(), depth, path)
             raise ValueError(
                 "column %r is a %s column in %s but a %s column in %s; every "
