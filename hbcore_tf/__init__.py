@@ -11,7 +11,8 @@ HybridBackend's API sits beside it (``import hbcore_tf as hb``;
 docs/hybridbackend.md): ``hb.context`` / ``hb.Context``, ``hb.scope``,
 ``@hb.function``, ``hb.wraps``, ``hb.train``, ``hb.saved_model``; the
 options live in ``hb.context.options`` (hbcore_tf.options);
-``hb.estimator`` raises ImportError (tf.estimator left TensorFlow 2.16).
+``hb.estimator`` holds only ``ModeKeys`` (tf.estimator left TensorFlow 2.16;
+its other names raise ImportError).
 
 Names, signatures, defaults and semantics follow horovod.tensorflow 0.28.
 The ops run on the hbcore core (one per process, shared with the numpy API
@@ -68,8 +69,11 @@ def __getattr__(name: str):
 
         return hbcore_tf.keras
     if name == "estimator":
-        # Raises ImportError: tf.estimator was removed in TensorFlow 2.16.
-        import hbcore_tf.estimator  # noqa: F401
+        # Only ModeKeys: tf.estimator was removed in TensorFlow 2.16, so its
+        # other names raise ImportError (hbcore_tf/estimator.py).
+        import hbcore_tf.estimator
+
+        return hbcore_tf.estimator
     if name == "elastic":
         # Raises ImportError: elastic training is not supported.
         import hbcore_tf.elastic  # noqa: F401

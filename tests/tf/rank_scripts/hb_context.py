@@ -295,9 +295,31 @@ def main():
                       TypeError, "CheckpointSaverListener")
 
     def estimator():
-        for fn in (lambda: hb.estimator,
-                   lambda: __import__("hbcore_tf.estimator")):
-            exc = expect_raises(fn, ImportError, "TensorFlow 2.16")
+        """hb.estimator holds ModeKeys (tf.estimator's strings, usable in
+        hb.scope); every other name raises ImportError with the message."""
+        keys = hb.estimator.ModeKeys
+        check((keys.TRAIN, keys.EVAL, keys.PREDICT) == ("train", "eval",
+                                                        "infer"),
+              "ModeKeys %r" % ((keys.TRAIN, keys.EVAL, keys.PREDICT),))
+        with hb.scope(mode=hb.estimator.ModeKeys.TRAIN):
+            check(hb.context.options.mode == "train", "scope(mode=TRAIN)")
+        check(hb.context.options.mode is None, "mode after the scope")
+        check(not hasattr(hb.estimator, "__wrapped__"),
+              "dunder probes are AttributeError")
+
+        def import_estimator():
+            from hbcore_tf.estimator import Estimator  # noqa: F401
+
+        for what, fn in (
+                ("Estimator", lambda: hb.estimator.Estimator),
+                ("RunConfig", lambda: hb.estimator.RunConfig()),
+                ("EstimatorSpec", lambda: hb.estimator.EstimatorSpec),
+                ("train_and_evaluate",
+                 lambda: hb.estimator.train_and_evaluate),
+                ("Estimator", import_estimator)):
+            exc = expect_raises(fn, ImportError, "hb.estimator.%s: "
+                                "hb.estimator is not available: tf.estimator "
+                                "was removed in TensorFlow 2.16" % what)
             for fragment in ("hb.scope", "MonitoredTrainingSession", "Keras"):
                 check(fragment in str(exc), "message lacks %s" % fragment)
 
