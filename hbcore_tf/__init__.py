@@ -45,7 +45,7 @@ from hbcore_tf.gradient_tape import (DistributedGradientTape,
                                     PartialDistributedGradientTape)
 from hbcore_tf.optimizers import DistributedOptimizer
 # HybridBackend's names.
-from hbcore_tf.context import Context, context
+from hbcore_tf.context import Context, context, context_scope
 from hbcore_tf.scope import function, scope, wraps
 from hbcore_tf.embedding import embedding_scope
 from hbcore_tf.embedding import dense_features

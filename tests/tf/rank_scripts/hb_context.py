@@ -26,7 +26,8 @@ ENV = {"HB_GRAD_NBUCKETS": "2", "HB_DATA_SYNC_DROP_REMAINDER": "false",
 CASES = ["no_init", "properties", "devices", "options_env", "options_set",
          "options_scope_nesting", "options_errors", "options_env_bad",
          "no_core_collision", "tf_config", "context_scope_on_class",
-         "saving_listeners", "estimator", "saved_model"]
+         "saving_listeners", "estimator", "options_only_scope",
+         "saved_model"]
 # The documented defaults (docs/hybridbackend.md), for options ENV leaves.
 DEFAULTS = {"comm_pool_capacity": 1, "sharding": False,
             "emb_min_rows_to_shard": 1, "emb_unique": True}
@@ -323,6 +324,20 @@ def main():
             for fragment in ("hb.scope", "MonitoredTrainingSession", "Keras"):
                 check(fragment in str(exc), "message lacks %s" % fragment)
 
+    def options_only_scope():
+        """hb.context_scope: options for the code inside, no patches."""
+        before = OPTIONS.grad_nbuckets
+        with hb.context_scope(grad_nbuckets=before + 5) as ctx:
+            check(ctx is hb.context, "yields hb.context")
+            check(OPTIONS.grad_nbuckets == before + 5, "option inside")
+            with tf.Graph().as_default():
+                opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+            check(type(opt) is tf.compat.v1.train.GradientDescentOptimizer,
+                  "an optimizer created inside stays TF's: %r" % type(opt))
+        check(OPTIONS.grad_nbuckets == before, "unwound")
+        expect_raises(lambda: hb.context_scope(grad_nbucket=2).__enter__(),
+                      ValueError, "'grad_nbucket'")
+
     def saved_model():
         path = hbcore.broadcast_object(
             os.path.join(tempfile.mkdtemp(prefix="hb_sm_"), "model")
@@ -348,6 +363,7 @@ def main():
         ("no_core_collision", no_core_collision), ("tf_config", tf_config),
         ("context_scope_on_class", context_scope_on_class),
         ("saving_listeners", saving_listeners), ("estimator", estimator),
+        ("options_only_scope", options_only_scope),
         ("saved_model", saved_model))}
     run_table(checker, table, CASES)
     report({"rank": hb.rank(), "size": hb.size(), "ok": checker.all_ok,
