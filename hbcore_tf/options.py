@@ -281,6 +281,21 @@ OPTIONS: Tuple[Option, ...] = (
     Option("emb_buffer_load_factor", float, 0.5,
            "HybridBackend's embedding buffer load factor; accepted, "
            "unused"),
+    # HybridBackend's last options (after its v0.6.0 release): they tune
+    # its communicator pool, fused optimizer apply and segment kernels,
+    # none of which hbcore has; accepted so its scripts run, unused.
+    Option("comm_pool_name", str, "default",
+           "HybridBackend's communicator pool name; hbcore has one "
+           "communicator per process: accepted, unused", from_env=False),
+    Option("comm_pubsub_device", str, "/cpu:0",
+           "HybridBackend's device for communicator set-up; accepted, "
+           "unused", from_env=False),
+    Option("grad_apply_fusion", bool, True,
+           "HybridBackend's fused apply of sparse gradients; hbcore applies "
+           "them with the optimizer's own ops: accepted, changes nothing"),
+    Option("emb_segment_sort", bool, False,
+           "HybridBackend's sorted segment reduction in lookups; accepted, "
+           "changes nothing"),
 )
 
 _BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
