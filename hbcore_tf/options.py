@@ -241,11 +241,15 @@ OPTIONS: Tuple[Option, ...] = (
            "HybridBackend's embedding backend: DEFAULT only (PAIEV needs "
            "DeepRec)", _emb_backend),
     Option("emb_num_groups", int, 1,
-           "HybridBackend's lookup groups; accepted, changes nothing",
+           "HybridBackend's coalesced lookup groups, the default of "
+           "hb.keras.layers.DenseFeatures' num_groups; hbcore's core fuses "
+           "the alltoalls that are ready together whatever the groups, so "
+           "values and collectives do not depend on it",
            _at_least(1)),
     Option("emb_enable_concat", bool, True,
-           "HybridBackend's concatenated lookups; accepted, changes "
-           "nothing",
+           "hb.keras.layers.DenseFeatures concatenates its columns' "
+           "tensors (False: returns the list of them), the default of its "
+           "enable_concat",
            from_env=False),
     Option("emb_device", str, "",
            "HybridBackend's table device (or a dict per column); hbcore "
@@ -272,8 +276,9 @@ OPTIONS: Tuple[Option, ...] = (
            "accepted, unused",
            _at_least(1), from_env=False, per_column=True),
     Option("emb_segment_rank", int, 0,
-           "HybridBackend's segment rank, >= 0 (or a dict per column); "
-           "accepted, unused",
+           "feature columns (hb.dense_features, DenseFeatures): k > 0 "
+           "gives one output row per segment of the ids' first k + 1 "
+           "dimensions, >= 0 (or a dict per column)",
            _at_least(0), from_env=False, per_column=True),
     Option("emb_buffer_size", int, 0,
            "HybridBackend's embedding buffer rows; accepted, unused",

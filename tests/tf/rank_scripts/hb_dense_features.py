@@ -21,7 +21,10 @@ FC = tf.feature_column
 
 CASES = ["lookups_match_input_layer", "shared_embedding_columns",
          "adagrad_training_matches_single_process",
-         "graph_is_rank_independent", "errors"]
+         "graph_is_rank_independent", "errors",
+         "keras_layer_matches_tf_keras_dense_features",
+         "function_initializer_rows_are_round_robin", "segment_rank",
+         "columns_that_cannot_be_sharded", "optimizer_session_run_hook"]
 BATCH, STEPS, LR = 4, 3, 0.1
 ROWS = {"a": 23, "b": 11, "c": 17, "xy": 13}
 DIMS = {"a": 4, "b": 3, "c": 2, "xy": 3}
@@ -142,6 +145,21 @@ def model(features_fn, inputs, width):
     b = V1.get_variable("bias", initializer=tf.constant([0.1]))
     loss = tf.reduce_mean(tf.square(tf.matmul(x, w) + b - inputs.label))
     return loss, w
+
+
+def tf_keras():
+    import tf_keras as module
+    return module
+
+
+def ids_table(num_rows, dim):
+    """A table whose row i is [i, 10 i, ...]: every row is recognisable."""
+    return (np.arange(num_rows, dtype=np.float32)[:, None]
+            * np.float32(10.0) ** np.arange(dim, dtype=np.float32)[None, :])
+
+
+def sparse_ids(rows):
+    return ragged_to_sparse(rows, np.int64)
 
 
 def main():
@@ -295,6 +313,204 @@ def main():
             return hb.dense_features({"n": tf.zeros([1, 2])}, [n])
         expect_raises(traced, RuntimeError, "tf.function")
 
+
+    def keras_layer_matches_tf_keras_dense_features():
+        """hb.keras.layers.DenseFeatures computes tf_keras.layers.
+        DenseFeatures' concatenation (name order) on one process with
+        unsharded tables; enable_concat=False gives the same tensors as a
+        list; a second call reuses the tables; the tables are the layer's
+        trainable weights, sharded; bad keywords are errors."""
+        cols = columns()
+        raw = raw_batch(2, rank)
+        with tf.Graph().as_default():
+            inputs = Inputs()
+            plain = tf_keras().layers.DenseFeatures(cols)(inputs.features())
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                want = sess.run(plain, inputs.feed(raw))
+        with tf.Graph().as_default():
+            inputs = Inputs()
+            with hb.scope():
+                layer = hb.keras.layers.DenseFeatures(cols)
+                out = layer(inputs.features())
+                again = layer(inputs.features())
+                listed = hb.keras.layers.DenseFeatures(
+                    cols, enable_concat=False, name="listed")(
+                        inputs.features())
+            tables = [v for v in layer.trainable_weights if
+                      "embedding_weights" in v.name]
+            check(len(tables) == 3 and all(
+                shard_info(t) is not None
+                and shard_info(t).partition.num_shards == size
+                for t in tables), "layer tables %s" % tables)
+            check(len(V1.global_variables()) == 6,
+                  "variables %s" % V1.global_variables())
+            check(layer.num_groups == 1 and layer.enable_concat,
+                  "defaults %s %s" % (layer.num_groups, layer.enable_concat))
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                got, got2, got_list = sess.run([out, again, listed],
+                                               inputs.feed(raw))
+        close(got, want, "concatenated output")
+        close(got2, want, "second call")
+        check(isinstance(got_list, (list, tuple)) and len(got_list) == 4,
+              "enable_concat=False gave %r" % type(got_list))
+        close(np.concatenate(got_list, 1), want, "listed outputs")
+        layer_class = hb.keras.layers.DenseFeatures
+        expect_raises(lambda: layer_class(cols, num_groups=0), ValueError,
+                      "emb_num_groups must be >= 1")
+        expect_raises(lambda: layer_class(cols, enable_concat="no"),
+                      TypeError, "emb_enable_concat")
+        check(layer_class(cols, num_groups=None).num_groups is None,
+              "num_groups=None")
+        with hb.scope(emb_num_groups=3, emb_enable_concat=False):
+            scoped = layer_class(cols)
+        check(scoped.num_groups == 3 and not scoped.enable_concat,
+              "options as defaults")
+
+        with tf.Graph().as_default():
+            expect_raises(lambda: layer_class(cols)([1]), ValueError,
+                          "expects a dict")
+        expect_raises(lambda: layer_class([cols[1]])(
+            {"n": tf.zeros([1, 2])}), RuntimeError, "not eagerly")
+
+    def function_initializer_rows_are_round_robin():
+        """An initializer that is a function is called as HybridBackend
+        calls it: for this rank's rows (ids rank, rank + size, ...) with
+        partition_info None, or once per partition of them under a
+        partitioner; the table then holds ids in blocks, so lookups and
+        the stored rows are those of the whole table."""
+        num_rows, dim = 11, 2
+        whole = ids_table(num_rows, dim)
+        mine = whole[rank::size]
+        calls = []
+
+        def init(shape, dtype=None, partition_info=None):
+            offset = 0 if partition_info is None else \
+                partition_info.var_offset[0]
+            calls.append((list(shape), partition_info is None, offset))
+            return mine[offset:offset + shape[0]]
+
+        ids = [[10, 0], [rank], [], [num_rows - 1 - rank, 3, 3]]
+        means = np.stack([whole[r].mean(0) if r else np.zeros(dim)
+                          for r in ids])
+        for partitioner in (None, V1.fixed_size_partitioner(2)):
+            del calls[:]
+            with tf.Graph().as_default():
+                ph = V1.sparse_placeholder(tf.int64)
+                col = FC.embedding_column(
+                    FC.categorical_column_with_identity("r", num_rows), dim,
+                    combiner="mean", initializer=init)
+                with hb.scope(), V1.variable_scope(
+                        "vs", partitioner=partitioner):
+                    out = hb.keras.layers.DenseFeatures([col])({"r": ph})
+                table = [v for v in V1.global_variables()
+                         if "embedding_weights" in v.name]
+                check(len(table) == 1, "tables %s" % table)
+                info = shard_info(table[0])
+                with V1.Session() as sess:
+                    sess.run(V1.global_variables_initializer())
+                    got, rows = sess.run(
+                        [out, table[0]], {ph: sparse_ids(ids)})
+            local = len(mine)
+            if partitioner is None:
+                want_calls = [([local, dim], True, 0)]
+            else:
+                first = (local + 1) // 2
+                want_calls = [([first, dim], False, 0),
+                              ([local - first, dim], False, first)]
+            check(calls == want_calls, "calls %s, expected %s" % (
+                calls, want_calls))
+            close(got, means, "lookups, partitioner %s" % partitioner)
+            close(rows, whole[info.offset:info.offset + info.rows],
+                  "stored block")
+
+    def segment_rank():
+        """emb_segment_rank={'s': 1}: one output row per (i, j) of rank-3
+        ids, as input_layer computes on the ids reshaped to [4 * 2, 3]."""
+        num_rows, dim = 7, 2
+        table = rank_values(77, 0, (num_rows, dim))
+        rng = np.random.default_rng([31, rank])
+        cells = [(i, j, k) for i in range(4) for j in range(2)
+                 for k in range(3) if rng.uniform() < 0.4]
+        values = rng.integers(0, num_rows, size=len(cells))
+        rank3 = V1.SparseTensorValue(
+            np.array(cells, np.int64).reshape(-1, 3), values.astype(np.int64),
+            np.array([4, 2, 3], np.int64))
+        flat = V1.SparseTensorValue(
+            np.array([[i * 2 + j, k] for i, j, k in cells],
+                     np.int64).reshape(-1, 2),
+            values.astype(np.int64), np.array([8, 3], np.int64))
+
+        def col():
+            return FC.embedding_column(
+                FC.categorical_column_with_identity("s", num_rows), dim,
+                combiner="sum", initializer=V1.constant_initializer(table))
+        with tf.Graph().as_default():
+            ph = V1.sparse_placeholder(tf.int64)
+            plain = V1.feature_column.input_layer({"s": ph}, [col()])
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                want = sess.run(plain, {ph: flat})
+        with tf.Graph().as_default():
+            ph = V1.sparse_placeholder(tf.int64, shape=[None, None, None])
+            with hb.scope(emb_segment_rank={"s": 1}):
+                out = hb.keras.layers.DenseFeatures([col()])({"s": ph})
+                outs = hb.dense_features({"s": ph}, [col()])
+            with V1.Session() as sess:
+                sess.run(V1.global_variables_initializer())
+                got, got_fn = sess.run([out, outs[0]], {ph: rank3})
+        check(got.shape == (8, dim), "shape %s" % (got.shape,))
+        close(got, want, "segment rank 1")
+        close(got_fn, want, "segment rank 1, hb.dense_features")
+        with tf.Graph().as_default():
+            ph = V1.sparse_placeholder(tf.int64, shape=[None, None])
+            with hb.scope(emb_segment_rank={"s": 2}):
+                expect_raises(lambda: hb.dense_features({"s": ph}, [col()]),
+                              ValueError, "emb_segment_rank=2 for column 's'")
+
+    def columns_that_cannot_be_sharded():
+        """A column whose table hbcore cannot shard is a ValueError naming
+        the column and what was wrong."""
+        ids = FC.categorical_column_with_identity("q", 5)
+        with tf.Graph().as_default():
+            shared = FC.shared_embeddings(
+                [ids, FC.categorical_column_with_identity("p", 5)], 2)
+            feats = {"q": tf.sparse.SparseTensor(
+                [[0, 0]], tf.constant([1], tf.int64), [1, 1])}
+            feats["p"] = feats["q"]
+            exc = expect_raises(lambda: hb.dense_features(feats, shared),
+                                ValueError, "cannot be sharded")
+            check(shared[0].name in str(exc) or shared[1].name in str(exc),
+                  "message names no column: %s" % exc)
+            seq = FC.embedding_column(
+                FC.sequence_categorical_column_with_identity("q", 5), 2)
+            expect_raises(lambda: hb.keras.layers.DenseFeatures([seq])(feats),
+                          ValueError, "'q_embedding' cannot be sharded")
+
+    def optimizer_session_run_hook():
+        """A tf.compat.v1 optimizer built in hb.scope has HybridBackend's
+        make_session_run_hook(): in a plain MonitoredSession it gives
+        every rank rank 0's replicated variables and leaves each rank its
+        own rows of a sharded table."""
+        with tf.Graph().as_default():
+            dense = V1.get_variable("dense", initializer=tf.constant(
+                rank_values(61, rank, (3,))))
+            with hb.scope():
+                with hb.embedding_scope():
+                    table = V1.get_variable(
+                        "table", initializer=V1.constant_initializer(
+                            ids_table(5, 2)), shape=[5, 2])
+                opt = V1.train.GradientDescentOptimizer(0.1)
+            hook = opt.make_session_run_hook()
+            check(isinstance(hook, V1.train.SessionRunHook), "hook %r" % hook)
+            info = shard_info(table)
+            with V1.train.MonitoredSession(hooks=[hook]) as sess:
+                got_dense, got_rows = sess.run([dense, table])
+        close(got_dense, rank_values(61, 0, (3,)), "dense after the hook")
+        close(got_rows, ids_table(5, 2)[info.offset:info.offset + info.rows],
+              "sharded rows after the hook")
+
     table = {
         "lookups_match_input_layer": lookups_match_input_layer,
         "shared_embedding_columns": shared_embedding_columns,
@@ -302,6 +518,13 @@ def main():
             adagrad_training_matches_single_process,
         "graph_is_rank_independent": graph_is_rank_independent,
         "errors": errors,
+        "keras_layer_matches_tf_keras_dense_features":
+            keras_layer_matches_tf_keras_dense_features,
+        "function_initializer_rows_are_round_robin":
+            function_initializer_rows_are_round_robin,
+        "segment_rank": segment_rank,
+        "columns_that_cannot_be_sharded": columns_that_cannot_be_sharded,
+        "optimizer_session_run_hook": optimizer_session_run_hook,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
