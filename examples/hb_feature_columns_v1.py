@@ -251,6 +251,11 @@ def train(args: argparse.Namespace, model_dir: str) -> None:
         for entry in history:
             print("step %5d  auc %.4f  gauc %.4f" % (
                 entry["step"], entry["auc"], entry["gauc"]))
+        # Each table is stored whole under its own name, whatever the
+        # world size.
+        for name, shape in v1.train.list_variables(checkpoint):
+            if name.endswith("embedding_weights"):
+                print("checkpoint table %s %s" % (name, shape))
         diff = served_difference(export_dir, sample, predict.values)
         print("export: plain TensorFlow predictions differ from the trained "
               "graph's by %.2g at most" % diff)
