@@ -19,7 +19,7 @@ first (what from_tensor_slices needs); ParquetDataset streams row groups.
 Rows:
   scalar columns: the 13 scalar columns only (pandas gets plain numpy
     columns; the fairest case for it);
-  with list column: the same plus the tags column (RaggedTensor batches;
+  with list column: the same plus the tags column (DataFrame.Value batches;
     pandas holds it as an object column of arrays, made ragged with
     tf.RaggedTensor.from_row_lengths before from_tensor_slices);
   ParquetDataset rows also run with num_parallel_reads=2.
@@ -70,9 +70,9 @@ def write_files(directory: str, rows: int, files: int) -> List[str]:
 def consume(ds: tf.data.Dataset) -> int:
     rows = 0
     for batch in ds:
-        for value in batch.values():
-            if isinstance(value, tf.RaggedTensor):
-                value = value.flat_values
+        # Every tensor of the batch (a list column's DataFrame.Value or
+        # RaggedTensor holds several).
+        for value in tf.nest.flatten(batch, expand_composites=True):
             value.numpy()
         rows += int(batch["label"].shape[0])
     return rows

@@ -46,12 +46,34 @@ def _stack() -> List[Any]:
     return _local.stack
 
 
+def _first_column(batch: Any) -> Any:
+    """The first column of a batch in tf.nest's order (dicts by sorted
+    key), or None. hb.data.DataFrame.Value (a namedtuple of ``values`` and
+    ``nested_row_splits``, recognised by its fields: hbcore_tf.data sits
+    above this module) is one column, not a tuple to descend into: its
+    values count items, not rows."""
+    if isinstance(batch, tuple) and getattr(batch, "_fields", None) == (
+            "values", "nested_row_splits"):
+        return batch
+    if isinstance(batch, dict):
+        children = [batch[k] for k in sorted(batch)]
+    elif isinstance(batch, (list, tuple)):
+        children = list(batch)
+    else:
+        return batch
+    for child in children:
+        first = _first_column(child)
+        if first is not None:
+            return first
+    return None
+
+
 def batch_weight(batch: Any) -> tf.Tensor:
     """1.0 when ``batch`` holds at least one example, else 0.0.
 
     Args:
-      batch: a nested structure of tensors (dense, ragged or sparse) whose
-        first dimension is the batch.
+      batch: a nested structure of tensors (dense, ragged, sparse or
+        hb.data.DataFrame.Value) whose first dimension is the batch.
 
     Returns:
       A float32 scalar tensor.
@@ -59,11 +81,14 @@ def batch_weight(batch: Any) -> tf.Tensor:
     Raises:
       ValueError: ``batch`` holds no tensor.
     """
-    leaves = tf.nest.flatten(batch, expand_composites=False)
-    if not leaves:
+    first = _first_column(batch)
+    if first is None:
         raise ValueError("batch_weight: the batch holds no tensor")
-    first = leaves[0]
-    if isinstance(first, tf.SparseTensor):
+    if isinstance(first, tuple):
+        splits = first.nested_row_splits
+        rows = (tf.size(splits[0], out_type=tf.int64) - 1 if splits else
+                tf.shape(first.values, out_type=tf.int64)[0])
+    elif isinstance(first, tf.SparseTensor):
         rows = first.dense_shape[0]
     elif isinstance(first, tf.RaggedTensor):
         rows = first.nrows()

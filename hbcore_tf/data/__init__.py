@@ -10,10 +10,13 @@ Parquet input (pyarrow, the ``parquet`` extra):
     ds = hb.data.ParquetDataset(files, batch_size, fields=None,
                                 partition_count=size, partition_index=rank)
     ds = ds.apply(hb.data.rebatch(batch_size))   # batches spanning files
+    ds = ds.apply(hb.data.to_sparse())   # list columns (DataFrame.Value)
+                                         # as tf.SparseTensor
 
 Horovod's tf.data service integration is hbcore_tf.data.compute_service.
 """
-from hbcore_tf.data.dataframe import DataFrame, to_sparse
+from hbcore_tf.data.dataframe import (DataFrame, to_sparse,
+                                      unbatch_and_to_sparse)
 from hbcore_tf.data.iterators import (SyncIterator, make_initializable_iterator,
                                       make_iterator, make_one_shot_iterator)
 from hbcore_tf.data.parquet import ParquetDataset, read_parquet
@@ -23,4 +26,4 @@ from hbcore_tf.data.sync import batch_weight, step_weight, synchronized
 __all__ = ["DataFrame", "ParquetDataset", "SyncIterator", "batch_weight",
            "make_initializable_iterator", "make_iterator",
            "make_one_shot_iterator", "read_parquet", "rebatch", "step_weight",
-           "synchronized", "to_sparse"]
+           "synchronized", "to_sparse", "unbatch_and_to_sparse"]

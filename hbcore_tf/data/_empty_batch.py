@@ -9,6 +9,8 @@ every non-batch dimension keeps its size:
 - dense ``tf.TensorSpec`` [B, d1, ..., dk]   -> zeros [0, d1, ..., dk];
 - ``tf.RaggedTensorSpec`` [B, (r1), ..., dk] -> a ragged tensor with no
   rows whose flat values are zeros [0, <uniform inner dims>];
+- ``hb.data.DataFrame.Value`` of specs       -> values zeros [0, <fixed
+  shape>], every row-splits vector [0];
 - ``tf.SparseTensorSpec`` [B, d1, ...]       -> no values, dense_shape
   [0, d1, ...]; an unknown d_i becomes 0 (a sparse batch's width usually
   varies from batch to batch, and no value lies outside an empty shape).
@@ -20,13 +22,16 @@ from typing import Any, List
 
 import tensorflow as tf
 
+from hbcore_tf.data.dataframe import DataFrame
+
 
 def empty_batch(element_spec: Any) -> Any:
     """Builds an empty batch matching ``element_spec``.
 
     Args:
       element_spec: a dataset's ``element_spec`` (nested dicts, tuples and
-        lists of TensorSpec, RaggedTensorSpec and SparseTensorSpec).
+        lists of TensorSpec, RaggedTensorSpec, SparseTensorSpec and
+        DataFrame.Value of TensorSpecs).
 
     Returns:
       The same nested structure of tensors, each with leading dimension 0.
@@ -39,18 +44,22 @@ def empty_batch(element_spec: Any) -> Any:
       TypeError: a component is not a dense, ragged or sparse tensor.
     """
     paths_and_specs = _flatten_with_paths(element_spec)
-    tensors = [_empty_component(path, spec) for path, spec in paths_and_specs]
+    # A DataFrame.Value is one component here but several leaves to tf.nest.
+    tensors = [leaf for path, spec in paths_and_specs
+               for leaf in tf.nest.flatten(_empty_component(path, spec))]
     return tf.nest.pack_sequence_as(element_spec, tensors,
                                     expand_composites=False)
 
 
 def _flatten_with_paths(element_spec: Any) -> List[Any]:
     # (path, spec) pairs in tf.nest's flattening order (dicts by sorted
-    # key); Ragged/SparseTensorSpecs are leaves.
+    # key); Ragged/SparseTensorSpecs and DataFrame.Values are leaves.
     out = []
 
     def walk(node: Any, path: str) -> None:
-        if isinstance(node, dict):
+        if isinstance(node, DataFrame.Value):
+            out.append((path or "<element>", node))
+        elif isinstance(node, dict):
             for key in sorted(node):
                 walk(node[key], "%s[%r]" % (path, key))
         elif isinstance(node, (tuple, list)):
@@ -93,6 +102,10 @@ def _batch_shape(path: str, spec: Any) -> List[Any]:
 
 
 def _empty_component(path: str, spec: Any) -> Any:
+    if isinstance(spec, DataFrame.Value):
+        values = _empty_component(path, spec.values)
+        return DataFrame.Value(values, [tf.zeros([1], s.dtype)
+                                        for s in spec.nested_row_splits])
     if isinstance(spec, tf.RaggedTensorSpec):
         dims = _batch_shape(path, spec)
         ragged_rank = spec.ragged_rank

@@ -8,9 +8,11 @@ hb.train.MonitoredTrainingSession (and tf.compat.v1's inside hb.scope)
 HybridBackend's detect-end does (hbcore_tf.data.detect_end); elsewhere
 (a plain Session, TF's MonitoredTrainingSession) ``get_next()`` raises
 tf.errors.OutOfRangeError on every rank in the step after the last.
-``get_next()`` also registers the batch's weight (1.0 unless the batch is
-empty) as the graph's data-sync step weight, so the data-parallel gradient
-reduction built in that graph averages over the ranks that had data
+The iterator's elements are the dataset's (``string_handle()`` feeds
+``tf.data.Iterator.from_string_handle``). ``get_next()`` also registers
+the batch's weight (1.0 unless the batch is empty) as the graph's
+data-sync step weight, so the data-parallel gradient reduction built in
+that graph averages over the ranks that had data
 (hbcore_tf._step_weight). Call ``get_next()`` once per training graph,
 before building the optimizer's update.
 """
@@ -26,39 +28,50 @@ from hbcore_tf.data.sync import synchronized_with_last
 class SyncIterator:
     """A tf.compat.v1 iterator over a synchronized dataset.
 
-    Behaves like a ``tf.compat.v1.data.Iterator`` over the dataset's
-    elements (other attributes are forwarded to the iterator over
-    ``(element, is_last)`` pairs it wraps); ``get_next`` additionally
-    registers the step weight and sets the end flag.
+    A ``tf.compat.v1.data.Iterator`` over the dataset's elements (its
+    ``string_handle``, ``output_types``, ``output_shapes``,
+    ``output_classes`` and ``element_spec`` describe the same elements,
+    so it feeds ``tf.data.Iterator.from_string_handle``; other attributes
+    are the wrapped iterator's); ``get_next`` additionally registers the
+    step weight and the end flag (see the module docstring). A feedable
+    iterator reads the same batches but registers neither: with
+    ``drop_remainder=False``, call this iterator's ``get_next`` in the
+    training graph for the step weight.
     """
 
-    def __init__(self, iterator: Any, initializable: bool = False) -> None:
-        self._iterator = iterator
+    def __init__(self, synchronized: tf.data.Dataset,
+                 initializable: bool = False) -> None:
         self._end = detect_end.end_flag()
+        marked = detect_end.marking_end(synchronized, self._end)
+        with tf.device("/cpu:0"):
+            self._iterator = (
+                tf.compat.v1.data.make_initializable_iterator(marked)
+                if initializable else
+                tf.compat.v1.data.make_one_shot_iterator(marked))
         # Built once, now: a session's graph may be finalized later.
-        self._initializer = (tf.group(iterator.initializer,
+        self._initializer = (tf.group(self._iterator.initializer,
                                       self._end.assign(False))
                              if initializable else None)
 
     @property
     def element_spec(self) -> Any:
         """The spec of the dataset's elements."""
-        return self._iterator.element_spec[0]
+        return self._iterator.element_spec
 
     @property
     def output_types(self) -> Any:
         """The dtypes of the dataset's elements (tf.compat.v1)."""
-        return tf.compat.v1.data.get_output_types(self._iterator)[0]
+        return tf.compat.v1.data.get_output_types(self._iterator)
 
     @property
     def output_shapes(self) -> Any:
         """The shapes of the dataset's elements (tf.compat.v1)."""
-        return tf.compat.v1.data.get_output_shapes(self._iterator)[0]
+        return tf.compat.v1.data.get_output_shapes(self._iterator)
 
     @property
     def output_classes(self) -> Any:
         """The classes of the dataset's elements (tf.compat.v1)."""
-        return tf.compat.v1.data.get_output_classes(self._iterator)[0]
+        return tf.compat.v1.data.get_output_classes(self._iterator)
 
     @property
     def initializer(self) -> Any:
@@ -68,8 +81,22 @@ class SyncIterator:
             return self._iterator.initializer  # TF's answer (one-shot)
         return self._initializer
 
+    def string_handle(self, name: Optional[str] = None) -> tf.Tensor:
+        """A tf.string handle of this iterator, for
+        ``tf.data.Iterator.from_string_handle(handle, it.output_types,
+        it.output_shapes, it.output_classes)``.
+
+        Args:
+          name: the op's name.
+
+        Returns:
+          A scalar tf.string tensor.
+        """
+        return self._iterator.string_handle(name=name)
+
     def get_next(self, name: Optional[str] = None) -> Any:
-        """The next batch; registers its weight in the graph.
+        """The next batch; registers its weight and the end flag in the
+        graph.
 
         Args:
           name: the name of the iterator's get_next op.
@@ -84,11 +111,7 @@ class SyncIterator:
           tf.errors.OutOfRangeError: (when run) the synchronized dataset
             is exhausted, on every rank at the same step.
         """
-        batch, is_last = self._iterator.get_next(name=name)
-        with tf.control_dependencies([self._end.assign(is_last)]):
-            # Whatever uses the batch has set the end flag (detect_end).
-            batch = tf.nest.map_structure(tf.identity, batch,
-                                          expand_composites=True)
+        batch = self._iterator.get_next(name=name)
         _step_weight.register_in_graph(_step_weight.batch_weight(batch))
         detect_end.register(self._end)
         return batch
@@ -132,8 +155,7 @@ def make_one_shot_iterator(ds: tf.data.Dataset,
       TypeError, ValueError: as ``synchronized``.
     """
     _prepare("make_one_shot_iterator")
-    return SyncIterator(tf.compat.v1.data.make_one_shot_iterator(
-        synchronized_with_last(ds, drop_remainder)))
+    return SyncIterator(synchronized_with_last(ds, drop_remainder))
 
 
 def make_initializable_iterator(ds: tf.data.Dataset,
@@ -155,8 +177,8 @@ def make_initializable_iterator(ds: tf.data.Dataset,
       TypeError, ValueError: as ``synchronized``.
     """
     _prepare("make_initializable_iterator")
-    return SyncIterator(tf.compat.v1.data.make_initializable_iterator(
-        synchronized_with_last(ds, drop_remainder)), initializable=True)
+    return SyncIterator(synchronized_with_last(ds, drop_remainder),
+                        initializable=True)
 
 
 def make_iterator(ds: tf.data.Dataset,

@@ -8,14 +8,20 @@
 Reading: pyarrow reads one row group at a time (only the selected columns)
 and the rows are cut into batches of ``batch_size``; batches do not span
 files, so each file's last batch may be short (dropped with
-``drop_remainder=True``). Scalar columns become dense [batch] tensors, list
-columns tf.RaggedTensor [batch, None] (tf.SparseTensor with
-``DataFrame.Field(..., sparse=True)``), string columns tf.string,
-dictionary-encoded columns (pandas categoricals) their decoded values.
-Every file must hold each selected column as the first file does (list or
-scalar, strings or numbers, one numeric dtype unless a Field names the dtype
-to cast to); a difference is a ValueError naming the column and both files
-when the dataset is built, not a failure in the middle of training.
+``drop_remainder=True``). As in HybridBackend, scalar columns become dense
+[batch] tensors and list columns (lists of lists too)
+``hb.data.DataFrame.Value(values, nested_row_splits)`` with int32 row
+splits (``ds.apply(hb.data.to_sparse())`` or ``DataFrame.Field(...,
+sparse=True)``: tf.SparseTensor); a list column of fixed length read with
+``DataFrame.Field(name, shape=[n])`` is a Value whose values are dense
+[batch, n] (``ragged_rank=0``: the dense tensor alone). String columns
+become tf.string, dictionary-encoded columns (pandas categoricals) their
+decoded values. Every file must hold each selected column as the first
+file does (list depth, strings or numbers, one numeric dtype unless a
+Field names the dtype to cast to); a difference is a ValueError naming the
+column and both files when the dataset is built, not a failure in the
+middle of training. A row of a fixed-shape column with another number of
+items fails the batch that reads it (naming the column, file and row).
 
 Corrupted data (HybridBackend's ``skip_corrupted_data``, default False): a
 row group that pyarrow cannot read (its pages do not decode: bytes
@@ -44,204 +50,13 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf.data._parquet_batch import to_arrays
+from hbcore_tf.data._parquet_schema import (Column, check_columns,
+                                            pyarrow_modules, resolve_columns,
+                                            typed_columns)
 from hbcore_tf.data.dataframe import DataFrame, as_dict
 
 _LOG = logging.getLogger("hbcore_tf.data")
-
-_INSTALL_HINT = ('hb.data.ParquetDataset needs pyarrow, an optional extra of '
-                 'hbcore: pip install "hbcore[parquet]" (from a checkout: '
-                 'pip install ".[parquet]")')
-
-
-# pyarrow 26 and later refuse to import next to numpy 1.x (which
-# TensorFlow 2.16 and 2.17 require) but do not declare it, so pip installs
-# them together.
-_NUMPY_HINT = ('pyarrow 26 and later need numpy 2, and TensorFlow 2.16 and '
-               '2.17 need numpy 1: pip install "pyarrow<26"')
-
-
-def _pyarrow() -> Tuple[Any, Any]:
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError as exc:
-        if isinstance(exc, ModuleNotFoundError) and exc.name == "pyarrow":
-            raise ImportError(_INSTALL_HINT) from exc
-        # Installed but broken: say what pyarrow said.
-        hint = _NUMPY_HINT if "NumPy" in str(exc) else _INSTALL_HINT
-        raise ImportError("hb.data.ParquetDataset cannot import pyarrow: "
-                          "%s (%s)" % (exc, hint)) from exc
-    return pyarrow, pyarrow.parquet
-
-
-class _Column:
-    """How one selected column is read and what tensor it becomes."""
-
-    def __init__(self, name: str, dtype: tf.DType, ragged: bool,
-                 sparse: bool, file_dtype: Optional[tf.DType] = None,
-                 cast: bool = True) -> None:
-        self.name = name
-        self.dtype = dtype            # the tensor's dtype
-        self.ragged = ragged
-        self.sparse = sparse
-        # The first file's dtype; cast: the user's Field fixed ``dtype``, so
-        # files may hold any numeric dtype (False: all must hold file_dtype).
-        self.file_dtype = file_dtype if file_dtype is not None else dtype
-        self.cast = cast
-
-    def spec(self) -> Any:
-        if self.ragged:
-            return tf.RaggedTensorSpec([None, None], self.dtype,
-                                       ragged_rank=1, row_splits_dtype=tf.int64)
-        return tf.TensorSpec([None], self.dtype)
-
-
-def _tf_dtype(pa: Any, arrow_type: Any) -> Optional[tf.DType]:
-    """The tensor dtype of a primitive Arrow type, or None if unsupported."""
-    types = pa.types
-    if types.is_dictionary(arrow_type):
-        # Dictionary-encoded columns (pandas categoricals) are read decoded.
-        arrow_type = arrow_type.value_type
-    if types.is_string(arrow_type) or types.is_large_string(arrow_type) or \
-            types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
-        return tf.string
-    # Compared type by type: DataType.to_pandas_dtype needs pandas in
-    # pyarrow 25 (not in 26), and pandas is not a requirement.
-    for arrow, dtype in ((pa.bool_(), tf.bool), (pa.int8(), tf.int8),
-                         (pa.int16(), tf.int16), (pa.int32(), tf.int32),
-                         (pa.int64(), tf.int64), (pa.uint8(), tf.uint8),
-                         (pa.uint16(), tf.uint16), (pa.uint32(), tf.uint32),
-                         (pa.uint64(), tf.uint64), (pa.float16(), tf.float16),
-                         (pa.float32(), tf.float32),
-                         (pa.float64(), tf.float64)):
-        if arrow_type == arrow:
-            return dtype
-    return None
-
-
-def _file_column(schema: Any, name: str, path: str) -> Tuple[bool, tf.DType]:
-    """(is a list column, values' tensor dtype) of column ``name`` of a file.
-
-    Raises:
-      ValueError: the file has no such column.
-      TypeError: the column's type has no tensor equivalent.
-    """
-    pa, _ = _pyarrow()
-    index = schema.get_field_index(name)
-    if index < 0:
-        raise ValueError("column %r is not in %s (its columns: %s)" % (
-            name, path, ", ".join(schema.names)))
-    arrow_type = schema.field(index).type
-    ragged = pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
-    dtype = _tf_dtype(pa, arrow_type.value_type if ragged else arrow_type)
-    if dtype is None:
-        raise TypeError("column %r of %s has type %s, which "
-                        "ParquetDataset does not support (scalar or list "
-                        "columns of numbers, booleans or strings)" % (
-                            name, path, arrow_type))
-    return ragged, dtype
-
-
-def _kind(ragged: bool) -> str:
-    return "list" if ragged else "scalar"
-
-
-def _check_castable(name: str, path: str, file_dtype: tf.DType,
-                    dtype: tf.DType) -> None:
-    """Numbers and booleans cast to each other; strings only to strings.
-
-    Raises:
-      ValueError: one of the dtypes is tf.string and the other is not.
-    """
-    if (file_dtype == tf.string) != (dtype == tf.string):
-        raise ValueError(
-            "column %r of %s holds %s values, but its DataFrame.Field asks "
-            "for %s; ParquetDataset casts between numeric and boolean "
-            "dtypes only, not between strings and numbers" % (
-                name, path, file_dtype.name, dtype.name))
-
-
-def _resolve_columns(schema: Any, fields: Any, path: str) -> List[_Column]:
-    """The columns to read, typed from the first file's schema.
-
-    Args:
-      schema: the file's Arrow schema.
-      fields: the ``fields`` argument (None: every column of the file).
-      path: the file (named in errors).
-
-    Returns:
-      One _Column per selected column, in order.
-
-    Raises:
-      ValueError: no column is selected, a column is missing, or a
-        Field's ragged_rank or dtype (string vs number) disagrees with the
-        file.
-      TypeError: a column's type has no tensor equivalent.
-    """
-    wanted = as_dict(fields if fields is not None else schema.names)
-    if not wanted:
-        raise ValueError("ParquetDataset: no columns to read (%s)" % (
-            "fields is empty" if fields is not None else
-            "%s has no columns" % path))
-    columns = []
-    for name, field in wanted.items():
-        ragged, dtype = _file_column(schema, name, path)
-        if field.ragged_rank is not None and field.ragged_rank != int(ragged):
-            raise ValueError("column %r of %s is a %s column, but its Field "
-                             "says ragged_rank=%d" % (
-                                 name, path, _kind(ragged), field.ragged_rank))
-        if field.sparse and not ragged:
-            raise ValueError("column %r of %s is a scalar column; sparse=True "
-                             "needs a list column" % (name, path))
-        if field.dtype is not None:
-            _check_castable(name, path, dtype, field.dtype)
-        columns.append(_Column(name, field.dtype or dtype, ragged,
-                               field.sparse, file_dtype=dtype,
-                               cast=field.dtype is not None))
-    return columns
-
-
-def _check_columns(columns: List[_Column], schema: Any, path: str,
-                   reference: Optional[str]) -> None:
-    """Checks that a file holds ``columns`` as they will be read.
-
-    Args:
-      columns: the columns, typed from ``reference`` or from typed Fields.
-      schema: the file's Arrow schema.
-      path: the file.
-      reference: the first file (whose schema typed ``columns``), or None
-        when the columns come from typed DataFrame.Fields.
-
-    Raises:
-      ValueError: a column is missing, is a list column in one and a
-        scalar column in the other, holds strings in one and numbers in the
-        other, or (without a Field dtype to cast to) holds another numeric
-        dtype than in ``reference``; the message names both.
-      TypeError: a column's type has no tensor equivalent.
-    """
-    for column in columns:
-        ragged, dtype = _file_column(schema, column.name, path)
-        if ragged != column.ragged:
-            if reference is None:
-                raise ValueError(
-                    "column %r of %s is a %s column, but its DataFrame.Field "
-                    "says ragged_rank=%d" % (column.name, path, _kind(ragged),
-                                             int(column.ragged)))
-            raise ValueError(
-                "column %r is a %s column in %s but a %s column in %s; every "
-                "file must have the same schema" % (
-                    column.name, _kind(column.ragged), reference,
-                    _kind(ragged), path))
-        if reference is None or column.cast:
-            _check_castable(column.name, path, dtype, column.dtype)
-        elif dtype != column.file_dtype:
-            raise ValueError(
-                "column %r holds %s values in %s but %s values in %s; give "
-                "its dtype as hb.data.DataFrame.Field(%r, dtype=...) to cast "
-                "every file to one dtype" % (
-                    column.name, column.file_dtype.name, reference,
-                    dtype.name, path, column.name))
-
 
 def _split_file(row_groups: Sequence[int], count: int) -> List[Tuple[int, int]]:
     """Row ranges [start, end) of one file for ``count`` partitions:
@@ -270,48 +85,6 @@ def _plan(paths: List[str], row_groups: List[List[int]], count: int,
     return pieces
 
 
-def _decoded(pa: Any, array: Any) -> Any:
-    """``array`` (an Array or ChunkedArray) with dictionary encoding undone
-    (else unchanged). Chunks (row groups) may have different dictionaries,
-    so each chunk is decoded before they are combined."""
-    if not pa.types.is_dictionary(array.type):
-        return array
-    if isinstance(array, pa.ChunkedArray):
-        return pa.chunked_array([c.dictionary_decode() for c in array.chunks],
-                                type=array.type.value_type)
-    return array.dictionary_decode()
-
-
-def _to_arrays(table: Any, columns: List[_Column], path: str) -> Dict[str, Any]:
-    """One batch (an Arrow table) as numpy arrays / ragged tensors."""
-    pa, _ = _pyarrow()
-    out: Dict[str, Any] = {}
-    for column in columns:
-        array = _decoded(pa, table.column(column.name)).combine_chunks()
-        if array.null_count:
-            raise ValueError("column %r of %s has null values; "
-                             "ParquetDataset needs every row filled" % (
-                                 column.name, path))
-        np_dtype = None if column.dtype == tf.string else \
-            column.dtype.as_numpy_dtype
-        if column.ragged:
-            offsets = array.offsets.to_numpy().astype(np.int64)
-            values = _decoded(pa, array.flatten())
-            if values.null_count:
-                raise ValueError("column %r of %s has null list items" % (
-                    column.name, path))
-            values = values.to_numpy(zero_copy_only=False)
-            if np_dtype is not None:
-                values = values.astype(np_dtype, copy=False)
-            out[column.name] = tf.RaggedTensor.from_row_splits(
-                values, offsets - offsets[0], validate=False)
-        else:
-            values = array.to_numpy(zero_copy_only=False)
-            out[column.name] = values if np_dtype is None else \
-                values.astype(np_dtype, copy=False)
-    return out
-
-
 def _read_group(reader: Any, group: int, names: List[str], path: str,
                 use_threads: bool, skip_corrupted_data: bool) -> Any:
     """Row group ``group`` of ``path`` (the ``names`` columns), or None when
@@ -321,7 +94,7 @@ def _read_group(reader: Any, group: int, names: List[str], path: str,
       ValueError: it cannot be read (its pages do not decode) and
         ``skip_corrupted_data`` is not set; names the file and row group.
     """
-    pa, _ = _pyarrow()
+    pa, _ = pyarrow_modules()
     try:
         return reader.read_row_group(group, columns=names,
                                      use_threads=use_threads)
@@ -337,7 +110,7 @@ def _read_group(reader: Any, group: int, names: List[str], path: str,
         return None
 
 
-def _read_rows(path: str, start: int, end: int, columns: List[_Column],
+def _read_rows(path: str, start: int, end: int, columns: List[Column],
                batch_size: int, drop_remainder: bool,
                use_threads: bool = True,
                skip_corrupted_data: bool = False
@@ -353,15 +126,18 @@ def _read_rows(path: str, start: int, end: int, columns: List[_Column],
         or (without ``skip_corrupted_data``) a row group that cannot be
         read.
     """
-    pa, _ = _pyarrow()
+    pa, _ = pyarrow_modules()
     reader = _open_file(path)
     # Files named by a dataset are only seen here; files of a list were
     # checked against the first one when the dataset was built.
-    _check_columns(columns, reader.schema_arrow, path, None)
+    check_columns(columns, reader.schema_arrow, path, None)
     names = [c.name for c in columns]
     if end < 0:
         end = reader.metadata.num_rows
-    pending, pending_rows, first = [], 0, 0
+    # The rows not yet yielded: (table, its first row in the file) pieces,
+    # consecutive in the file unless a corrupted row group lies between.
+    pending: List[Tuple[Any, int]] = []
+    pending_rows, first = 0, 0
     for group in range(reader.metadata.num_row_groups):
         rows = reader.metadata.row_group(group).num_rows
         lo, hi = max(start, first), min(end, first + rows)
@@ -370,25 +146,51 @@ def _read_rows(path: str, start: int, end: int, columns: List[_Column],
             table = _read_group(reader, group, names, path, use_threads,
                                 skip_corrupted_data)
         if table is not None:
-            pending.append(table.slice(lo - first, hi - lo))
+            pending.append((table.slice(lo - first, hi - lo), lo))
             pending_rows += hi - lo
             while pending_rows >= batch_size:
-                merged = pa.concat_tables(pending)
-                yield _to_arrays(merged.slice(0, batch_size), columns, path)
-                pending = [merged.slice(batch_size)]
+                yield _batch(pa, pending, batch_size, columns, path)
+                pending = _after(pending, batch_size)
                 pending_rows -= batch_size
         first += rows
         if first >= end:
             break
     if pending_rows and not drop_remainder:
-        yield _to_arrays(pa.concat_tables(pending), columns, path)
+        yield _batch(pa, pending, pending_rows, columns, path)
 
 
-def _sparse_fields(columns: List[_Column]) -> Any:
+def _batch(pa: Any, pending: List[Tuple[Any, int]], rows: int,
+           columns: List[Column], path: str) -> Dict[str, Any]:
+    """The first ``rows`` pending rows as one batch (see to_arrays)."""
+    pieces, left = [], rows
+    for table, first in pending:
+        if left <= 0:
+            break
+        pieces.append((first, min(left, table.num_rows)))
+        left -= table.num_rows
+    merged = pa.concat_tables([t for t, _ in pending[:len(pieces)]])
+    return to_arrays(merged.slice(0, rows), columns, path, pieces)
+
+
+def _after(pending: List[Tuple[Any, int]], rows: int
+           ) -> List[Tuple[Any, int]]:
+    """The pending pieces less their first ``rows`` rows."""
+    out = []
+    for table, first in pending:
+        if rows >= table.num_rows:
+            rows -= table.num_rows
+            continue
+        out.append((table.slice(rows), first + rows))
+        rows = 0
+    return out
+
+
+def _sparse_fields(columns: List[Column]) -> Any:
     names = {c.name for c in columns if c.sparse}
 
     def convert(batch: Dict[str, Any]) -> Dict[str, Any]:
-        return {k: v.to_sparse() if k in names else v for k, v in batch.items()}
+        return {k: DataFrame.to_sparse(v) if k in names else v
+                for k, v in batch.items()}
 
     return convert if names else None
 
@@ -487,24 +289,24 @@ class ParquetDataset(tf.data.Dataset):
             raise TypeError("ParquetDataset: skip_corrupted_data must be a "
                             "bool, got %r" % (skip_corrupted_data,))
         skip_corrupted_data = bool(skip_corrupted_data)
-        _pyarrow()
+        pyarrow_modules()
         if tf.is_tensor(filenames):
             filenames = _tensor_filenames(filenames)
         if isinstance(filenames, tf.data.Dataset):
             _check_filenames_dataset(filenames)
-            columns = _typed_columns(fields)
+            columns = typed_columns(fields)
             pieces = filenames.shard(partition_count, partition_index).map(
                 lambda p: (p, tf.constant(0, tf.int64),
                            tf.constant(-1, tf.int64)))
         else:
             paths = _paths(filenames)
             metas = [_metadata(p) for p in paths]
-            columns = _resolve_columns(metas[0].schema.to_arrow_schema(),
+            columns = resolve_columns(metas[0].schema.to_arrow_schema(),
                                        fields, paths[0])
             # Every file must hold the columns as the first one does, or a
             # batch of a later file would not match the dataset's spec.
             for path, meta in zip(paths[1:], metas[1:]):
-                _check_columns(columns, meta.schema.to_arrow_schema(), path,
+                check_columns(columns, meta.schema.to_arrow_schema(), path,
                                paths[0])
             groups = [[meta.row_group(i).num_rows
                        for i in range(meta.num_row_groups)] for meta in metas]
@@ -579,10 +381,7 @@ class ParquetDataset(tf.data.Dataset):
                 f.name.lower(), f.dtype, ragged_rank=f.ragged_rank,
                 shape=f.shape, sparse=f.sparse)
                 if schema.get_field_index(f.name) < 0 else f for f in wanted]
-        return tuple(
-            DataFrame.Field(c.name, c.dtype, ragged_rank=int(c.ragged),
-                            sparse=c.sparse)
-            for c in _resolve_columns(schema, wanted, path))
+        return tuple(c.field() for c in resolve_columns(schema, wanted, path))
 
     def _inputs(self) -> List[tf.data.Dataset]:
         return []
@@ -685,7 +484,7 @@ def _open_file(path: str) -> Any:
       ValueError: the file is not a readable Parquet file (a directory,
         empty, corrupted, another format).
     """
-    pa, pq = _pyarrow()
+    pa, pq = pyarrow_modules()
     try:
         return pq.ParquetFile(path)
     except FileNotFoundError as exc:
@@ -703,26 +502,6 @@ def _open_file(path: str) -> Any:
 
 def _metadata(path: str) -> Any:
     return _open_file(path).metadata
-
-
-def _typed_columns(fields: Any) -> List[_Column]:
-    """Columns from fully typed Fields (filenames given as a dataset)."""
-    message = ("ParquetDataset: with filenames given as a tf.data.Dataset "
-               "(or a tensor whose value is not known yet), fields must list "
-               "every column as hb.data.DataFrame.Field with dtype and "
-               "ragged_rank")
-    if not fields:
-        raise ValueError(message)
-    columns = []
-    for field in as_dict(fields).values():
-        if field.dtype is None or field.ragged_rank is None:
-            raise ValueError("%s; %r lacks them" % (message, field))
-        if field.sparse and field.ragged_rank != 1:
-            raise ValueError("ParquetDataset: %r: sparse=True needs a list "
-                             "column (ragged_rank=1)" % (field,))
-        columns.append(_Column(field.name, field.dtype,
-                               field.ragged_rank == 1, field.sparse))
-    return columns
 
 
 __all__ = ["DataFrame", "ParquetDataset", "read_parquet"]

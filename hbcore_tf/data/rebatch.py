@@ -6,15 +6,51 @@
 ParquetDataset's batches never span files, so each file's last batch is
 short; ``rebatch`` regroups the rows of consecutive batches into batches of
 exactly ``batch_size`` rows (the last one shorter, or dropped with
-``drop_remainder=True``). Dense, ragged and sparse components are
-supported; row order is kept.
+``drop_remainder=True``). Dense, ragged and sparse components and
+DataFrame.Values (list columns, fixed-length ones too) are supported; row
+order is kept.
+
+A DataFrame.Value travels through tf.data's unbatch and batch as the
+tf.RaggedTensor of its rows (a fixed-length list as its dense values) and
+is rebuilt afterwards from the output spec, so its element spec is the
+same before and after.
 """
 from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf.data.dataframe import as_dict
+from hbcore_tf.data.dataframe import SPLITS_DTYPE, DataFrame, as_dict, \
+    map_columns
+
+
+def _as_rows(batch: Any) -> Any:
+    """``batch`` with every DataFrame.Value as a tensor of rows."""
+    def rows(path: str, column: Any) -> Any:
+        del path
+        if not isinstance(column, DataFrame.Value):
+            return column
+        return column.values if column.fixed_length else column.to_ragged()
+    return map_columns(rows, batch, "rebatch")
+
+
+def _as_values(batch: Any, spec: Any) -> Any:
+    """The inverse of _as_rows, guided by the input's element ``spec``."""
+    if isinstance(spec, DataFrame.Value):
+        if spec.fixed_length:
+            # Every row holds the same number of items.
+            width = int(np.prod(spec.values.shape[1:]))
+            rows = tf.shape(batch, out_type=SPLITS_DTYPE)[0]
+            return DataFrame.Value(batch, [tf.range(rows + 1) * width])
+        return DataFrame.Value(batch.flat_values, [
+            tf.cast(s, SPLITS_DTYPE) for s in batch.nested_row_splits])
+    if isinstance(spec, dict):
+        return type(batch)((k, _as_values(batch[k], spec[k])) for k in batch)
+    if isinstance(spec, (list, tuple)):
+        items = [_as_values(b, s) for b, s in zip(batch, spec)]
+        return type(spec)(*items) if hasattr(spec, "_fields") else \
+            type(spec)(items)
+    return batch
 
 
 def _positive(name: str, value: Any) -> int:
@@ -76,7 +112,10 @@ def rebatch(batch_size: int, min_batch_size: Optional[int] = None,
         # unbatch splits every component (dense, ragged, sparse) into rows;
         # batch regroups them, ragged rows into a RaggedTensor and sparse
         # rows into a SparseTensor as wide as its widest row.
-        return ds.unbatch().batch(size, drop_remainder=drop_remainder)
+        spec = ds.element_spec
+        rows = ds.map(_as_rows).unbatch()
+        return rows.batch(size, drop_remainder=drop_remainder).map(
+            lambda batch: _as_values(batch, spec))
 
     return apply
 

@@ -24,7 +24,7 @@ import tempfile
 import numpy as np
 
 from train_common import (check, close, env_rank, env_size, expect_raises,
-                          rank_values, report, run_table, tf)
+                          list_rows, rank_values, report, run_table, tf)
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
@@ -162,7 +162,7 @@ class Cases:
             with V1.Session() as sess:
                 got = sess.run(element)
         close(got["label"], label, "label column")
-        check(got["ids"].to_list() == ids, "ids column %r" % (got["ids"],))
+        check(list_rows(got["ids"]) == ids, "ids column %r" % (got["ids"],))
         check(got["ids"].values.dtype == np.int32, "ids cast to int32")
 
     def gradient_descent_in_scope(self):

@@ -34,6 +34,17 @@ def mean_over_ranks(fn: Callable[[int], np.ndarray], size: int) -> np.ndarray:
     return np.mean(all_ranks(fn, size), axis=0)
 
 
+def list_rows(value: Any) -> list:
+    """The rows of a list column's batch (an hb.data.DataFrame.Value of
+    eager tensors or numpy arrays) as nested Python lists: row i of a level
+    is items [splits[i], splits[i + 1]) of the level below."""
+    items = np.asarray(value.values).tolist()
+    for splits in reversed(value.nested_row_splits):
+        splits = np.asarray(splits).tolist()
+        items = [items[a:b] for a, b in zip(splits[:-1], splits[1:])]
+    return items
+
+
 def close(actual: Any, expected: Any, what: str, rtol: float = 1e-5,
           atol: float = 1e-6) -> None:
     """Asserts allclose with a message naming ``what``."""
