@@ -9,7 +9,8 @@
 
 HybridBackend's API sits beside it (``import hbcore_tf as hb``;
 docs/hybridbackend.md): ``hb.context`` / ``hb.Context``, ``hb.scope``,
-``@hb.function``, ``hb.wraps``, ``hb.train``, ``hb.saved_model``; the
+``@hb.function``, ``hb.wraps``, ``hb.train``, ``hb.saved_model``,
+``hb.feature_column`` and ``hb.layers`` (``DenseFeatures``); the
 options live in ``hb.context.options`` (hbcore_tf.options);
 ``hb.estimator`` holds only ``ModeKeys`` (tf.estimator left TensorFlow 2.16;
 its other names raise ImportError).
@@ -49,7 +50,8 @@ from hbcore_tf.context import Context, context, context_scope
 from hbcore_tf.scope import function, scope, wraps
 from hbcore_tf.embedding import embedding_scope
 from hbcore_tf.embedding import dense_features
-from hbcore_tf import data, metrics, saved_model, train
+from hbcore_tf import (data, feature_column, layers, metrics, saved_model,
+                       train)
 
 from hbcore import __version__
 

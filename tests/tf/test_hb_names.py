@@ -6,8 +6,9 @@ HB_NAMES is kept here by hand from HybridBackend's ``__init__.py`` files
 these, one per row, each with a status; a name marked supported must
 resolve in ``hbcore_tf`` (attribute by attribute), a name marked not
 supported must not (AttributeError, or ImportError for hb.estimator's).
-The resolution runs in a subprocess, so the pytest process does not
-import TensorFlow.
+HybridBackend's second names (hb.layers.DenseFeatures, hb.feature_column's)
+must be the same objects. The resolution runs in a subprocess, so the
+pytest process does not import TensorFlow.
 """
 import json
 import os
@@ -96,9 +97,21 @@ optimizers = sorted(
     "hb.train." + n for n, c in vars(v1).items() if isinstance(c, type)
     and issubclass(c, v1.Optimizer)
     and c not in (v1.Optimizer, v1.SyncReplicasOptimizer))
+layer = hbcore_tf.keras.layers.DenseFeatures
+aliases = {
+    "hb.layers.DenseFeatures": hbcore_tf.layers.DenseFeatures is layer,
+    "hb.feature_column.DenseFeatures":
+        hbcore_tf.feature_column.DenseFeatures is layer,
+    "hb.feature_column.embedding_column":
+        hbcore_tf.feature_column.embedding_column
+        is tf.feature_column.embedding_column,
+    "hb.feature_column.shared_embedding_columns":
+        hbcore_tf.feature_column.shared_embedding_columns
+        is tf.compat.v1.feature_column.shared_embedding_columns}
 print("RESULT " + json.dumps({
     "names": {n: status(n) for n in json.loads(sys.argv[1])},
-    "optimizers": {n: status(n) for n in optimizers}}))
+    "optimizers": {n: status(n) for n in optimizers},
+    "aliases": aliases}))
 """
 
 
@@ -150,6 +163,8 @@ def test_statuses_are_true_of_hbcore_tf():
     optimizers = result["optimizers"]
     assert "hb.train.AdamOptimizer" in optimizers, optimizers
     assert all(v == "found" for v in optimizers.values()), optimizers
+    # HybridBackend's second names are the same objects.
+    assert all(result["aliases"].values()), result["aliases"]
     found = result["names"]
     wrong = []
     for name in names:
