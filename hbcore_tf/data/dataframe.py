@@ -238,7 +238,8 @@ def map_columns(fn: Callable[[str, Any], Any], features: Any,
     their keys (in order), lists and tuples (namedtuples too) their type.
 
     Args:
-      fn: called with the column's path (for messages) and the column.
+      fn: called with the column's path (for messages: its keys and
+        indices joined by "/", e.g. "tags" or "0/tags") and the column.
       features: a column, or a dict / list / tuple of (nested) columns.
       caller: named in errors.
 
@@ -252,10 +253,10 @@ def map_columns(fn: Callable[[str, Any], Any], features: Any,
         if isinstance(node, DataFrame.Value):
             return fn(path, node)
         if isinstance(node, dict):
-            return type(node)((k, walk(v, "%s[%r]" % (path, k)))
+            return type(node)((k, walk(v, _join(path, k)))
                               for k, v in node.items())
         if isinstance(node, (list, tuple)):
-            items = [walk(v, "%s[%d]" % (path, i)) for i, v in enumerate(node)]
+            items = [walk(v, _join(path, i)) for i, v in enumerate(node)]
             if hasattr(node, "_fields"):
                 return type(node)(*items)
             return type(node)(items)
@@ -267,6 +268,10 @@ def map_columns(fn: Callable[[str, Any], Any], features: Any,
                              caller, path or "<batch>", type(node).__name__))
 
     return walk(features, "")
+
+
+def _join(path: str, key: Any) -> str:
+    return "%s/%s" % (path, key) if path else str(key)
 
 
 def _column_to_sparse(path: str, column: Any) -> Any:

@@ -72,9 +72,12 @@ def _make_class() -> type:
         def __init__(self, feature_columns: Sequence[Any],
                      trainable: bool = True, name: Optional[str] = None,
                      **kwargs: Any) -> None:
-            """Args:
-                feature_columns: dense feature columns (v1 or v2; tf.compat.v1
-                    ``shared_embedding_columns`` too), distinct names.
+            """A layer over ``feature_columns``.
+
+            Args:
+                feature_columns: dense feature columns (v1 or v2;
+                    tf.compat.v1 ``shared_embedding_columns`` too),
+                    distinct names.
                 trainable: whether the tables and other variables train.
                 name: the layer's name (and its variable scope's).
                 **kwargs: ``num_groups`` (int >= 1 or None; default the

@@ -8,6 +8,9 @@ unsharded tables with the same initial values, fed this rank's batch
 concatenated in rank order: training). The tables have 23, 11, 17 and 13
 rows: uneven blocks at 2 and at 3 ranks.
 """
+import os
+import tempfile
+
 import numpy as np
 
 from train_common import (check, Checker, close, expect_raises, rank_values,
@@ -23,6 +26,7 @@ CASES = ["lookups_match_input_layer", "shared_embedding_columns",
          "adagrad_training_matches_single_process",
          "graph_is_rank_independent", "errors",
          "keras_layer_matches_tf_keras_dense_features",
+         "keras_layer_adam_training_matches_single_process",
          "function_initializer_rows_are_round_robin", "segment_rank",
          "columns_that_cannot_be_sharded", "optimizer_session_run_hook"]
 BATCH, STEPS, LR = 4, 3, 0.1
@@ -222,10 +226,12 @@ def main():
         for col, g, w in zip(cols, got, want):
             close(g, w, col.name)
 
-    def adagrad_training_matches_single_process():
-        """A tf.compat.v1 Adagrad built in hb.scope trains the sharded
-        tables (and the dense weights) as plain TF trains full tables on
-        the whole batch of every step."""
+    def training_matches_single_process(features_fn, make_opt, slot):
+        """A tf.compat.v1 optimizer built in hb.scope trains the sharded
+        tables (and the dense weights) of ``features_fn`` (per-column
+        outputs in list order) as plain TF trains full tables on the
+        whole batch of every step; the slot ``slot`` of each table is a
+        shard of it."""
         cols = columns()
         width = sum(DIMS[k] for k in "abc") + 2
         # The reference: input_layer's per-column outputs, list order.
@@ -238,7 +244,7 @@ def main():
                     f, cols, cols_to_output_tensors=by_column)
                 return [by_column[c] for c in cols]
             loss, w = model(plain, inputs, width)
-            train = V1.train.AdagradOptimizer(LR).minimize(loss)
+            train = make_opt().minimize(loss)
             tables = {k: [v for v in V1.global_variables()
                           if v.name.startswith("input_layer/%s_" % k)
                           and v.name.endswith("weights:0")][0]
@@ -251,9 +257,9 @@ def main():
         with tf.Graph().as_default():
             inputs = Inputs()
             with hb.scope():
-                loss, w = model(lambda f: hb.dense_features(f, cols),
-                                inputs, width)
-                opt = V1.train.AdagradOptimizer(LR)
+                loss, w = model(lambda f: features_fn(f, cols), inputs,
+                                width)
+                opt = make_opt()
                 train = opt.minimize(loss)
             shards = {k: check_table("%s_embedding" % (
                 "c_weighted_by_cw" if k == "c" else k), k) for k in "abc"}
@@ -263,13 +269,30 @@ def main():
                     sess.run(train, inputs.feed(raw_batch(k, rank)))
                 got_w = sess.run(w)
                 for key, (table, info) in shards.items():
-                    slot = opt.get_slot(table, "accumulator")
-                    check(tuple(slot.shape) == tuple(table.shape),
-                          "%s slot %s" % (key, slot.shape))
+                    state = opt.get_slot(table, slot)
+                    check(tuple(state.shape) == tuple(table.shape),
+                          "%s slot %s" % (key, state.shape))
                     close(sess.run(table), want_tables[key][
                         info.offset:info.offset + info.rows],
                         "table %s rows" % key, rtol=1e-4, atol=1e-5)
         close(got_w, want_w, "dense weight", rtol=1e-4, atol=1e-5)
+
+    def adagrad_training_matches_single_process():
+        """hb.dense_features trained by tf.compat.v1 Adagrad."""
+        training_matches_single_process(
+            hb.dense_features, lambda: V1.train.AdagradOptimizer(LR),
+            "accumulator")
+
+    def keras_layer_adam_training_matches_single_process():
+        """hb.keras.layers.DenseFeatures trained by tf.compat.v1 Adam
+        (HybridBackend's tests' optimizer)."""
+        def through_layer(features, cols):
+            by_column = {}
+            hb.keras.layers.DenseFeatures(cols)(
+                features, cols_to_output_tensors=by_column)
+            return [by_column[c] for c in cols]
+        training_matches_single_process(
+            through_layer, lambda: V1.train.AdamOptimizer(LR), "m")
 
     def graph_is_rank_independent():
         """Every rank builds the same ops (types and names) whatever the
@@ -378,19 +401,25 @@ def main():
         """An initializer that is a function is called as HybridBackend
         calls it: for this rank's rows (ids rank, rank + size, ...) with
         partition_info None, or once per partition of them under a
-        partitioner; the table then holds ids in blocks, so lookups and
-        the stored rows are those of the whole table."""
+        partitioner; the table then holds ids in blocks, so lookups, the
+        stored rows and the checkpoint (the whole table in id order) are
+        those of the whole table."""
         num_rows, dim = 11, 2
         whole = ids_table(num_rows, dim)
         mine = whole[rank::size]
         calls = []
 
         def init(shape, dtype=None, partition_info=None):
+            if list(shape) == [num_rows, dim]:
+                return whole  # the serving graph's plain table
             offset = 0 if partition_info is None else \
                 partition_info.var_offset[0]
             calls.append((list(shape), partition_info is None, offset))
             return mine[offset:offset + shape[0]]
 
+        shared = hb.broadcast_object(
+            tempfile.mkdtemp(prefix="hb_dense_features_") if rank == 0
+            else None, 0)
         ids = [[10, 0], [rank], [], [num_rows - 1 - rank, 3, 3]]
         means = np.stack([whole[r].mean(0) if r else np.zeros(dim)
                           for r in ids])
@@ -408,10 +437,15 @@ def main():
                          if "embedding_weights" in v.name]
                 check(len(table) == 1, "tables %s" % table)
                 info = shard_info(table[0])
+                saver = V1.train.Saver()
                 with V1.Session() as sess:
                     sess.run(V1.global_variables_initializer())
                     got, rows = sess.run(
                         [out, table[0]], {ph: sparse_ids(ids)})
+                    saved = saver.save(sess, os.path.join(shared, "ckpt"))
+            # The checkpoint holds the whole table in id order.
+            close(tf.train.load_variable(saved, info.name), whole,
+                  "checkpointed table, partitioner %s" % partitioner)
             local = len(mine)
             if partitioner is None:
                 want_calls = [([local, dim], True, 0)]
@@ -424,6 +458,25 @@ def main():
             close(got, means, "lookups, partitioner %s" % partitioner)
             close(rows, whole[info.offset:info.offset + info.rows],
                   "stored block")
+        # Exported, it is served by plain TF with the whole table.
+        padded = np.array([r + [-1] * (3 - len(r)) for r in ids], np.int64)
+
+        def serving():
+            dense = V1.placeholder(tf.int64, [None, 3], name="ids")
+            with V1.variable_scope("vs"):
+                out = hb.keras.layers.DenseFeatures([col])({"r": dense})
+            return {"serving_default": V1.saved_model.predict_signature_def(
+                {"ids": dense}, {"emb": out})}
+        exported = hb.saved_model.export_all(
+            os.path.join(shared, "export"), saved, serving)
+        with tf.Graph().as_default(), V1.Session() as sess:
+            meta = V1.saved_model.loader.load(sess, ["serve"], exported)
+            sig = meta.signature_def["serving_default"]
+            served = sess.run(sig.outputs["emb"].name,
+                              {sig.inputs["ids"].name: padded})
+            shapes = [tuple(v.shape) for v in V1.global_variables()]
+        check(shapes == [(num_rows, dim)], "served variables %s" % shapes)
+        close(served, means, "served lookups")
 
     def segment_rank():
         """emb_segment_rank={'s': 1}: one output row per (i, j) of rank-3
@@ -520,6 +573,8 @@ def main():
         "errors": errors,
         "keras_layer_matches_tf_keras_dense_features":
             keras_layer_matches_tf_keras_dense_features,
+        "keras_layer_adam_training_matches_single_process":
+            keras_layer_adam_training_matches_single_process,
         "function_initializer_rows_are_round_robin":
             function_initializer_rows_are_round_robin,
         "segment_rank": segment_rank,
