@@ -32,10 +32,8 @@ checkpoints and the export go to a temporary directory that is removed at
 the end (they take about 0.7 GB).
 """
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -44,6 +42,7 @@ import tensorflow as tf
 
 import hbcore
 import hbcore_tf as hb
+from serving_check import PredictAtEnd, served_difference
 
 v1 = tf.compat.v1
 NUM_DENSE = 13
@@ -193,42 +192,6 @@ def padded_sample(columns: dict, rows: int) -> dict:
     return sample
 
 
-class _PredictAtEnd(v1.train.SessionRunHook):
-    """Predicts a fixed sample when training ends (a collective: the
-    sharded lookups run on every rank)."""
-
-    def __init__(self, probs: tf.Tensor, feed: dict) -> None:
-        self.probs, self.feed, self.values = probs, feed, None
-
-    def end(self, session: v1.Session) -> None:
-        self.values = session.run(self.probs, self.feed)
-
-
-def check_export(export_dir: str, sample: dict, expected: np.ndarray) -> float:
-    """Runs the SavedModel in a plain TensorFlow process (hbcore is not
-    imported there) and returns the largest difference from ``expected``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        np.savez(os.path.join(tmp, "sample.npz"), **sample)
-        code = (
-            "import json, sys, numpy as np, tensorflow as tf\n"
-            "m = tf.saved_model.load(sys.argv[1])\n"
-            "f = m.signatures['serving_default']\n"
-            "s = dict(np.load(sys.argv[2]))\n"
-            "out = f(**{k: tf.constant(v) for k, v in s.items()})\n"
-            "print(json.dumps(out['probability'].numpy().tolist()))\n"
-            "assert 'hbcore' not in sys.modules\n")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        out = subprocess.run(
-            [sys.executable, "-c", code, export_dir,
-             os.path.join(tmp, "sample.npz")], cwd=tmp, env=env,
-            capture_output=True, text=True, timeout=300)
-        if out.returncode != 0:
-            sys.exit("loading the export with plain TensorFlow failed:\n"
-                     + out.stderr[-3000:])
-        served = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
-    return float(np.max(np.abs(served - expected)))
-
-
 def main() -> None:
     args = parse_args()
     rank = hb.context.rank
@@ -282,8 +245,8 @@ def train(args: argparse.Namespace, model_dir: str) -> None:
             summary_dir=os.path.join(model_dir, "eval"), history=history)
         inputs = serving_inputs()
         sample_probs = tf.sigmoid(model(from_padded(inputs), sharded=True))
-        predict = _PredictAtEnd(sample_probs,
-                                {inputs[k]: v for k, v in sample.items()})
+        predict = PredictAtEnd(sample_probs,
+                               {inputs[k]: v for k, v in sample.items()})
         with hb.train.MonitoredTrainingSession(
                 checkpoint_dir=model_dir, hooks=[evaluation, predict],
                 save_checkpoint_steps=args.steps,
@@ -312,7 +275,7 @@ def train(args: argparse.Namespace, model_dir: str) -> None:
             print("step %5d  auc %.4f" % (entry["step"], entry["auc"]))
         print("checkpoint %s (table dlrm/c0_embedding stored whole: %s)" % (
             checkpoint, local_rows[0]))
-        diff = check_export(export_dir, sample, predict.values)
+        diff = served_difference(export_dir, sample, predict.values)
         print("export %s: plain TensorFlow predictions differ from the "
               "trained model's by %.2g at most" % (export_dir, diff))
         if diff > 1e-5:

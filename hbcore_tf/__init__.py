@@ -9,9 +9,11 @@
 
 HybridBackend's API sits beside it (``import hbcore_tf as hb``;
 docs/hybridbackend.md): ``hb.context`` / ``hb.Context``, ``hb.scope``,
-``@hb.function``, ``hb.wraps``, ``hb.train``, ``hb.saved_model``; the
+``@hb.function``, ``hb.wraps``, ``hb.train``, ``hb.saved_model``,
+``hb.feature_column`` and ``hb.layers`` (``DenseFeatures``); the
 options live in ``hb.context.options`` (hbcore_tf.options);
-``hb.estimator`` raises ImportError (tf.estimator left TensorFlow 2.16).
+``hb.estimator`` holds only ``ModeKeys`` (tf.estimator left TensorFlow 2.16;
+its other names raise ImportError).
 
 Names, signatures, defaults and semantics follow horovod.tensorflow 0.28.
 The ops run on the hbcore core (one per process, shared with the numpy API
@@ -44,11 +46,12 @@ from hbcore_tf.gradient_tape import (DistributedGradientTape,
                                     PartialDistributedGradientTape)
 from hbcore_tf.optimizers import DistributedOptimizer
 # HybridBackend's names.
-from hbcore_tf.context import Context, context
+from hbcore_tf.context import Context, context, context_scope
 from hbcore_tf.scope import function, scope, wraps
 from hbcore_tf.embedding import embedding_scope
 from hbcore_tf.embedding import dense_features
-from hbcore_tf import data, metrics, saved_model, train
+from hbcore_tf import (data, feature_column, layers, metrics, saved_model,
+                       train)
 
 from hbcore import __version__
 
@@ -68,8 +71,11 @@ def __getattr__(name: str):
 
         return hbcore_tf.keras
     if name == "estimator":
-        # Raises ImportError: tf.estimator was removed in TensorFlow 2.16.
-        import hbcore_tf.estimator  # noqa: F401
+        # Only ModeKeys: tf.estimator was removed in TensorFlow 2.16, so its
+        # other names raise ImportError (hbcore_tf/estimator.py).
+        import hbcore_tf.estimator
+
+        return hbcore_tf.estimator
     if name == "elastic":
         # Raises ImportError: elastic training is not supported.
         import hbcore_tf.elastic  # noqa: F401

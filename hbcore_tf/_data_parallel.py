@@ -84,6 +84,23 @@ def _v1_compute_gradients(base: type) -> Any:
     return compute_gradients
 
 
+def _make_session_run_hook(self: Any) -> Any:
+    """HybridBackend's ``optimizer.make_session_run_hook()``: a hook that
+    gives every rank rank 0's values of the replicated variables (sharded
+    tables and their slots keep each rank's rows) right after the session
+    is created or restored, for sessions that do not broadcast by
+    themselves (hb.train.MonitoredTrainingSession already does; running
+    both costs one more broadcast at start).
+
+    Returns:
+        A BroadcastGlobalVariablesHook(0).
+    """
+    # hooks imports functions, which imports the op layer above this one.
+    from hbcore_tf.hooks import BroadcastGlobalVariablesHook
+
+    return BroadcastGlobalVariablesHook(0)
+
+
 def v1_class(base: type, name: str = "", module: str = "") -> type:
     """The data-parallel subclass of a tf.compat.v1.train.Optimizer class.
 
@@ -107,6 +124,7 @@ def v1_class(base: type, name: str = "", module: str = "") -> type:
             "__doc__": base.__doc__,
             "_hb_distributed": True,
             "compute_gradients": _v1_compute_gradients(base),
+            "make_session_run_hook": _make_session_run_hook,
         })
     return _v1_classes[key]
 

@@ -28,11 +28,12 @@ of them is a collective (one allgather of a small object), so every rank
 must make it.
 """
 import collections
+import contextlib
 import json
 import os
 import re
 import socket
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from hbcore import tf_config
 from hbcore_tf.options import Options, options as _options
@@ -412,3 +413,25 @@ class Context:
 
 
 context = Context.get()
+
+
+@contextlib.contextmanager
+def context_scope(**kwargs: Any) -> Iterator[Context]:
+    """``hb.context_scope(**options)``: HybridBackend's options-only scope.
+
+    Overrides options for the code inside, as ``hb.scope(**options)``
+    does, but installs none of hb.scope's patches (optimizers and sessions
+    created inside stay TensorFlow's own).
+
+    Args:
+      **kwargs: option values for the code inside.
+
+    Returns:
+      A context manager that yields ``hb.context``.
+
+    Raises:
+      ValueError: an unknown option or a value outside its domain.
+      TypeError: a value of the wrong type.
+    """
+    with _options.scope(**kwargs):
+        yield context

@@ -334,14 +334,71 @@ def gauc(labels: Any, predictions: Any, indicators: Any = None,
     Returns:
       ``(gauc, update_op)`` (see ``mean``).
 
+    Differences from HybridBackend's kernel, which has no test or
+    documentation of its own ("approximate gAUC"): it groups runs of
+    consecutive equal indicators and leaves out the first and the last run
+    of every batch, and orders tied scores arbitrarily; here every group
+    counts, a group is every example of the batch with its indicator value
+    (the same groups for a batch sorted by indicator), and ties count one
+    half, so the value does not depend on the order of the examples.
+
     Raises:
       RuntimeError: eager execution is enabled.
+      TypeError: ``indicators`` is not int32 or int64.
+      ValueError: labels, predictions and indicators do not have the same
+        number of examples (when the shapes are known; otherwise running
+        ``update_op`` raises tf.errors.InvalidArgumentError saying so), or
+        ``[n, 2]`` labels with predictions of another shape.
     """
     _check_graph_mode("gauc")
     with tf.compat.v1.variable_scope(name, "gauc",
                                      (labels, predictions, indicators)):
+        labels, predictions, indicators = _gauc_inputs(
+            labels, predictions, indicators)
         aucs, sizes = _group_aucs(labels, predictions, indicators)
         return mean(aucs, sizes, metrics_collections, updates_collections)
+
+
+def _gauc_inputs(labels: Any, predictions: Any, indicators: Any
+                 ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Labels and scores as float64 vectors, indicators as a vector of the
+    same length (None: one group per example), checked."""
+    labels = tf.convert_to_tensor(labels)
+    predictions = tf.convert_to_tensor(predictions)
+    two_columns = labels.shape.rank == 2 and labels.shape[-1] == 2
+    if two_columns and not predictions.shape.is_compatible_with(
+            labels.shape):
+        raise ValueError(
+            "hb.metrics.gauc: labels of shape %s are (non-click, click) "
+            "columns, so predictions must have the same shape, got %s"
+            % (labels.shape, predictions.shape))
+    labels, scores = _click_columns(labels, predictions)
+    if indicators is None:
+        indicators = tf.range(tf.size(scores))
+    else:
+        indicators = tf.convert_to_tensor(indicators)
+        if indicators.dtype not in (tf.int32, tf.int64):
+            raise TypeError(
+                "hb.metrics.gauc: indicators must be int32 or int64 (the "
+                "group id of each example), got %s" % indicators.dtype.name)
+        indicators = tf.reshape(indicators, [-1])
+    named = (("labels", labels), ("predictions", scores),
+             ("indicators", indicators))
+    counts = [(what, t.shape[0]) for what, t in named]
+    known = [(what, n) for what, n in counts if n is not None]
+    if len({n for _, n in known}) > 1:
+        raise ValueError(
+            "hb.metrics.gauc: labels, predictions and indicators must have "
+            "one value per example, got %s"
+            % ", ".join("%s %d" % (what, n) for what, n in counts
+                        if n is not None))
+    checks = [tf.debugging.assert_equal(
+        tf.size(t), tf.size(labels),
+        message="hb.metrics.gauc: %s and labels must have the same number "
+        "of examples" % what) for what, t in named[1:]]
+    with tf.control_dependencies(checks):
+        return (tf.identity(labels), tf.identity(scores),
+                tf.identity(indicators))
 
 
 def _click_columns(labels: Any, predictions: Any
@@ -354,13 +411,11 @@ def _click_columns(labels: Any, predictions: Any
     return tf.reshape(labels, [-1]), tf.reshape(predictions, [-1])
 
 
-def _group_aucs(labels: Any, predictions: Any, indicators: Any
+def _group_aucs(labels: tf.Tensor, scores: tf.Tensor, indicators: tf.Tensor
                 ) -> Tuple[tf.Tensor, tf.Tensor]:
-    """The AUC and size of each group with positives and negatives."""
-    labels, scores = _click_columns(labels, predictions)
-    if indicators is None:
-        indicators = tf.range(tf.size(scores))
-    unique, group = tf.unique(tf.reshape(indicators, [-1]))
+    """The AUC and size of each group with positives and negatives, from
+    the vectors ``_gauc_inputs`` returns."""
+    unique, group = tf.unique(indicators)
     num_groups = tf.size(unique)
     pos, neg = labels, 1.0 - labels
     # Sort by (group, score); runs of equal (group, score) are the ties.

@@ -241,11 +241,15 @@ OPTIONS: Tuple[Option, ...] = (
            "HybridBackend's embedding backend: DEFAULT only (PAIEV needs "
            "DeepRec)", _emb_backend),
     Option("emb_num_groups", int, 1,
-           "HybridBackend's lookup groups; accepted, changes nothing",
+           "HybridBackend's coalesced lookup groups, the default of "
+           "hb.keras.layers.DenseFeatures' num_groups; hbcore's core fuses "
+           "the alltoalls that are ready together whatever the groups, so "
+           "values and collectives do not depend on it",
            _at_least(1)),
     Option("emb_enable_concat", bool, True,
-           "HybridBackend's concatenated lookups; accepted, changes "
-           "nothing",
+           "hb.keras.layers.DenseFeatures concatenates its columns' "
+           "tensors (False: returns the list of them), the default of its "
+           "enable_concat",
            from_env=False),
     Option("emb_device", str, "",
            "HybridBackend's table device (or a dict per column); hbcore "
@@ -272,8 +276,9 @@ OPTIONS: Tuple[Option, ...] = (
            "accepted, unused",
            _at_least(1), from_env=False, per_column=True),
     Option("emb_segment_rank", int, 0,
-           "HybridBackend's segment rank, >= 0 (or a dict per column); "
-           "accepted, unused",
+           "feature columns (hb.dense_features, DenseFeatures): k > 0 "
+           "gives one output row per segment of the ids' first k + 1 "
+           "dimensions, >= 0 (or a dict per column)",
            _at_least(0), from_env=False, per_column=True),
     Option("emb_buffer_size", int, 0,
            "HybridBackend's embedding buffer rows; accepted, unused",
@@ -281,6 +286,21 @@ OPTIONS: Tuple[Option, ...] = (
     Option("emb_buffer_load_factor", float, 0.5,
            "HybridBackend's embedding buffer load factor; accepted, "
            "unused"),
+    # HybridBackend's last options (after its v0.6.0 release): they tune
+    # its communicator pool, fused optimizer apply and segment kernels,
+    # none of which hbcore has; accepted so its scripts run, unused.
+    Option("comm_pool_name", str, "default",
+           "HybridBackend's communicator pool name; hbcore has one "
+           "communicator per process: accepted, unused", from_env=False),
+    Option("comm_pubsub_device", str, "/cpu:0",
+           "HybridBackend's device for communicator set-up; accepted, "
+           "unused", from_env=False),
+    Option("grad_apply_fusion", bool, True,
+           "HybridBackend's fused apply of sparse gradients; hbcore applies "
+           "them with the optimizer's own ops: accepted, changes nothing"),
+    Option("emb_segment_sort", bool, False,
+           "HybridBackend's sorted segment reduction in lookups; accepted, "
+           "changes nothing"),
 )
 
 _BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}

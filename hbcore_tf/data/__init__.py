@@ -20,10 +20,10 @@ from hbcore_tf.data.dataframe import (DataFrame, to_sparse,
 from hbcore_tf.data.iterators import (SyncIterator, make_initializable_iterator,
                                       make_iterator, make_one_shot_iterator)
 from hbcore_tf.data.parquet import ParquetDataset, read_parquet
-from hbcore_tf.data.rebatch import rebatch
+from hbcore_tf.data.rebatch import RebatchDataset, rebatch
 from hbcore_tf.data.sync import batch_weight, step_weight, synchronized
 
-__all__ = ["DataFrame", "ParquetDataset", "SyncIterator", "batch_weight",
+__all__ = ["DataFrame", "ParquetDataset", "RebatchDataset", "SyncIterator", "batch_weight",
            "make_initializable_iterator", "make_iterator",
            "make_one_shot_iterator", "read_parquet", "rebatch", "step_weight",
            "synchronized", "to_sparse", "unbatch_and_to_sparse"]

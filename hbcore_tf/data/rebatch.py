@@ -121,3 +121,31 @@ def rebatch(batch_size: int, min_batch_size: Optional[int] = None,
 
 
 __all__ = ["rebatch"]
+
+
+def RebatchDataset(input_dataset: tf.data.Dataset,  # noqa: N802 - HB's name
+                   batch_size: int, min_batch_size: Optional[int] = None,
+                   fields: Any = None, drop_remainder: bool = False,
+                   num_parallel_scans: int = 1) -> tf.data.Dataset:
+    """HybridBackend's class form of ``rebatch``:
+    ``hb.data.RebatchDataset(ds, batch_size, ...)`` is
+    ``ds.apply(hb.data.rebatch(batch_size, ...))``.
+
+    A function returning the rebatched tf.data.Dataset, not a class of its
+    own: ``isinstance(x, hb.data.RebatchDataset)`` is not available.
+
+    Args:
+      input_dataset: a batched dataset (e.g. a ParquetDataset).
+      batch_size, min_batch_size, fields, drop_remainder,
+        num_parallel_scans: as ``rebatch``.
+
+    Returns:
+      The rebatched dataset.
+
+    Raises:
+      ValueError: as ``rebatch``.
+    """
+    return input_dataset.apply(rebatch(
+        batch_size, min_batch_size=min_batch_size, fields=fields,
+        drop_remainder=drop_remainder,
+        num_parallel_scans=num_parallel_scans))

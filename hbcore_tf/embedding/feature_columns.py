@@ -30,7 +30,10 @@ from collections.abc import Mapping
 from typing import Any, Dict, Iterator, List, Sequence
 
 import tensorflow as tf
+from tensorflow.python.feature_column import feature_column as fc_v1
+from tensorflow.python.feature_column import feature_column_v2 as fc_v2
 
+from hbcore_tf.embedding.column_init import feature_column_tables
 from hbcore_tf.embedding.scope import sharding_variable_scope
 from hbcore_tf.embedding.table import is_sharded
 from hbcore_tf.options import options
@@ -97,6 +100,149 @@ def _shared_table_reused(column: Any) -> Iterator[None]:
         collection[:] = [table]
 
 
+def check_column(column: Any) -> None:
+    """Refuses a feature column whose table hbcore cannot shard.
+
+    Args:
+        column: a feature column given to hb.dense_features or
+            hb.keras.layers.DenseFeatures.
+
+    Raises:
+        ValueError: a ``tf.feature_column.shared_embeddings`` column (its
+            table is made by a SharedEmbeddingColumnCreator outside
+            ``get_variable``), or an embedding column over a sequence
+            categorical column (its output is a sequence, not one row per
+            example); the message names the column and what was wrong.
+    """
+    name = getattr(column, "name", repr(column))
+    if isinstance(column, fc_v2.SharedEmbeddingColumn):
+        raise ValueError(
+            "feature column %r (a tf.feature_column.shared_embeddings "
+            "column) cannot be sharded: its table is made by TF's "
+            "SharedEmbeddingColumnCreator, not by get_variable; use "
+            "tf.compat.v1.feature_column.shared_embedding_columns, as "
+            "HybridBackend asks" % name)
+    categorical = getattr(column, "categorical_column", None)
+    if isinstance(categorical, (fc_v2.SequenceCategoricalColumn,
+                                fc_v1._SequenceCategoricalColumn)):  # noqa
+        raise ValueError(
+            "feature column %r cannot be sharded: its categorical column "
+            "%r is a sequence column (one row per step, not per example); "
+            "use a non-sequence categorical_column_with_* in "
+            "hb.dense_features / DenseFeatures" % (name, categorical.name))
+
+
+def _feature_keys(column: Any) -> List[str]:
+    """The feature keys a column reads (its parse spec's keys)."""
+    spec = getattr(column, "parse_example_spec", None)
+    if spec is None:
+        spec = column._parse_example_spec  # noqa: v1 columns
+    return sorted(spec)
+
+
+def _segmented(value: Any, segment_rank: int, column: str) -> Any:
+    """``value`` (a feature of rank > segment_rank) as a rank-2 feature
+    whose rows are its first ``segment_rank + 1`` dimensions, flattened
+    in row-major order (HybridBackend's segments)."""
+    if isinstance(value, tf.compat.v1.SparseTensorValue):
+        value = tf.SparseTensor.from_value(value)
+    sparse = isinstance(value, tf.SparseTensor)
+    value = value if sparse else tf.convert_to_tensor(value)
+    rank = (value.dense_shape.shape[0] if sparse else value.shape.rank)
+    if rank is None or int(rank) <= segment_rank:
+        raise ValueError(
+            "emb_segment_rank=%d for column %r: its ids must have rank > "
+            "%d (segments are the first %d dimensions), got rank %s" % (
+                segment_rank, column, segment_rank, segment_rank + 1, rank))
+    shape = (value.dense_shape if sparse
+             else tf.shape(value, out_type=tf.int64))
+    width = tf.reduce_prod(shape[segment_rank + 1:])
+    if sparse:
+        return tf.sparse.reshape(value, tf.stack([-1, width]))
+    return tf.reshape(value, tf.stack([-1, width]))
+
+
+def _column_features(features: Mapping, column: Any) -> Mapping:
+    """``features`` as ``column`` sees them: with ``emb_segment_rank`` k >
+    0 for the column, the features it reads are reshaped so that its
+    output has one row per segment of the first k + 1 dimensions (an
+    empty segment gives zeros, as an empty example does)."""
+    key = column_key(column)
+    segment_rank = int(options.for_column("emb_segment_rank", key))
+    if segment_rank == 0 or getattr(column, "categorical_column",
+                                    None) is None:
+        return features
+    seen = dict(features)
+    for feature in _feature_keys(column.categorical_column):
+        if feature in seen:
+            seen[feature] = _segmented(seen[feature], segment_rank, key)
+    return seen
+
+
+def build_columns(features: Mapping, columns: Sequence[Any],
+                  outputs: Dict[Any, tf.Tensor]) -> None:
+    """Builds ``columns`` in the current variable scope, tables sharded,
+    and fills ``outputs`` with each column's ``[rows, width]`` tensor.
+
+    Each column is built by TF's own tf.compat.v1 feature-column code
+    (``_internal_input_layer``), one at a time, in name order (the same
+    tables and collectives in the same order on every rank), inside
+    ``lookup_column(<its key>)`` (per-column lookup options) and
+    ``feature_column_tables()`` (HybridBackend's initializer convention).
+
+    Args:
+        features: mapping from feature key to Tensor / SparseTensor.
+        columns: normalized dense columns (distinct names).
+        outputs: filled with ``{column: tensor}``.
+
+    Raises:
+        ValueError: a column hbcore cannot shard (``check_column``), or a
+            bad ``emb_segment_rank`` for a column's ids.
+    """
+    # The lookup's module loads the op library: imported on first use.
+    from hbcore_tf.embedding.exchange import lookup_column
+
+    for column in columns:
+        check_column(column)
+    with options.scope(sharding=True), sharding_variable_scope(), \
+            feature_column_tables():
+        for column in sorted(columns, key=lambda c: c.name):
+            seen = _column_features(features, column)
+            with lookup_column(column_key(column)), \
+                    _shared_table_reused(column):
+                # One column at a time, in this variable scope
+                # (from_template: no scope of its own), with TF's own
+                # per-column variable scope, lookup and reshape to
+                # [rows, width]; it checks that the column is dense.
+                fc_v1._internal_input_layer(  # noqa
+                    seen, [column],
+                    scope=tf.compat.v1.get_variable_scope(),
+                    from_template=True, cols_to_output_tensors=outputs)
+
+
+def check_graph_mode(caller: str) -> None:
+    """Raises RuntimeError unless a tf.compat.v1 graph is being built
+    (feature-column tables are made by get_variable, which neither eager
+    execution nor tf.function keeps from one call to the next)."""
+    if tf.executing_eagerly() or tf.compat.v1.get_default_graph(
+            ).building_function:
+        raise RuntimeError(
+            "%s builds tf.compat.v1 feature columns, whose tables are made "
+            "with get_variable: call it while building a tf.compat.v1 "
+            "graph (as HybridBackend's examples do), not eagerly or inside "
+            "a tf.function" % caller)
+
+
+def normalize_columns(feature_columns: Sequence[Any]) -> List[Any]:
+    """TF's checks of a column list: non-empty, distinct names (a single
+    column is taken as a list of one).
+
+    Raises:
+        ValueError: empty, or a name twice.
+    """
+    return list(fc_v1._normalize_feature_columns(feature_columns))  # noqa
+
+
 def dense_features(features: Mapping,
                    feature_columns: Sequence[Any]) -> List[tf.Tensor]:
     """Dense tensors of ``feature_columns``, embedding tables sharded
@@ -110,15 +256,17 @@ def dense_features(features: Mapping,
     (numeric, indicator, ...) are computed locally. Tables are sharded
     whatever the ``sharding`` option says (HybridBackend shards them
     whenever there are several ranks), except while building a serving
-    graph for export. Each output equals
-    what ``tf.compat.v1.feature_column.input_layer`` computes for that
-    column on one unsharded table with the same values.
+    graph for export. Each output equals what
+    ``tf.compat.v1.feature_column.input_layer`` computes for that column
+    on one unsharded table with the same values. Per-column options:
+    ``emb_unique``, ``emb_wire_dtype`` (the lookup) and
+    ``emb_segment_rank`` (k > 0: one output row per segment of the ids'
+    first k + 1 dimensions). An initializer that is a plain function is
+    called as HybridBackend calls it (hbcore_tf.embedding.column_init).
 
     Each call creates new tables (as each call of input_layer, or each
     new DenseFeatures layer, does). Works in tf.compat.v1 graphs, the mode
-    of HybridBackend's examples; its tables are made by tf.compat.v1
-    ``get_variable``, which neither eager execution nor tf.function can
-    keep from one call to the next.
+    of HybridBackend's examples.
 
     Args:
         features: a mapping from feature key to a Tensor or SparseTensor,
@@ -134,45 +282,20 @@ def dense_features(features: Mapping,
 
     Raises:
         ValueError: ``features`` is not a mapping; ``feature_columns`` is
-            empty, holds a column twice (by name) or holds a column that
-            is not dense (a categorical column not wrapped by
-            ``embedding_column`` / ``indicator_column``).
+            empty, holds a column twice (by name), holds a column that is
+            not dense (a categorical column not wrapped by
+            ``embedding_column`` / ``indicator_column``) or one hbcore
+            cannot shard (``check_column``).
         RuntimeError: called eagerly or inside a tf.function.
     """
-    from tensorflow.python.feature_column import feature_column as fc_v1
-
-    # The lookup's module loads the op library: imported on first use.
-    from hbcore_tf.embedding.exchange import lookup_column
-
-    if tf.executing_eagerly() or tf.compat.v1.get_default_graph(
-            ).building_function:
-        raise RuntimeError(
-            "hb.dense_features builds tf.compat.v1 feature columns, whose "
-            "tables each call creates anew with get_variable: call it while "
-            "building a tf.compat.v1 graph (as HybridBackend's examples "
-            "do), not eagerly or inside a tf.function")
+    check_graph_mode("hb.dense_features")
     if not isinstance(features, Mapping):
         raise ValueError("hb.dense_features expects a mapping from feature "
                          "key to tensor as features, got %s" %
                          type(features).__name__)
-    # TF's checks: a non-empty list of feature columns with distinct names.
-    columns = fc_v1._normalize_feature_columns(feature_columns)  # noqa
+    columns = normalize_columns(feature_columns)
     outputs: Dict[Any, tf.Tensor] = {}
-    with options.scope(sharding=True), sharding_variable_scope():
-        with tf.compat.v1.variable_scope(
-                None, default_name="dense_features",
-                values=list(features.values())):
-            # Sorted by name, as input_layer builds them: the same tables in
-            # the same order on every rank, whatever order the list has.
-            for column in sorted(columns, key=lambda c: c.name):
-                with lookup_column(column_key(column)), \
-                        _shared_table_reused(column):
-                    # One column at a time, in this variable scope
-                    # (from_template: no scope of its own), with TF's own
-                    # per-column variable scope, lookup and reshape to
-                    # [batch, width]; it checks that the column is dense.
-                    fc_v1._internal_input_layer(  # noqa
-                        features, [column],
-                        scope=tf.compat.v1.get_variable_scope(),
-                        from_template=True, cols_to_output_tensors=outputs)
+    with tf.compat.v1.variable_scope(None, default_name="dense_features",
+                                     values=list(features.values())):
+        build_columns(features, columns, outputs)
     return [outputs[column] for column in columns]

@@ -21,6 +21,12 @@ each variable requested while the ``sharding`` option is on, the getter:
    training starts from the same table as single-process training;
 3. turns it into the sharded table (hbcore_tf.embedding.table).
 
+Tables of feature columns (hb.dense_features, hb.keras.layers.
+DenseFeatures) follow HybridBackend's convention where it differs: an
+initializer that is a plain function is called for this rank's
+round-robin rows and they are moved to their blocks, and a partitioner
+in the variable scope is accepted (hbcore_tf.embedding.column_init).
+
 A request made while a shard is being created (a table's block passed on
 by an enclosing sharding scope's getter, or an optimizer slot of a
 sharded table, see ``_install_slot_hooks``) is this rank's rows already and
@@ -40,6 +46,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf.embedding import column_init
 from hbcore_tf.embedding.partition import RowPartition
 from hbcore_tf.embedding.table import (ShardInfo, is_sharded,
                                        make_sharded, shard_info)
@@ -301,9 +308,14 @@ def _sharding_getter(getter: Callable, name: str, *args: Any,
     info = shard_plan(name, shape) if shape is not None else None
     if info is None:
         return getter(name, *args, **kwargs)
-    if kwargs.get("partitioner") is not None:
-        raise ValueError("sharded embedding table %r: a partitioner cannot "
-                         "be combined with sharding" % name)
+    partitioner = kwargs.get("partitioner")
+    if partitioner is not None:
+        if not column_init.active():
+            raise ValueError("sharded embedding table %r: a partitioner "
+                             "cannot be combined with sharding" % name)
+        # A feature-column table is one variable per rank; the partitioner
+        # only shapes its initializer's calls (column_init).
+        kwargs["partitioner"] = None
     begin, end = info.offset, info.offset + info.rows
     if initializer is not None and not callable(initializer):
         kwargs["initializer"] = tf.convert_to_tensor(initializer)[begin:end]
@@ -312,7 +324,11 @@ def _sharding_getter(getter: Callable, name: str, *args: Any,
         dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
         if initializer is None and dtype.is_floating:
             initializer = tf.compat.v1.glorot_uniform_initializer()
-        if initializer is not None:
+        if column_init.active() and column_init.is_plain_function(
+                initializer):
+            kwargs["initializer"] = column_init.column_initializer(
+                initializer, info, partitioner)
+        elif initializer is not None:
             kwargs["initializer"] = local_initializer(initializer, info)
         kwargs["shape"] = [info.rows, info.dim]
     kwargs["use_resource"] = True

@@ -454,12 +454,21 @@ def export_plain_model(model: Any) -> Any:
 ShardedEmbedding: type
 
 
+DenseFeatures: type
+
+
 def __getattr__(name: str) -> Any:
-    # ShardedEmbedding is built on first use, for the Keras in use.
-    if name != "ShardedEmbedding":
-        raise AttributeError("module %r has no attribute %r" % (
-            __name__, name))
-    return layer_class()
+    # ShardedEmbedding is built on first use, for the Keras in use;
+    # DenseFeatures (hbcore_tf.keras.dense_features) for tf_keras, the Keras
+    # that has feature columns.
+    if name == "ShardedEmbedding":
+        return layer_class()
+    if name == "DenseFeatures":
+        from hbcore_tf.keras import dense_features
+
+        return dense_features.layer_class()
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-__all__ = ["ShardedEmbedding", "export_plain_model", "layer_class"]
+__all__ = ["DenseFeatures", "ShardedEmbedding", "export_plain_model",
+           "layer_class"]

@@ -11,11 +11,13 @@
   save is collective) (hbcore_tf.train.saver);
 - ``StepStatHook``: logs secs/step and <unit>s/sec of this rank every N
   steps (hbcore_tf.train.step_stat_hook);
+- ``replace_default_saver``: puts an ``hb.train.Saver`` in the graph's
+  SAVERS collection (hbcore_tf.train.saver);
 - ``export``: a SavedModel from a checkpoint with sharded tables
   (hbcore_tf.embedding.saving.export).
 """
 from hbcore_tf.train.optimizers import OPTIMIZERS, wraps_optimizer
-from hbcore_tf.train.saver import Saver
+from hbcore_tf.train.saver import Saver, replace_default_saver
 from hbcore_tf.train.server import Server, device_setter, monitored_session
 from hbcore_tf.train.session import MonitoredTrainingSession
 from hbcore_tf.train.step_stat_hook import StepStatHook
@@ -26,7 +28,7 @@ globals().update(OPTIMIZERS)
 __all__ = sorted(OPTIMIZERS) + [
     "EvaluationHook", "MonitoredTrainingSession", "Saver", "Server",
     "StepStatHook", "device_setter", "export", "monitored_session",
-    "wraps_optimizer"]
+    "replace_default_saver", "wraps_optimizer"]
 
 
 def __getattr__(name: str):

@@ -121,3 +121,33 @@ class Saver(_V1.train.Saver):
         if context.rank != 0:
             filename = None
         return super().export_meta_graph(filename, *args, **kwargs)
+
+
+def replace_default_saver() -> None:
+    """HybridBackend's ``hb.train.replace_default_saver()``: makes the
+    default graph's default saver (the one in the SAVERS collection, which
+    tf.compat.v1.train.Scaffold and MonitoredTrainingSession take) an
+    ``hb.train.Saver``.
+
+    With no saver in the collection, adds ``hb.train.Saver()`` (every
+    saveable of the graph); with an ``hb.train.Saver`` there, does nothing.
+
+    Raises:
+      ValueError: the collection holds more than one saver (as
+        HybridBackend), or a saver of another class: HybridBackend swaps
+        the saver builder of a built sharded Saver, which hbcore cannot
+        do; create that saver as ``hb.train.Saver(...)`` instead.
+    """
+    savers = _V1.get_collection_ref(_V1.GraphKeys.SAVERS)
+    if not savers:
+        savers.append(Saver())
+        return
+    if len(savers) > 1:
+        raise ValueError("replace_default_saver: multiple items found in "
+                         "collection SAVERS: %s" % (savers,))
+    if not isinstance(savers[0], Saver):
+        raise ValueError(
+            "replace_default_saver: the SAVERS collection holds a %s.%s, "
+            "which cannot be changed once built; create it as "
+            "hb.train.Saver(...) instead (the same arguments)"
+            % (type(savers[0]).__module__, type(savers[0]).__name__))

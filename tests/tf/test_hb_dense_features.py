@@ -8,7 +8,16 @@ embedding columns share one sharded table; a tf.compat.v1 Adagrad built in
 hb.scope trains the tables and dense weights as plain TF does on the
 whole batch; every rank builds the same graph whatever the list order;
 bad arguments are ValueErrors and eager or tf.function use is a
-RuntimeError."""
+RuntimeError. hb.keras.layers.DenseFeatures computes tf_keras.layers.
+DenseFeatures' values (concatenated in name order, or a list with
+enable_concat=False), reuses its tables on a second call, lists them as
+its weights and trains as plain TF under tf.compat.v1 Adam; a function
+initializer is called for the rank's round-robin rows (once per partition
+under a partitioner) and the table still holds the whole table's rows in
+id order (its checkpoint too, and its export is served by plain TF);
+emb_segment_rank gives one row per segment; columns that cannot be
+sharded are ValueErrors naming them; a v1 optimizer's
+make_session_run_hook() broadcasts replicated variables."""
 import pytest
 
 from train_util import STALL_FAST_ENV, case_tests, launch, tensorflow_missing

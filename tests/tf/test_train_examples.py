@@ -27,6 +27,8 @@ EXAMPLES = {
     "hb_recsys_v1.py": ["--rows", "1500", "--epochs", "2",
                         "--eval-every", "10", "--eval-steps", "4"],
     "hb_keras_fit.py": ["--rows", "1500", "--epochs", "2"],
+    "hb_feature_columns_v1.py": ["--steps", "60", "--eval-every", "30",
+                                 "--eval-steps", "2"],
     "smddp_tf2_mnist.py": ["--steps", "10", "--batch-size", "16"],
     "recsys_sharded.py": ["--steps", "200", "--eval-every", "100",
                           "--eval-steps", "4"],
@@ -43,6 +45,8 @@ EXPECT = {
     "tf2_synthetic_benchmark.py": "Total img/sec on 2 rank(s)",
     "hb_recsys_v1.py": "weights identical on all ranks",
     "hb_keras_fit.py": "weights and AUC identical on all ranks",
+    "hb_feature_columns_v1.py": "export: plain TensorFlow predictions "
+                                "differ from the trained graph's",
     "smddp_tf2_mnist.py": "weights identical on all ranks",
     "recsys_sharded.py": "predictions differ from the trained model's",
 }

@@ -26,7 +26,8 @@ ENV = {"HB_GRAD_NBUCKETS": "2", "HB_DATA_SYNC_DROP_REMAINDER": "false",
 CASES = ["no_init", "properties", "devices", "options_env", "options_set",
          "options_scope_nesting", "options_errors", "options_env_bad",
          "no_core_collision", "tf_config", "context_scope_on_class",
-         "saving_listeners", "estimator", "saved_model"]
+         "saving_listeners", "estimator", "options_only_scope",
+         "saved_model"]
 # The documented defaults (docs/hybridbackend.md), for options ENV leaves.
 DEFAULTS = {"comm_pool_capacity": 1, "sharding": False,
             "emb_min_rows_to_shard": 1, "emb_unique": True}
@@ -295,11 +296,47 @@ def main():
                       TypeError, "CheckpointSaverListener")
 
     def estimator():
-        for fn in (lambda: hb.estimator,
-                   lambda: __import__("hbcore_tf.estimator")):
-            exc = expect_raises(fn, ImportError, "TensorFlow 2.16")
+        """hb.estimator holds ModeKeys (tf.estimator's strings, usable in
+        hb.scope); every other name raises ImportError with the message."""
+        keys = hb.estimator.ModeKeys
+        check((keys.TRAIN, keys.EVAL, keys.PREDICT) == ("train", "eval",
+                                                        "infer"),
+              "ModeKeys %r" % ((keys.TRAIN, keys.EVAL, keys.PREDICT),))
+        with hb.scope(mode=hb.estimator.ModeKeys.TRAIN):
+            check(hb.context.options.mode == "train", "scope(mode=TRAIN)")
+        check(hb.context.options.mode is None, "mode after the scope")
+        check(not hasattr(hb.estimator, "__wrapped__"),
+              "dunder probes are AttributeError")
+
+        def import_estimator():
+            from hbcore_tf.estimator import Estimator  # noqa: F401
+
+        for what, fn in (
+                ("Estimator", lambda: hb.estimator.Estimator),
+                ("RunConfig", lambda: hb.estimator.RunConfig()),
+                ("EstimatorSpec", lambda: hb.estimator.EstimatorSpec),
+                ("train_and_evaluate",
+                 lambda: hb.estimator.train_and_evaluate),
+                ("Estimator", import_estimator)):
+            exc = expect_raises(fn, ImportError, "hb.estimator.%s: "
+                                "hb.estimator is not available: tf.estimator "
+                                "was removed in TensorFlow 2.16" % what)
             for fragment in ("hb.scope", "MonitoredTrainingSession", "Keras"):
                 check(fragment in str(exc), "message lacks %s" % fragment)
+
+    def options_only_scope():
+        """hb.context_scope: options for the code inside, no patches."""
+        before = OPTIONS.grad_nbuckets
+        with hb.context_scope(grad_nbuckets=before + 5) as ctx:
+            check(ctx is hb.context, "yields hb.context")
+            check(OPTIONS.grad_nbuckets == before + 5, "option inside")
+            with tf.Graph().as_default():
+                opt = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+            check(type(opt) is tf.compat.v1.train.GradientDescentOptimizer,
+                  "an optimizer created inside stays TF's: %r" % type(opt))
+        check(OPTIONS.grad_nbuckets == before, "unwound")
+        expect_raises(lambda: hb.context_scope(grad_nbucket=2).__enter__(),
+                      ValueError, "'grad_nbucket'")
 
     def saved_model():
         path = hbcore.broadcast_object(
@@ -326,6 +363,7 @@ def main():
         ("no_core_collision", no_core_collision), ("tf_config", tf_config),
         ("context_scope_on_class", context_scope_on_class),
         ("saving_listeners", saving_listeners), ("estimator", estimator),
+        ("options_only_scope", options_only_scope),
         ("saved_model", saved_model))}
     run_table(checker, table, CASES)
     report({"rank": hb.rank(), "size": hb.size(), "ok": checker.all_ok,

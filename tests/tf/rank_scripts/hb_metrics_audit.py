@@ -27,6 +27,8 @@ CASES = [
     "v1/gauc/empty-rank",
     "v1/gauc/no-indicators",
     "v1/gauc/eager-raises",
+    "v1/gauc/steps-soft-labels-collections",
+    "v1/gauc/bad-input",
 ]
 
 
@@ -40,6 +42,21 @@ def examples(rank: int, empty: bool = False):
     weights = rng.uniform(0.1, 2.0, size=n)
     users = rng.integers(0, 9, size=n).astype(np.int64)
     return labels, scores, weights, users
+
+
+def soft_examples(rank: int, step: int):
+    """One evaluation batch of soft labels (0, 0.25, 1), scores with ties
+    and user ids, plus user 99 with positives only and user 98 with one
+    example (groups that must be left out)."""
+    n = 40 + 7 * rank + 5 * step
+    rng = np.random.default_rng([31, rank, step])
+    labels = rng.choice([0.0, 0.25, 1.0], size=n)
+    scores = np.round(rng.uniform(size=n), 1).astype(np.float32)
+    users = rng.integers(0, 5, size=n)
+    labels = np.concatenate([labels, [1.0, 1.0, 1.0, 0.0]])
+    scores = np.concatenate([scores, [0.1, 0.9, 0.5, 0.3]]).astype(np.float32)
+    users = np.concatenate([users, [99, 99, 99, 98]]).astype(np.int64)
+    return labels, scores, users
 
 
 def gathered(size: int):
@@ -163,6 +180,72 @@ class Cases:
         expect_raises(lambda: hb_metrics.gauc([1, 0], [0.5, 0.2], [1, 1]),
                       RuntimeError, "eager execution")
 
+    def gauc_steps_soft_labels(self) -> None:
+        """Two update steps of soft labels: a user's examples in the two
+        batches are two groups; update_op returns this rank's own value;
+        the state is local metric variables under the scope ``name``; the
+        collections hold value and update_op."""
+        steps = [soft_examples(self.rank, step) for step in range(2)]
+        with tf.Graph().as_default():
+            labels = tf.compat.v1.placeholder(tf.float32, [None])
+            scores = tf.compat.v1.placeholder(tf.float32, [None])
+            users = tf.compat.v1.placeholder(tf.int64, [None])
+            value, update = hb_metrics.gauc(
+                labels, scores, users, metrics_collections=["gauc_values"],
+                updates_collections=["gauc_updates"], name="user_gauc")
+            get = tf.compat.v1.get_collection
+            check(get("gauc_values") == [value], "metrics_collections")
+            check(get("gauc_updates") == [update], "updates_collections")
+            local = tf.compat.v1.local_variables()
+            check(bool(local) and local == get(
+                tf.compat.v1.GraphKeys.METRIC_VARIABLES)
+                and not tf.compat.v1.global_variables(),
+                "state is local metric variables only: %s" % local)
+            check(all(v.op.name.startswith("user_gauc/") for v in local),
+                  "variables under the name: %s" % [v.name for v in local])
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.local_variables_initializer())
+                for step_labels, step_scores, step_users in steps:
+                    own = sess.run(update, {labels: step_labels,
+                                            scores: step_scores,
+                                            users: step_users})
+                got = sess.run(value)
+        mine = [group_sums(*batch) for batch in steps]
+        close(own, sum(t for t, _ in mine) / sum(c for _, c in mine),
+              "update_op: this rank's gauc", rtol=1e-5)
+        every = [group_sums(*soft_examples(r, step))
+                 for r in range(self.size) for step in range(2)]
+        close(got, sum(t for t, _ in every) / sum(c for _, c in every),
+              "gauc over every rank's two steps", rtol=1e-5)
+
+    def gauc_bad_input(self) -> None:
+        """Errors that name the argument, at graph construction when the
+        shapes are known, else when update_op runs."""
+        gauc = hb_metrics.gauc
+        with tf.Graph().as_default():
+            expect_raises(lambda: gauc([1.0, 0.0], [0.5, 0.2], [1.0, 1.0]),
+                          TypeError, "indicators must be int32 or int64 "
+                          "(the group id of each example), got float32")
+            expect_raises(lambda: gauc([1.0, 0.0, 1.0], [0.5, 0.2],
+                                       [1, 1, 1]),
+                          ValueError, "one value per example, got labels "
+                          "3, predictions 2, indicators 3")
+            expect_raises(lambda: gauc([1.0, 0.0], [0.5, 0.2], [1, 1, 2]),
+                          ValueError, "labels 2, predictions 2, indicators 3")
+            expect_raises(lambda: gauc([[0.0, 1.0], [1.0, 0.0]], [0.5, 0.2],
+                                       [1, 1]),
+                          ValueError, "predictions must have the same "
+                          "shape, got (2,)")
+            labels = tf.compat.v1.placeholder(tf.float32, [None])
+            scores = tf.compat.v1.placeholder(tf.float32, [None])
+            _, update = gauc(labels, scores, [1, 1, 2])
+            with tf.compat.v1.Session() as sess:
+                sess.run(tf.compat.v1.local_variables_initializer())
+                expect_raises(lambda: sess.run(update, {
+                    labels: [1.0, 0.0, 1.0], scores: [0.5, 0.2]}),
+                    tf.errors.InvalidArgumentError, "predictions and labels "
+                    "must have the same number of examples")
+
 
 def main() -> None:
     hb.init()
@@ -178,6 +261,8 @@ def main() -> None:
         "v1/gauc/empty-rank": c.gauc_empty_rank,
         "v1/gauc/no-indicators": c.gauc_no_indicators,
         "v1/gauc/eager-raises": c.gauc_eager_raises,
+        "v1/gauc/steps-soft-labels-collections": c.gauc_steps_soft_labels,
+        "v1/gauc/bad-input": c.gauc_bad_input,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})

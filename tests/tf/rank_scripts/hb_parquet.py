@@ -518,13 +518,18 @@ class Cases:
         # hb.data.rebatch joins the short last batches of the files:
         # batches of exactly 10 rows across file boundaries, every row in
         # order, dense, ragged and sparse columns alike.
+        # hb.data.RebatchDataset(ds, ...) is the same as ds.apply(...).
         Field = hb_data.DataFrame.Field
         total = sum(ROWS_PER_FILE)
-        for drop in (False, True):
-            ds = hb_data.ParquetDataset(
+        for drop, form in ((False, "apply"), (True, "apply"),
+                           (True, "RebatchDataset")):
+            source = hb_data.ParquetDataset(
                 self.paths, 7, fields=["id", "tags",
-                                       Field("vec", sparse=True)]).apply(
-                hb_data.rebatch(10, min_batch_size=5, drop_remainder=drop))
+                                       Field("vec", sparse=True)])
+            ds = source.apply(hb_data.rebatch(
+                10, min_batch_size=5, drop_remainder=drop)) \
+                if form == "apply" else hb_data.RebatchDataset(
+                    source, 10, min_batch_size=5, drop_remainder=drop)
             sizes, ids, tags, vec = [], [], [], []
             for b in ds:
                 sizes.append(int(b["id"].shape[0]))
@@ -542,8 +547,8 @@ class Cases:
             rows = total // 10 * 10 if drop else total
             want = [10] * (total // 10) + \
                 ([] if drop or total % 10 == 0 else [total % 10])
-            check(sizes == want, "drop=%s sizes %s, expected %s" % (
-                drop, sizes, want))
+            check(sizes == want, "%s drop=%s sizes %s, expected %s" % (
+                form, drop, sizes, want))
             check(ids == list(range(rows)), "ids drop=%s" % drop)
             check(tags == [list(map(int, t))
                            for t in self.expected["tags"][:rows]], "tags")

@@ -13,15 +13,16 @@ import tempfile
 
 import numpy as np
 
-from train_common import (Checker, check, close, rank_values, report,
-                          run_table, tf)
+from train_common import (Checker, check, close, expect_raises, rank_values,
+                          report, run_table, tf)
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
 
 V1 = tf.compat.v1
 CASES = ["dense_save_rank0_writes", "dense_save_in_monitored_session",
-         "sharded_save_and_restore", "sharded_save_in_monitored_session"]
+         "sharded_save_and_restore", "sharded_save_in_monitored_session",
+         "replace_default_saver"]
 B, D = 7, 2  # 7 rows: uneven blocks at 2 and 3 ranks
 TABLE0 = np.arange(B * D, dtype=np.float32).reshape(B, D) / 4.0
 W0 = np.array([0.5, -1.5], np.float32)
@@ -194,12 +195,36 @@ def main() -> None:
               table_after(3.0 * (1 + np.arange(size)), size),
               "the table after three steps", rtol=0, atol=0)
 
+    def replace_default_saver():
+        """An hb.train.Saver lands in SAVERS once; another saver there is
+        a ValueError naming its class, two are a ValueError too."""
+        get = lambda: V1.get_collection(V1.GraphKeys.SAVERS)  # noqa: E731
+        with tf.Graph().as_default():
+            V1.get_variable("w", initializer=W0)
+            hb.train.replace_default_saver()
+            first = get()
+            check(len(first) == 1 and type(first[0]) is hb.train.Saver,
+                  "an hb.train.Saver in SAVERS: %s" % first)
+            hb.train.replace_default_saver()
+            check(get() == first, "a second call changes nothing")
+            V1.add_to_collection(V1.GraphKeys.SAVERS, V1.train.Saver())
+            expect_raises(hb.train.replace_default_saver, ValueError,
+                          "multiple items found in collection SAVERS")
+        with tf.Graph().as_default():
+            V1.get_variable("w", initializer=W0)
+            V1.add_to_collection(V1.GraphKeys.SAVERS, V1.train.Saver())
+            expect_raises(hb.train.replace_default_saver, ValueError,
+                          "holds a tensorflow.python.training.saver.Saver, "
+                          "which cannot be changed once built; create it "
+                          "as hb.train.Saver(...)")
+
     table = {
         "dense_save_rank0_writes": dense_save_rank0_writes,
         "dense_save_in_monitored_session": dense_save_in_monitored_session,
         "sharded_save_and_restore": sharded_save_and_restore,
         "sharded_save_in_monitored_session":
             sharded_save_in_monitored_session,
+        "replace_default_saver": replace_default_saver,
     }
     run_table(checker, table, CASES)
     hbcore.barrier()
