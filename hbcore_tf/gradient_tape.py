@@ -66,8 +66,9 @@ class _DistributedTapeMixin:
             (local, global): lists of (source, gradient) pairs in the
             order of the flattened ``sources``; local pairs are those of
             sources registered as local (``local_layers`` or
-            ``register_local_source``), their gradients not allreduced;
-            the others' gradients are the reduced ones.
+            ``register_local_source``), their gradients not allreduced
+            (divided by size() when scale_local_gradients), as in
+            :meth:`gradient`; the others' gradients are the reduced ones.
         """
         grads = tf.nest.flatten(self.gradient(
             target, sources, output_gradients, use_generic_names))
