@@ -11,7 +11,7 @@ eager code and inside tf.function alike.
     tape = hvd.DistributedGradientTape(tape)
     grads = tape.gradient(loss, model.trainable_variables)
 """
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import tensorflow as tf
 
@@ -51,6 +51,33 @@ class _DistributedTapeMixin:
         flat_grads = tf.nest.flatten(grads)
         reduced = self._hb_reducer.reduce(flat_grads, flat_sources)
         return tf.nest.pack_sequence_as(grads, reduced)
+
+    def get_local_and_global_gradients(
+            self, target: Any, sources: Any, output_gradients: Any = None,
+            use_generic_names: bool = False) -> Tuple[List[Tuple[Any, Any]],
+                                                      List[Tuple[Any, Any]]]:
+        """Horovod's split of :meth:`gradient`'s result by locality.
+
+        Args:
+            target, sources, output_gradients, use_generic_names: as in
+                :meth:`gradient` (``sources`` may be nested).
+
+        Returns:
+            (local, global): lists of (source, gradient) pairs in the
+            order of the flattened ``sources``; local pairs are those of
+            sources registered as local (``local_layers`` or
+            ``register_local_source``), their gradients not allreduced
+            (divided by size() when scale_local_gradients), as in
+            :meth:`gradient`; the others' gradients are the reduced ones.
+        """
+        grads = tf.nest.flatten(self.gradient(
+            target, sources, output_gradients, use_generic_names))
+        local: List[Tuple[Any, Any]] = []
+        shared: List[Tuple[Any, Any]] = []
+        for source, grad in zip(tf.nest.flatten(sources), grads):
+            is_local = self._hb_reducer.is_local(source)
+            (local if is_local else shared).append((source, grad))
+        return local, shared
 
     def register_local_source(self, source: Any) -> None:
         """Registers ``source`` (a variable) as local to this rank: its

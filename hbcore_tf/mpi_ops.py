@@ -249,7 +249,8 @@ _SPARSE_SCALE_ERROR = ("Pre/postscale_factor are not supported with "
                        "tf.IndexedSlices")
 
 
-def _check_sparse_args(op: int, prescale_factor: float,
+def _check_sparse_args(slices: Sequence[tf.IndexedSlices], op: int,
+                       prescale_factor: float,
                        postscale_factor: float) -> None:
     """Refuses what Horovod 0.28 refuses for IndexedSlices, before any
     collective is created (so no rank submits half of a call).
@@ -257,6 +258,9 @@ def _check_sparse_args(op: int, prescale_factor: float,
     Raises:
         NotImplementedError: op is not Sum or Average, or a scale factor
             is not 1.0 (Horovod's type and message).
+        TypeError: op is Average and some values have a dtype true
+            division does not take (bool, string): Horovod's division
+            raises the same type, but only after its allgathers exist.
     """
     if op not in (Sum, Average):
         raise NotImplementedError(
@@ -265,17 +269,28 @@ def _check_sparse_args(op: int, prescale_factor: float,
             "tf.convert_to_tensor" % ReduceOp(op).name)
     if float(prescale_factor) != 1.0 or float(postscale_factor) != 1.0:
         raise NotImplementedError(_SPARSE_SCALE_ERROR)
+    if op == Average:
+        for s in slices:
+            dtype = s.values.dtype
+            if not (dtype.is_floating or dtype.is_complex or dtype.is_integer):
+                raise TypeError(
+                    "Average of tf.IndexedSlices divides the values by the "
+                    "number of ranks; values of dtype %s cannot be divided "
+                    "(use op=hvd.Sum or cast the values)" % dtype.name)
 
 
 def _average_values(values: tf.Tensor, process_set_id: int = 0) -> tf.Tensor:
-    """Gathered IndexedSlices values divided by the set's size: true
-    division for floating types (Horovod), truncation toward zero for
-    integers (the core's integer Average), so the dtype is kept."""
+    """Gathered IndexedSlices values divided by the set's size with
+    TensorFlow's true division, as Horovod does (``values / size``): the
+    dtype of floating and complex values is kept; integer values come back
+    as floating values (8- and 16-bit integers as float32, 32- and 64-bit
+    as float64), so entries that share an index still add up to their
+    exact average. Dense integer Average differs on purpose: it keeps the
+    dtype and truncates the reduced sum toward zero (the core's rule, as
+    Horovod's own dense allreduce)."""
     divisor = tf.cast(size() if not process_set_id else
                       _process_set_info(process_set_id)[0], values.dtype)
-    if values.dtype.is_floating or values.dtype.is_complex:
-        return values / divisor
-    return tf.truncatediv(values, divisor)
+    return tf.math.truediv(values, divisor)
 
 
 def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], op: int,
@@ -309,7 +324,9 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
 
     A ``tf.IndexedSlices`` is reduced by allgathering its values and indices
     (so the result has every rank's slices; Average divides the values by
-    size(), truncating toward zero for integer values).
+    size() with true division, as Horovod: integer values come back as
+    float32 (8/16-bit) or float64 (32/64-bit) values, whereas a dense
+    integer Average keeps its dtype and truncates toward zero).
 
     Args:
         tensor: tf.Tensor, tf.Variable or tf.IndexedSlices; same shape and
@@ -327,13 +344,16 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
         ignore_name_scope: leave enclosing name scopes out of the name.
 
     Returns:
-        A tensor (or tf.IndexedSlices) of the same shape and dtype.
+        A tensor of the same shape and dtype, or a tf.IndexedSlices of
+        the same dense shape (values of a floating dtype for an integer
+        Average, see above).
 
     Raises:
         ValueError: hbcore is not initialized, or both average and op given.
         NotImplementedError: op is Adasum; or ``tensor`` is an
             IndexedSlices and op is Min/Max/Product or a scale factor is
             not 1.0 (as Horovod).
+        TypeError: Average of an IndexedSlices of bool values.
         tf.errors.FailedPreconditionError: ranks disagree on the tensor.
         tf.errors.InvalidArgumentError: e.g. Average on bool.
     """
@@ -342,7 +362,7 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
     op = _resolve_op(average, op)
     _refuse_adasum(op, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
-        _check_sparse_args(op, prescale_factor, postscale_factor)
+        _check_sparse_args([tensor], op, prescale_factor, postscale_factor)
         with _on_device(device_sparse):
             return _sparse_allreduce([tensor], op, name,
                                      ignore_name_scope, set_id)[0]
@@ -381,8 +401,9 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
         The reduced tensors, in input order.
 
     Raises:
-        As :func:`allreduce`; an IndexedSlices in the group with an op or
-        scale factor it does not support raises before any op is created.
+        As :func:`allreduce`; an IndexedSlices in the group with an op,
+        scale factor or dtype it does not support raises before any op is
+        created.
     """
     _check_initialized()
     set_id = _check_process_set(process_set)
@@ -396,7 +417,8 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
     dense_idx = [i for i, t in enumerate(tensors)
                  if not isinstance(t, tf.IndexedSlices)]
     if sparse_idx:  # before the dense op exists: all or nothing
-        _check_sparse_args(op, prescale_factor, postscale_factor)
+        _check_sparse_args([tensors[i] for i in sparse_idx], op,
+                           prescale_factor, postscale_factor)
     out: List[Any] = [None] * len(tensors)
     if dense_idx:
         with _on_device(device_dense):

@@ -30,7 +30,8 @@ keras = _compat.keras_module()
 CASES = [
     "signatures", "errors",
     "tape_eager", "tape_tf_function", "tape_unscaled", "tape_single_layer",
-    "tape_op_sum",
+    "tape_op_sum", "tape_methods", "tape_split_eager",
+    "tape_split_tf_function", "tape_split_no_local",
     "optimizer_apply_eager", "optimizer_apply_tf_function",
     "optimizer_unscaled", "optimizer_fit", "optimizer_bpps2",
     "register_local_var",
@@ -53,6 +54,9 @@ OPTIMIZER_PARAMS = ["optimizer", "name", "device_dense", "device_sparse",
                     "local_layers", "scale_local_gradients"]
 GRADIENT_PARAMS = ["target", "sources", "output_gradients",
                    "use_generic_names"]
+# The methods Horovod 0.28's tapes add to tf.GradientTape's.
+HOROVOD_TAPE_METHODS = {"gradient", "get_local_and_global_gradients",
+                        "register_local_source"}
 
 
 def initial_weights():
@@ -144,6 +148,27 @@ def check_against_simulation(shared, local, **sim_kwargs):
               "local kernel of rank %d equals rank 0's" % r)
 
 
+def public_methods(obj):
+    """The names of an object's public methods, sorted."""
+    return sorted(n for n in dir(obj)
+                  if not n.startswith("_") and callable(getattr(obj, n)))
+
+
+def split_pairs(tape, loss, variables, local_vars):
+    """tape.get_local_and_global_gradients, checked to split ``variables``
+    (in their order) into ``local_vars`` and the others."""
+    local, shared = tape.get_local_and_global_gradients(loss, variables)
+    want_local = [v for v in variables if any(v is w for w in local_vars)]
+    want_shared = [v for v in variables if all(v is not w for w in local_vars)]
+    for what, pairs, want in (("local", local, want_local),
+                              ("global", shared, want_shared)):
+        got = [s for s, _ in pairs]
+        check(len(got) == len(want) and all(a is b for a, b in zip(got, want)),
+              "%s sources %s, expected %s" % (
+                  what, [v.name for v in got], [v.name for v in want]))
+    return local, shared
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -200,6 +225,85 @@ def main():
             step(*data(k, rank))
         return shared, local
 
+    methods = {}
+
+    def tape_methods():
+        """Both tapes have tf.GradientTape's methods and Horovod's, the
+        same set eagerly and inside a tf.function (rank 0 reports it, so
+        the test compares the Keras flavours)."""
+        shared, local = make_layers()
+        found = {}
+
+        def wrap_all(where):
+            with tf.GradientTape() as tape:
+                pass
+            found[where + "/DistributedGradientTape"] = \
+                hvd.DistributedGradientTape(tape)
+            found[where + "/PartialDistributedGradientTape"] = \
+                hvd.PartialDistributedGradientTape(tape, local_layers=[local])
+        wrap_all("eager")
+        tf.function(lambda: wrap_all("tf.function") or tf.constant(0))()
+        want = sorted(set(public_methods(tf.GradientTape))
+                      | HOROVOD_TAPE_METHODS)
+        for where, tape in found.items():
+            check(isinstance(tape, tf.GradientTape) and
+                  type(tape).__name__ == "GradientTape",
+                  "%s is a %s" % (where, type(tape)))
+            got = public_methods(tape)
+            check(got == want, "%s methods %s, expected %s" % (
+                where, got, want))
+            params = list(inspect.signature(
+                tape.get_local_and_global_gradients).parameters)
+            check(params == GRADIENT_PARAMS,
+                  "%s get_local_and_global_gradients parameters %s" % (
+                      where, params))
+        methods["tape_methods"] = want
+
+    def tape_split_case(fn=None):
+        """Training with get_local_and_global_gradients: the local pairs'
+        gradients are the rank's own (scaled), the global ones averaged."""
+        shared, local = make_layers()
+        variables = shared.trainable_weights + local.trainable_weights
+
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = model_loss(shared, local, x, y)
+            tape = hvd.PartialDistributedGradientTape(tape,
+                                                      local_layers=[local])
+            local_pairs, shared_pairs = split_pairs(
+                tape, loss, variables, local.trainable_weights)
+            for v, g in local_pairs + shared_pairs:
+                v.assign_sub(LR * g)
+
+        if fn == "tf.function":
+            step = tf.function(step)
+        for k in range(STEPS):
+            step(*data(k, rank))
+        check_against_simulation(shared, local)
+
+    def tape_split_no_local():
+        """DistributedGradientTape's split: nothing local, every gradient
+        the mean over ranks (a persistent tape, asked twice as Horovod's
+        test does: gradient() first)."""
+        shared, local = make_layers()
+        variables = shared.trainable_weights + local.trainable_weights
+        x, y = data(0, rank)
+        with tf.GradientTape(persistent=True) as tape:
+            loss = model_loss(shared, local, x, y)
+        tape = hvd.DistributedGradientTape(tape)
+        first = tape.gradient(loss, variables)
+        local_pairs, shared_pairs = split_pairs(tape, loss, variables, [])
+        check(local_pairs == [], "local pairs %s" % local_pairs)
+        per_rank = [sim_grads(initial_weights(), *data(0, r))
+                    for r in range(size)]
+        expected = [np.mean([g[i] for g in per_rank], axis=0)
+                    for i in range(len(variables))]
+        for i, ((_, g), g_first) in enumerate(zip(shared_pairs, first)):
+            close(np.asarray(g), expected[i], "gradient %d" % i,
+                  rtol=1e-4, atol=1e-6)
+            close(np.asarray(g), np.asarray(g_first),
+                  "gradient %d against gradient()" % i, rtol=0, atol=0)
+
     def tape_case(fn=None, scale=True, op_sum=False, local_layers=None):
         kwargs = {"scale_local_gradients": scale}
         if op_sum:
@@ -255,6 +359,10 @@ def main():
         "tape_single_layer": lambda: tape_case(local_layers=lambda l: l),
         # Horovod divides local gradients by size() whatever the op.
         "tape_op_sum": lambda: tape_case(op_sum=True),
+        "tape_methods": tape_methods,
+        "tape_split_eager": lambda: tape_split_case(),
+        "tape_split_tf_function": lambda: tape_split_case("tf.function"),
+        "tape_split_no_local": tape_split_no_local,
         "optimizer_apply_eager": lambda: optimizer_case(),
         "optimizer_apply_tf_function": lambda: optimizer_case("tf.function"),
         "optimizer_unscaled": lambda: optimizer_case(scale=False),
@@ -264,7 +372,8 @@ def main():
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
-            "keras": keras.__name__})
+            "keras": keras.__name__,
+            "tape_methods": methods.get("tape_methods")})
     hvd.shutdown()
 
 

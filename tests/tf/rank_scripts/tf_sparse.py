@@ -1,21 +1,25 @@
 """Rank script: allreduce of tf.IndexedSlices (Horovod's semantics: an
-allgather of values and indices; Average divides the values by size),
-checked against numpy on every rank.
+allgather of values and indices; Average divides the values by size with
+true division), checked against numpy on every rank.
 
-    hbrun -np N python tf_sparse.py
+    hbrun -np N python tf_sparse.py      # TF_USE_LEGACY_KERAS=1: tf_keras
 
 Cases (``case_names()``):
 
 - allreduce/<dtype>/<op>/<mode>: one IndexedSlices, Sum and Average, float
-  and integer values (integer Average truncates toward zero), eagerly, in
-  a tf.function and in a tf.compat.v1 Session.run;
+  and integer values (an integer Average comes back as float32 values for
+  8/16-bit integers, float64 for 32/64-bit, and entries sharing an index,
+  within a rank and across ranks, add up to the exact average), eagerly,
+  in a tf.function and in a tf.compat.v1 Session.run;
 - grouped-mixed/<op>/<mode>: grouped_allreduce of dense tensors and
-  IndexedSlices interleaved;
+  IndexedSlices interleaved, float and integer (a dense integer Average
+  keeps its dtype and truncates toward zero; sparse ones do not);
 - gather-gradient/<mode>: the IndexedSlices gradient of tf.gather;
 - tape-predivide: DistributedGradientTape(gradient_predivide_factor=2)
   with a dense and a sparse gradient;
 - errors/*: pre/postscale factors and Min/Max raise NotImplementedError
-  with Horovod's message before any op exists; the runtime still works.
+  with Horovod's message, Average of bool values TypeError, before any op
+  exists; the runtime still works.
 """
 import os
 import sys
@@ -28,7 +32,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "rank_scripts"))
 from common import (CaseFailure, Checker, assert_close,  # noqa: E402
-                    env_rank, env_size, expect_raises, rank_data, report)
+                    env_rank, env_size, expect_raises, is_float, rank_data,
+                    report)
 import op_table  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
@@ -37,15 +42,30 @@ tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(2)
 
 import hbcore_tf as hvd  # noqa: E402
+from hbcore_tf import _compat  # noqa: E402
 
 MODES = ["eager", "function", "graph"]
-DTYPES = ["float32", "float64", "int32", "int64"]
+# Horovod's test_horovod_*allreduce_indexed_slices_average_cpu dtypes, and
+# int16.
+DTYPES = ["float16", "float32", "float64", "uint8", "int8", "int16", "int32",
+          "int64"]
 OPS = ["Sum", "Average"]
 ROWS = 6  # dense_shape[0] of every IndexedSlices here
 OTHER_CASES = ["tape-predivide", "errors/prescale-allreduce",
                "errors/postscale-allreduce", "errors/prescale-grouped-mixed",
                "errors/scale-graph-creates-nothing", "errors/min-allreduce",
-               "errors/max-grouped", "errors/recovered"]
+               "errors/max-grouped", "errors/average-bool",
+               "errors/recovered"]
+# The dtype of an IndexedSlices Average's values: TensorFlow's true
+# division (tf.math.truediv's documented table) keeps floating dtypes and
+# turns 8/16-bit integers into float32, 32/64-bit ones into float64.
+AVERAGE_DTYPE = {"uint8": "float32", "int8": "float32", "int16": "float32",
+                 "int32": "float64", "int64": "float64"}
+# grouped-mixed's inputs, in order: (kind, dtype).
+MIXED = [("dense", "float32"), ("sparse", "float32"), ("dense", "float64"),
+         ("sparse", "int32"), ("dense", "int32"), ("sparse", "uint8"),
+         ("dense", "int64"), ("sparse", "int8"), ("sparse", "int16"),
+         ("sparse", "int64")]
 
 
 def case_names() -> List[str]:
@@ -64,30 +84,30 @@ SCALE_MESSAGE = "Pre/postscale_factor are not supported with tf.IndexedSlices"
 
 
 def rows_of(r: int) -> List[int]:
-    """The indices of rank r's slices (a duplicate on purpose)."""
-    return [r % ROWS, (r + 2) % ROWS, r % ROWS]
+    """The indices of rank r's slices: a duplicate within the rank, and
+    one shared with rank r + 1 (so duplicates cross ranks at 2 ranks)."""
+    return [r % ROWS, (r + 1) % ROWS, r % ROWS]
 
 
 def slices_data(seed: int, r: int, dtype: str) -> np.ndarray:
     return rank_data(seed, r, (3, 2), dtype)
 
 
-def average_np(values: np.ndarray, dtype: str) -> np.ndarray:
-    """numpy's per-value Average: true division for floats, integer
-    division truncating toward zero for integers."""
-    if dtype.startswith("float"):
-        return (values.astype(np.float64) / SIZE).astype(dtype)
-    return (np.sign(values) * (np.abs(values) // SIZE)).astype(dtype)
+def result_dtype(dtype: str, op: str) -> str:
+    """The dtype of the reduced IndexedSlices' values."""
+    return AVERAGE_DTYPE.get(dtype, dtype) if op == "Average" else dtype
 
 
 def expected_slices(seed: int, dtype: str, op: str
                     ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(values, indices, dense) of the reduced IndexedSlices: every rank's
-    slices in rank order, values averaged per value for Average."""
+    slices in rank order, each value divided by size for Average (in
+    float64, then rounded to the result's dtype)."""
     values = np.concatenate([slices_data(seed, r, dtype)
                              for r in range(SIZE)])
     if op == "Average":
-        values = average_np(values, dtype)
+        values = (values.astype(np.float64) / SIZE).astype(
+            result_dtype(dtype, op))
     indices = np.concatenate([rows_of(r) for r in range(SIZE)]).astype(
         np.int64)
     dense = np.zeros((ROWS, 2), values.dtype)
@@ -120,9 +140,10 @@ def flatten(result: Any) -> List[Any]:
 def check_slices(got: Sequence[np.ndarray], seed: int, dtype: str, op: str,
                  what: str) -> None:
     values, indices, dense = expected_slices(seed, dtype, op)
-    assert_close(np.asarray(got[0]), values, dtype, what + " values")
+    out_dtype = result_dtype(dtype, op)
+    assert_close(np.asarray(got[0]), values, out_dtype, what + " values")
     assert_close(np.asarray(got[1]), indices, "int64", what + " indices")
-    assert_close(np.asarray(got[2]), dense, dtype, what + " dense")
+    assert_close(np.asarray(got[2]), dense, out_dtype, what + " dense")
 
 
 def my_slices(seed: int, dtype: str) -> tf.IndexedSlices:
@@ -143,31 +164,43 @@ def allreduce_case(dtype: str, op: str, mode: str) -> None:
     check_slices(in_mode(mode, build), seed, dtype, op, name)
 
 
+def dense_average_np(stack: np.ndarray, dtype: str) -> np.ndarray:
+    """A dense Average: the sum over ranks divided by size, truncated
+    toward zero for integers (the dtype is kept)."""
+    mean = stack.astype(np.float64).sum(0) / SIZE
+    return (mean if is_float(dtype) else np.trunc(mean)).astype(dtype)
+
+
 def grouped_mixed_case(op: str, mode: str) -> None:
     name = "grouped-mixed/%s/%s" % (op, mode)
-    seeds = [op_table.seed(name, i) for i in range(4)]
-    dense_specs = [(seeds[0], (4,), "float32"), (seeds[2], (3,), "float64")]
-    dense_in = [rank_data(seed, RANK, shape, dt)
-                for seed, shape, dt in dense_specs]
+    seeds = [op_table.seed(name, i) for i in range(len(MIXED))]
+    dense_in = {i: rank_data(seeds[i], RANK, (4,), dt)
+                for i, (kind, dt) in enumerate(MIXED) if kind == "dense"}
 
     def build():
         outs = hvd.grouped_allreduce(
-            [tf.constant(dense_in[0]), my_slices(seeds[1], "float32"),
-             tf.constant(dense_in[1]), my_slices(seeds[3], "int32")],
-            op=getattr(hvd, op))
-        kinds = [isinstance(o, tf.IndexedSlices) for o in outs]
-        if kinds != [False, True, False, True]:
+            [tf.constant(dense_in[i]) if kind == "dense"
+             else my_slices(seeds[i], dt)
+             for i, (kind, dt) in enumerate(MIXED)], op=getattr(hvd, op))
+        kinds = ["sparse" if isinstance(o, tf.IndexedSlices) else "dense"
+                 for o in outs]
+        if kinds != [kind for kind, _ in MIXED]:
             raise CaseFailure("output kinds %s" % kinds)
         return [t for o in outs for t in flatten(o)]
     got = in_mode(mode, build)
-    for i, (seed, shape, dt) in enumerate(dense_specs):
-        stack = np.stack([rank_data(seed, r, shape, dt)
-                          for r in range(SIZE)]).astype(np.float64)
-        exp = stack.sum(0) / (SIZE if op == "Average" else 1)
-        assert_close(np.asarray(got[4 * i]), exp.astype(dt), dt,
-                     "%s dense %d" % (name, i))
-    check_slices(got[1:4], seeds[1], "float32", op, name + " sparse 0")
-    check_slices(got[5:8], seeds[3], "int32", op, name + " sparse 1")
+    at = 0
+    for i, (kind, dt) in enumerate(MIXED):
+        what = "%s %s %d" % (name, kind, i)
+        if kind == "sparse":
+            check_slices(got[at:at + 3], seeds[i], dt, op, what)
+            at += 3
+            continue
+        stack = np.stack([rank_data(seeds[i], r, (4,), dt)
+                          for r in range(SIZE)])
+        exp = (dense_average_np(stack, dt) if op == "Average"
+               else stack.sum(0).astype(dt))
+        assert_close(np.asarray(got[at]), exp, dt, what)
+        at += 1
 
 
 def gather_gradient_case(mode: str) -> None:
@@ -254,6 +287,23 @@ def error_cases() -> None:
         lambda: hvd.grouped_allreduce([dense, x], op=hvd.Max),
         NotImplementedError, "Sum and Average"))
 
+    def average_bool():
+        # True division takes no bool: refused before any op exists (the
+        # dense tensor's op of the group included).
+        with tf.Graph().as_default() as graph:
+            flags = tf.IndexedSlices(tf.constant([[True, False]]),
+                                     tf.constant([0], tf.int64),
+                                     dense_shape=tf.constant([ROWS, 2],
+                                                             tf.int64))
+            expect_raises(lambda: hvd.grouped_allreduce(
+                [tf.ones([2]), flags], op=hvd.Average), TypeError,
+                "dtype bool cannot be divided")
+            made = [op.name for op in graph.get_operations()
+                    if op.type.startswith("Hbcore")]
+        if made:
+            raise CaseFailure("ops created before the error: %s" % made)
+    check.run("errors/average-bool", average_bool)
+
     def recovered():
         out = hvd.allreduce(tf.constant([float(RANK)]), op=hvd.Sum,
                             name="sparse.after_errors")
@@ -281,6 +331,7 @@ def main() -> None:
     error_cases()
     hvd.shutdown()
     report({"rank": RANK, "size": SIZE,
+            "keras": _compat.keras_module().__name__,
             "unlisted": sorted(set(check.results) - set(case_names())),
             "failed": [k for k, v in check.results.items() if not v["ok"]]})
 
