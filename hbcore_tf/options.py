@@ -31,7 +31,7 @@ import numbers
 import os
 from collections.abc import Mapping
 from typing import (Any, Callable, Dict, Iterator, List, NamedTuple,
-                    Optional, Tuple)
+                    Optional, Sequence, Tuple, Union)
 
 from hbcore import knobs as _core_knobs
 
@@ -529,18 +529,21 @@ class Options:
         self._values()
         return self._defaults[name]
 
-    def for_column(self, name: str, column: Optional[str]) -> Any:
+    def for_column(self, name: str,
+                   column: Optional[Union[str, Sequence[str]]]) -> Any:
         """Returns the effective value of option ``name`` for one column.
 
         HybridBackend's rule: a per-column dict gives the column its own
         entry, else the option's default (``default(name)``); a plain
-        value applies to every column.
+        value applies to every column. A column known by several names
+        (an embedding column: its own name, then its categorical
+        column's) takes the entry of the first name the dict has.
 
         Args:
             name: the option's name.
-            column: the column's name (a feature column's
-                ``categorical_column.name``), or None for a lookup that
-                belongs to no column (it gets the default from a dict).
+            column: the column's name, or its names in order of
+                precedence, or None for a lookup that belongs to no
+                column (it gets the default from a dict).
 
         Returns:
             The value (never a ``PerColumn``).
@@ -550,8 +553,10 @@ class Options:
         """
         value = getattr(self, name)
         if isinstance(value, PerColumn):
-            if column is not None and column in value:
-                return value[column]
+            names = [column] if isinstance(column, str) else (column or [])
+            for one in names:
+                if one in value:
+                    return value[one]
             return self.default(name)
         return value
 

@@ -480,7 +480,9 @@ def main():
 
     def segment_rank():
         """emb_segment_rank={'s': 1}: one output row per (i, j) of rank-3
-        ids, as input_layer computes on the ids reshaped to [4 * 2, 3]."""
+        ids, as input_layer computes on the ids reshaped to [4 * 2, 3];
+        a dict entry under the embedding column's own name wins over one
+        under its feature key."""
         num_rows, dim = 7, 2
         table = rank_values(77, 0, (num_rows, dim))
         rng = np.random.default_rng([31, rank])
@@ -509,6 +511,8 @@ def main():
             ph = V1.sparse_placeholder(tf.int64, shape=[None, None, None])
             with hb.scope(emb_segment_rank={"s": 1}):
                 out = hb.keras.layers.DenseFeatures([col()])({"s": ph})
+            # The embedding column's own name comes first (HybridBackend).
+            with hb.scope(emb_segment_rank={"s_embedding": 1, "s": 2}):
                 outs = hb.dense_features({"s": ph}, [col()])
             with V1.Session() as sess:
                 sess.run(V1.global_variables_initializer())
