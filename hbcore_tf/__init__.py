@@ -48,7 +48,7 @@ from hbcore_tf.context import Context, context
 from hbcore_tf.scope import function, scope, wraps
 from hbcore_tf.embedding import embedding_scope
 from hbcore_tf.embedding import dense_features
-from hbcore_tf import data, metrics, saved_model, train
+from hbcore_tf import data, feature_column, metrics, saved_model, train
 
 from hbcore import __version__
 

@@ -272,8 +272,9 @@ OPTIONS: Tuple[Option, ...] = (
            "accepted, unused",
            from_env=False, per_column=True),
     Option("emb_num_buckets_max", int, 2 ** 63 - 1,
-           "HybridBackend's bucket cap, >= 1 (or a dict per column); "
-           "accepted, unused",
+           "feature columns: an embedding column over a categorical "
+           "column with at least this many buckets (HybridBackend's "
+           "unchecked ids) is a ValueError, >= 1 (or a dict per column)",
            _at_least(1), from_env=False, per_column=True),
     Option("emb_segment_rank", int, 0,
            "feature columns (hb.dense_features, DenseFeatures): k > 0 "

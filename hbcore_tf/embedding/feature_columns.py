@@ -114,9 +114,12 @@ def check_column(column: Any) -> None:
     Raises:
         ValueError: a ``tf.feature_column.shared_embeddings`` column (its
             table is made by a SharedEmbeddingColumnCreator outside
-            ``get_variable``), or an embedding column over a sequence
+            ``get_variable``), an embedding column over a sequence
             categorical column (its output is a sequence, not one row per
-            example); the message names the column and what was wrong.
+            example) or over one with at least ``emb_num_buckets_max``
+            buckets (HybridBackend's rule: ``raw_categorical_column``'s
+            unchecked ids); the message names the column and what was
+            wrong.
     """
     name = getattr(column, "name", repr(column))
     if isinstance(column, fc_v2.SharedEmbeddingColumn):
@@ -127,6 +130,15 @@ def check_column(column: Any) -> None:
             "tf.compat.v1.feature_column.shared_embedding_columns, as "
             "HybridBackend asks" % name)
     categorical = getattr(column, "categorical_column", None)
+    buckets = getattr(categorical, "num_buckets", None)
+    limit = options.for_column("emb_num_buckets_max", column_names(column))
+    if buckets is not None and buckets >= limit:
+        raise ValueError(
+            "feature column %r cannot be sharded: num_buckets of "
+            "categorical_column %s must be set explicitly (it has %d, "
+            "emb_num_buckets_max is %d); a table of unchecked ids "
+            "(hb.feature_column.raw_categorical_column) needs DeepRec's "
+            "EmbeddingVariable" % (name, categorical.name, buckets, limit))
     if isinstance(categorical, (fc_v2.SequenceCategoricalColumn,
                                 fc_v1._SequenceCategoricalColumn)):  # noqa
         raise ValueError(
