@@ -1,29 +1,52 @@
 """``hb.feature_column``: HybridBackend's feature-column module.
 
-As in HybridBackend, ``embedding_column`` and ``shared_embedding_columns``
-are TensorFlow's own (``tf.feature_column.embedding_column``,
-``tf.compat.v1.feature_column.shared_embedding_columns``): their tables
-are sharded when ``hb.keras.layers.DenseFeatures`` or
-``hb.dense_features`` looks them up. ``DenseFeatures`` is
-``hb.keras.layers.DenseFeatures``. HybridBackend's
-``raw_categorical_column`` (an identity column of ``sys.maxsize`` buckets)
-has no counterpart: a sharded table has a fixed number of rows
-(docs/hybridbackend.md, "Every HybridBackend name").
+    import hbcore_tf as hb
+    col = hb.feature_column.embedding_column(
+        tf.feature_column.categorical_column_with_identity("ad", 10000), 16)
+    x = hb.feature_column.DenseFeatures([col])(features)
+
+``embedding_column`` and ``shared_embedding_columns`` are TensorFlow's own
+(HybridBackend re-exports them: ``tf.feature_column.embedding_column`` and
+the tf.compat.v1 ``shared_embedding_columns``); ``DenseFeatures`` is
+``hb.keras.layers.DenseFeatures`` (hbcore_tf.keras.dense_features; it
+imports tf_keras on first use). ``raw_categorical_column(key)`` is
+HybridBackend's column of unchecked ids (``num_buckets=sys.maxsize``):
+its table has no size, which only DeepRec's EmbeddingVariable
+(HybridBackend's ``emb_backend='PAIEV'``) can hold, so an embedding column
+over it is a ValueError in hb.dense_features and DenseFeatures, as in
+HybridBackend's default backend.
 """
+import sys
 from typing import Any
 
-import tensorflow as tf
+from tensorflow.python.feature_column.feature_column_v2 import (
+    categorical_column_with_identity, embedding_column,
+    shared_embedding_columns)
 
-from hbcore_tf import layers as _layers
 
-embedding_column = tf.feature_column.embedding_column
-shared_embedding_columns = tf.compat.v1.feature_column.shared_embedding_columns
+def raw_categorical_column(key: str) -> Any:
+    """A categorical column of unchecked integer ids (HybridBackend's).
+
+    Args:
+        key: the feature key (and the column's name).
+
+    Returns:
+        ``categorical_column_with_identity(key, num_buckets=sys.maxsize)``.
+    """
+    return categorical_column_with_identity(key, num_buckets=sys.maxsize)
+
+
+DenseFeatures: type
 
 
 def __getattr__(name: str) -> Any:
+    # The layer imports tf_keras: built on first use.
     if name == "DenseFeatures":
-        return _layers.DenseFeatures     # built on first access
+        from hbcore_tf.keras import dense_features
+
+        return dense_features.layer_class()
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-__all__ = ["DenseFeatures", "embedding_column", "shared_embedding_columns"]
+__all__ = ["DenseFeatures", "embedding_column", "raw_categorical_column",
+           "shared_embedding_columns"]

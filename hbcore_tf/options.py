@@ -31,7 +31,7 @@ import numbers
 import os
 from collections.abc import Mapping
 from typing import (Any, Callable, Dict, Iterator, List, NamedTuple,
-                    Optional, Tuple)
+                    Optional, Sequence, Tuple, Union)
 
 from hbcore import knobs as _core_knobs
 
@@ -272,8 +272,9 @@ OPTIONS: Tuple[Option, ...] = (
            "accepted, unused",
            from_env=False, per_column=True),
     Option("emb_num_buckets_max", int, 2 ** 63 - 1,
-           "HybridBackend's bucket cap, >= 1 (or a dict per column); "
-           "accepted, unused",
+           "feature columns: an embedding column over a categorical "
+           "column with at least this many buckets (HybridBackend's "
+           "unchecked ids) is a ValueError, >= 1 (or a dict per column)",
            _at_least(1), from_env=False, per_column=True),
     Option("emb_segment_rank", int, 0,
            "feature columns (hb.dense_features, DenseFeatures): k > 0 "
@@ -544,18 +545,21 @@ class Options:
         self._values()
         return self._defaults[name]
 
-    def for_column(self, name: str, column: Optional[str]) -> Any:
+    def for_column(self, name: str,
+                   column: Optional[Union[str, Sequence[str]]]) -> Any:
         """Returns the effective value of option ``name`` for one column.
 
         HybridBackend's rule: a per-column dict gives the column its own
         entry, else the option's default (``default(name)``); a plain
-        value applies to every column.
+        value applies to every column. A column known by several names
+        (an embedding column: its own name, then its categorical
+        column's) takes the entry of the first name the dict has.
 
         Args:
             name: the option's name.
-            column: the column's name (a feature column's
-                ``categorical_column.name``), or None for a lookup that
-                belongs to no column (it gets the default from a dict).
+            column: the column's name, or its names in order of
+                precedence, or None for a lookup that belongs to no
+                column (it gets the default from a dict).
 
         Returns:
             The value (never a ``PerColumn``).
@@ -565,8 +569,10 @@ class Options:
         """
         value = getattr(self, name)
         if isinstance(value, PerColumn):
-            if column is not None and column in value:
-                return value[column]
+            names = [column] if isinstance(column, str) else (column or [])
+            for one in names:
+                if one in value:
+                    return value[one]
             return self.default(name)
         return value
 

@@ -48,7 +48,7 @@ rank's process then ends the job (hbrun stops every rank).
 """
 import contextlib
 import threading
-from typing import Any, Callable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -66,32 +66,34 @@ _column = threading.local()  # .names: the stack of lookup_column names
 
 
 @contextlib.contextmanager
-def lookup_column(name: str) -> Iterator[None]:
-    """Lookups built inside belong to the feature column ``name``: they
-    read per-column options (``emb_unique``, ``emb_wire_dtype``) for it.
+def lookup_column(names: Tuple[str, ...]) -> Iterator[None]:
+    """Lookups built inside belong to the feature column known by
+    ``names``: they read per-column options (``emb_unique``,
+    ``emb_wire_dtype``) for it.
 
     Per thread: the lookups of a column are built on the thread that
     builds the column.
 
     Args:
-        name: the column's name (a feature column's
-            ``categorical_column.name``, the key of per-column dicts).
+        names: the column's names, in the order per-column dicts are
+            searched (an embedding column's own name, then its
+            categorical column's; ``feature_columns.column_names``).
 
     Yields:
         Nothing.
     """
-    names = _column.__dict__.setdefault("names", [])
-    names.append(name)
+    stack = _column.__dict__.setdefault("names", [])
+    stack.append(tuple(names))
     try:
         yield
     finally:
-        names.pop()
+        stack.pop()
 
 
-def current_column() -> Optional[str]:
-    """The innermost ``lookup_column`` name on this thread, or None."""
-    names = getattr(_column, "names", None)
-    return names[-1] if names else None
+def current_column() -> Optional[Tuple[str, ...]]:
+    """The innermost ``lookup_column`` names on this thread, or None."""
+    stack = getattr(_column, "names", None)
+    return stack[-1] if stack else None
 
 
 def column_option(name: str) -> Any:

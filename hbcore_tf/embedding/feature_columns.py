@@ -14,7 +14,7 @@ TensorFlow's own tf.compat.v1 feature-column code (the code behind
 creates with ``get_variable`` become sharded tables, and its
 ``safe_embedding_lookup_sparse`` reads them through the sharded lookup
 (hbcore_tf.embedding.exchange). Each column is built inside
-``lookup_column(<its categorical column's name>)``, so its lookups read
+``lookup_column(<its names>)`` (``column_names``), so its lookups read
 per-column options (``emb_unique``, ``emb_wire_dtype``) for that column.
 
 Cross-rank contract: every rank calls ``dense_features`` with the same
@@ -27,7 +27,7 @@ exist.
 """
 import contextlib
 from collections.abc import Mapping
-from typing import Any, Dict, Iterator, List, Sequence
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.feature_column import feature_column as fc_v1
@@ -39,21 +39,25 @@ from hbcore_tf.embedding.table import is_sharded
 from hbcore_tf.options import options
 
 
-def column_key(column: Any) -> str:
-    """The name per-column options know a feature column by.
+def column_names(column: Any) -> Tuple[str, ...]:
+    """The names per-column options know a feature column by, in the
+    order a per-column dict is searched.
 
     HybridBackend's rule: an embedding column (shared or not) goes by its
-    categorical column's name (the feature key for ``*_with_identity`` and
-    ``*_with_hash_bucket``); any other column by its own name.
+    own name (``<key>_embedding``), then by its categorical column's (the
+    feature key for ``*_with_identity`` and ``*_with_hash_bucket``); any
+    other column by its own name.
 
     Args:
         column: a feature column.
 
     Returns:
-        The column's name for per-column option dicts.
+        The column's names for per-column option dicts.
     """
     categorical = getattr(column, "categorical_column", None)
-    return (categorical if categorical is not None else column).name
+    if categorical is None:
+        return (column.name,)
+    return (column.name, categorical.name)
 
 
 @contextlib.contextmanager
@@ -110,9 +114,12 @@ def check_column(column: Any) -> None:
     Raises:
         ValueError: a ``tf.feature_column.shared_embeddings`` column (its
             table is made by a SharedEmbeddingColumnCreator outside
-            ``get_variable``), or an embedding column over a sequence
+            ``get_variable``), an embedding column over a sequence
             categorical column (its output is a sequence, not one row per
-            example); the message names the column and what was wrong.
+            example) or over one with at least ``emb_num_buckets_max``
+            buckets (HybridBackend's rule: ``raw_categorical_column``'s
+            unchecked ids); the message names the column and what was
+            wrong.
     """
     name = getattr(column, "name", repr(column))
     if isinstance(column, fc_v2.SharedEmbeddingColumn):
@@ -123,6 +130,15 @@ def check_column(column: Any) -> None:
             "tf.compat.v1.feature_column.shared_embedding_columns, as "
             "HybridBackend asks" % name)
     categorical = getattr(column, "categorical_column", None)
+    buckets = getattr(categorical, "num_buckets", None)
+    limit = options.for_column("emb_num_buckets_max", column_names(column))
+    if buckets is not None and buckets >= limit:
+        raise ValueError(
+            "feature column %r cannot be sharded: num_buckets of "
+            "categorical_column %s must be set explicitly (it has %d, "
+            "emb_num_buckets_max is %d); a table of unchecked ids "
+            "(hb.feature_column.raw_categorical_column) needs DeepRec's "
+            "EmbeddingVariable" % (name, categorical.name, buckets, limit))
     if isinstance(categorical, (fc_v2.SequenceCategoricalColumn,
                                 fc_v1._SequenceCategoricalColumn)):  # noqa
         raise ValueError(
@@ -167,8 +183,9 @@ def _column_features(features: Mapping, column: Any) -> Mapping:
     0 for the column, the features it reads are reshaped so that its
     output has one row per segment of the first k + 1 dimensions (an
     empty segment gives zeros, as an empty example does)."""
-    key = column_key(column)
-    segment_rank = int(options.for_column("emb_segment_rank", key))
+    names = column_names(column)
+    key = names[-1]
+    segment_rank = int(options.for_column("emb_segment_rank", names))
     if segment_rank == 0 or getattr(column, "categorical_column",
                                     None) is None:
         return features
@@ -187,7 +204,7 @@ def build_columns(features: Mapping, columns: Sequence[Any],
     Each column is built by TF's own tf.compat.v1 feature-column code
     (``_internal_input_layer``), one at a time, in name order (the same
     tables and collectives in the same order on every rank), inside
-    ``lookup_column(<its key>)`` (per-column lookup options) and
+    ``lookup_column(<its names>)`` (per-column lookup options) and
     ``feature_column_tables()`` (HybridBackend's initializer convention).
 
     Args:
@@ -208,7 +225,7 @@ def build_columns(features: Mapping, columns: Sequence[Any],
             feature_column_tables():
         for column in sorted(columns, key=lambda c: c.name):
             seen = _column_features(features, column)
-            with lookup_column(column_key(column)), \
+            with lookup_column(column_names(column)), \
                     _shared_table_reused(column):
                 # One column at a time, in this variable scope
                 # (from_template: no scope of its own), with TF's own

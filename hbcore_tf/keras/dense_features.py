@@ -32,6 +32,7 @@ core fuses the alltoalls that are ready in the same cycle into one
 exchange (docs/embedding.md), so the columns' id exchanges travel together
 whatever the groups; the values do not depend on it.
 """
+import weakref
 from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
@@ -100,7 +101,8 @@ def _make_class() -> type:
             self._feature_columns = normalize_columns(feature_columns)
             self._num_groups = num_groups
             self._enable_concat = enable_concat
-            self._scopes: Dict[Any, Any] = {}  # graph -> variable scope
+            # graph -> the variable scope of this layer's tables there
+            self._scopes: Any = weakref.WeakKeyDictionary()
 
         @property
         def num_groups(self) -> Optional[int]:
@@ -153,15 +155,16 @@ def _make_class() -> type:
                     scope, default_name=None if scope else self.name,
                     reuse=True if scope else None,
                     auxiliary_name_scope=False) as opened:
-                before = set(tf.compat.v1.global_variables())
+                before = {id(v) for v in tf.compat.v1.global_variables()}
                 build_columns(features, self._feature_columns, outputs)
             if scope is None:
                 self._scopes[graph] = opened
                 made = [v for v in tf.compat.v1.global_variables()
-                        if v not in before]
-                trainable = set(tf.compat.v1.trainable_variables())
+                        if id(v) not in before]
+                trainable = {id(v) for v in
+                             tf.compat.v1.trainable_variables()}
                 for v in made:
-                    (self._trainable_weights if v in trainable
+                    (self._trainable_weights if id(v) in trainable
                      else self._non_trainable_weights).append(v)
             if cols_to_output_tensors is not None:
                 cols_to_output_tensors.update(outputs)

@@ -480,7 +480,9 @@ def main():
 
     def segment_rank():
         """emb_segment_rank={'s': 1}: one output row per (i, j) of rank-3
-        ids, as input_layer computes on the ids reshaped to [4 * 2, 3]."""
+        ids, as input_layer computes on the ids reshaped to [4 * 2, 3];
+        a dict entry under the embedding column's own name wins over one
+        under its feature key."""
         num_rows, dim = 7, 2
         table = rank_values(77, 0, (num_rows, dim))
         rng = np.random.default_rng([31, rank])
@@ -509,6 +511,8 @@ def main():
             ph = V1.sparse_placeholder(tf.int64, shape=[None, None, None])
             with hb.scope(emb_segment_rank={"s": 1}):
                 out = hb.keras.layers.DenseFeatures([col()])({"s": ph})
+            # The embedding column's own name comes first (HybridBackend).
+            with hb.scope(emb_segment_rank={"s_embedding": 1, "s": 2}):
                 outs = hb.dense_features({"s": ph}, [col()])
             with V1.Session() as sess:
                 sess.run(V1.global_variables_initializer())
@@ -524,7 +528,10 @@ def main():
 
     def columns_that_cannot_be_sharded():
         """A column whose table hbcore cannot shard is a ValueError naming
-        the column and what was wrong."""
+        the column and what was wrong (a shared_embeddings column, a
+        sequence column, a column of unchecked ids or with at least
+        emb_num_buckets_max buckets); hb.feature_column has
+        HybridBackend's names."""
         ids = FC.categorical_column_with_identity("q", 5)
         with tf.Graph().as_default():
             shared = FC.shared_embeddings(
@@ -540,6 +547,20 @@ def main():
                 FC.sequence_categorical_column_with_identity("q", 5), 2)
             expect_raises(lambda: hb.keras.layers.DenseFeatures([seq])(feats),
                           ValueError, "'q_embedding' cannot be sharded")
+            raw = hb.feature_column.embedding_column(
+                hb.feature_column.raw_categorical_column("q"), 2)
+            expect_raises(lambda: hb.feature_column.DenseFeatures([raw])(
+                feats), ValueError, "num_buckets of categorical_column q "
+                "must be set explicitly")
+            capped = FC.embedding_column(ids, 2)
+            with hb.scope(emb_num_buckets_max={"q": 5}):
+                expect_raises(lambda: hb.dense_features(feats, [capped]),
+                              ValueError, "'q_embedding' cannot be sharded")
+            with hb.scope(emb_num_buckets_max={"q": 6}):
+                hb.dense_features(feats, [capped])  # below the cap
+        check(hb.feature_column.DenseFeatures is hb.keras.layers.DenseFeatures
+              and hb.feature_column.embedding_column is FC.embedding_column,
+              "hb.feature_column's names")
 
     def optimizer_session_run_hook():
         """A tf.compat.v1 optimizer built in hb.scope has HybridBackend's
