@@ -19,8 +19,10 @@ callbacks) asks this module instead of testing versions itself:
 Optimizers are classified by their class, not by the environment, so a
 process may use Keras 3 and tf_keras optimizers side by side.
 """
+import contextlib
+import functools
 import os
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
@@ -30,6 +32,43 @@ TF_KERAS_LEGACY = "tf_keras_legacy"  # tf_keras.optimizers.legacy (OptimizerV2)
 V1 = "v1"                        # tf.compat.v1.train.Optimizer
 
 _TRUE = ("1", "true", "yes", "on")
+
+
+# --- tf.compat.v1 graph code called eagerly ----------------------------------
+
+class GraphModeRequired(RuntimeError):
+    """tf.compat.v1 graph code (feature-column tables made by get_variable)
+    was called eagerly.
+
+    Raised before the code has created anything, so ``hb.function`` can
+    build the same call again in the default tf.compat.v1 graph, as
+    HybridBackend (TensorFlow 1, graphs by default) did.
+    """
+
+
+def default_graph_if_eager() -> Any:
+    """The global default tf.compat.v1 graph, entered, when executing
+    eagerly (outside every tf.function); a no-op context otherwise.
+
+    HybridBackend's v1 scripts run on TensorFlow 2 with only ``import
+    tensorflow.compat.v1 as tf``: their graph-building calls then run
+    eagerly, where TensorFlow 1 added them to this graph.
+
+    Returns:
+        A context manager.
+    """
+    if tf.executing_eagerly():
+        return tf.compat.v1.get_default_graph().as_default()
+    return contextlib.nullcontext()
+
+
+def in_default_graph_if_eager(fn: Callable) -> Callable:
+    """Decorator: ``fn`` runs inside :func:`default_graph_if_eager`."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with default_graph_if_eager():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 # --- which Keras -------------------------------------------------------------

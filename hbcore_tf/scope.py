@@ -342,7 +342,10 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
     ``@hb.function(grad_nbuckets=2)``; the options are validated when the
     decorator is applied. Stacks with ``tf.function`` in either order (the
     scope is active while the python function runs, i.e. while tracing
-    under tf.function).
+    under tf.function). Called eagerly, a body that reaches tf.compat.v1
+    feature-column code (``DenseFeatures``, ``hb.dense_features``: a
+    HybridBackend v1 script on TensorFlow 2) is built again in the
+    default tf.compat.v1 graph, as TensorFlow 1 built it.
 
     Args:
         fn: the function to decorate (``@hb.function``), or None when the
@@ -379,7 +382,20 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kw: Any) -> Any:
-            with scope(**kwargs):
+            eager = tf.executing_eagerly()
+            try:
+                with scope(**kwargs):
+                    return func(*args, **kw)
+            except _compat.GraphModeRequired:
+                if not eager:
+                    raise
+            # Called eagerly, the body reached tf.compat.v1 graph code
+            # (feature columns), which raises before creating anything:
+            # a HybridBackend script on TensorFlow 2 with only
+            # ``import tensorflow.compat.v1 as tf``. Build the call in the
+            # default graph, where TensorFlow 1 built every hb.function
+            # (hb.train.MonitoredTrainingSession opens on that graph).
+            with _compat.default_graph_if_eager(), scope(**kwargs):
                 return func(*args, **kw)
         return wrapper
 

@@ -33,6 +33,7 @@ import tensorflow as tf
 from tensorflow.python.feature_column import feature_column as fc_v1
 from tensorflow.python.feature_column import feature_column_v2 as fc_v2
 
+from hbcore_tf._compat import GraphModeRequired
 from hbcore_tf.embedding.column_init import feature_column_tables
 from hbcore_tf.embedding.scope import sharding_variable_scope
 from hbcore_tf.embedding.table import is_sharded
@@ -238,16 +239,24 @@ def build_columns(features: Mapping, columns: Sequence[Any],
 
 
 def check_graph_mode(caller: str) -> None:
-    """Raises RuntimeError unless a tf.compat.v1 graph is being built
-    (feature-column tables are made by get_variable, which neither eager
-    execution nor tf.function keeps from one call to the next)."""
-    if tf.executing_eagerly() or tf.compat.v1.get_default_graph(
-            ).building_function:
-        raise RuntimeError(
-            "%s builds tf.compat.v1 feature columns, whose tables are made "
-            "with get_variable: call it while building a tf.compat.v1 "
-            "graph (as HybridBackend's examples do), not eagerly or inside "
-            "a tf.function" % caller)
+    """Raises unless a tf.compat.v1 graph is being built (feature-column
+    tables are made by get_variable, which neither eager execution nor
+    tf.function keeps from one call to the next).
+
+    Raises:
+        GraphModeRequired: called eagerly (``hb.function`` then builds the
+            call in the default graph, as HybridBackend did).
+        RuntimeError: called inside a tf.function.
+    """
+    message = ("%s builds tf.compat.v1 feature columns, whose tables are "
+               "made with get_variable: call it while building a "
+               "tf.compat.v1 graph (as HybridBackend's examples do, or "
+               "inside an hb.function), not eagerly or inside a tf.function"
+               % caller)
+    if tf.executing_eagerly():
+        raise GraphModeRequired(message)
+    if tf.compat.v1.get_default_graph().building_function:
+        raise RuntimeError(message)
 
 
 def normalize_columns(feature_columns: Sequence[Any]) -> List[Any]:

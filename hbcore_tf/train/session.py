@@ -36,6 +36,7 @@ from typing import Any, Callable, List, Optional
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
+from hbcore_tf import _compat
 from hbcore_tf.data.detect_end import DetectEndHook
 from hbcore_tf.hooks import BroadcastGlobalVariablesHook
 
@@ -121,6 +122,10 @@ class _KeepCheckpointsHook(tf.compat.v1.train.SessionRunHook):
             sharded=True, allow_empty=True, **self._kwargs))
 
 
+# Called eagerly (a HybridBackend v1 script on TensorFlow 2, whose
+# hb.function built its graph in the default graph), the session is built
+# on the default graph, as in TensorFlow 1.
+@_compat.in_default_graph_if_eager
 def MonitoredTrainingSession(  # noqa: N802 - TF's name
         master: str = "", is_chief: bool = True,
         checkpoint_dir: Optional[str] = None, scaffold: Any = None,

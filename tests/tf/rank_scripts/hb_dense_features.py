@@ -28,7 +28,8 @@ CASES = ["lookups_match_input_layer", "shared_embedding_columns",
          "keras_layer_matches_tf_keras_dense_features",
          "keras_layer_adam_training_matches_single_process",
          "function_initializer_rows_are_round_robin", "segment_rank",
-         "columns_that_cannot_be_sharded", "optimizer_session_run_hook"]
+         "columns_that_cannot_be_sharded", "optimizer_session_run_hook",
+         "eager_hb_function_builds_in_default_graph"]
 BATCH, STEPS, LR = 4, 3, 0.1
 ROWS = {"a": 23, "b": 11, "c": 17, "xy": 13}
 DIMS = {"a": 4, "b": 3, "c": 2, "xy": 3}
@@ -337,6 +338,50 @@ def main():
         expect_raises(traced, RuntimeError, "tf.function")
 
 
+    def eager_hb_function_builds_in_default_graph():
+        """A HybridBackend v1 script on TensorFlow 2 with only ``import
+        tensorflow.compat.v1``: an @hb.function whose body reaches feature
+        columns, called eagerly, is built in the default graph (as in
+        TensorFlow 1), and hb.train.monitored_session runs it there; its
+        outputs are input_layer's. Outside hb.function eager use is still
+        an error, and inside a tf.function too."""
+        cols = columns()
+        raw = raw_batch(3, rank)
+        want = plain_outputs(cols, raw)
+
+        @hb.function(emb_unique=True)
+        def build():
+            features = {k: tf.SparseTensor(*ragged_to_sparse(raw[k], d))
+                        for k, d in Inputs.SPARSE.items()}
+            features["b"] = tf.constant(raw["b"])
+            features["n"] = tf.constant(raw["n"], tf.float32)
+            return hb.keras.layers.DenseFeatures(
+                cols, enable_concat=False)(features)
+
+        check(tf.executing_eagerly(), "the case must start eagerly")
+        V1.reset_default_graph()
+        try:
+            outs = build()
+            check(all(o.graph is V1.get_default_graph() for o in outs),
+                  "outputs not in the default graph: %s" % outs)
+            check(tf.executing_eagerly(), "eager mode left switched off")
+            with hb.train.monitored_session() as sess:
+                got = sess.run(outs)
+        finally:
+            V1.reset_default_graph()
+        # DenseFeatures' list is in name order: b, a, c_weighted_by_cw, n.
+        by_name = dict(zip(sorted(c.name for c in cols), got))
+        for col, w in zip(cols, want):
+            close(by_name[col.name], w, col.name)
+        expect_raises(lambda: hb.keras.layers.DenseFeatures(cols[1:2])(
+            {"n": tf.zeros([1, 2])}), RuntimeError, "not eagerly")
+
+        @tf.function
+        @hb.function
+        def traced():
+            return hb.dense_features({"n": tf.zeros([1, 2])}, [cols[1]])
+        expect_raises(traced, RuntimeError, "tf.function")
+
     def keras_layer_matches_tf_keras_dense_features():
         """hb.keras.layers.DenseFeatures computes tf_keras.layers.
         DenseFeatures' concatenation (name order) on one process with
@@ -601,6 +646,8 @@ def main():
         "segment_rank": segment_rank,
         "columns_that_cannot_be_sharded": columns_that_cannot_be_sharded,
         "optimizer_session_run_hook": optimizer_session_run_hook,
+        "eager_hb_function_builds_in_default_graph":
+            eager_hb_function_builds_in_default_graph,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
