@@ -134,7 +134,10 @@ def test_negative_switches_set_their_knob():
     (["--gloo"], "--gloo"),
     (["--autotune"], "--autotune"),
     (["--config-file", "conf.yaml"], "--config-file"),
-    (["--min-np", "2"], "--min-np"),
+    (["--min-np", "3"], "--min-np"),  # more than -np
+    (["--reset-limit", "1"], "--reset-limit"),  # not an elastic job
+    (["--min-np", "1", "--blacklist-cooldown-range", "5", "2"],
+     "--blacklist-cooldown-range"),
     (["--log-with-timestamp"], "--log-with-timestamp"),
     (["--mpi-threads-disable"], "--mpi-threads-disable"),
     (["--binding-args", "-bind-to 'core"], "--binding-args"),

@@ -8,8 +8,8 @@ hbrun starts every rank as ``python .../rank_wrapper.py [--output-dir DIR]
 - forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the child;
 - arranges (Linux ``PR_SET_PDEATHSIG``) that the child is killed if the
   wrapper itself dies, so a rank never outlives its wrapper as an orphan;
-- when the child ends with a nonzero code or by a signal, writes one status
-  line (``STATUS_MARKER`` + JSON) on stderr.  hbrun reads mpiexec's stderr,
+- when the child ends with a nonzero code or by a signal (or, under the
+  elastic driver, with any code), writes one status line (``STATUS_MARKER`` + JSON) on stderr.  hbrun reads mpiexec's stderr,
   hides these lines, and stops the whole job on the first one.
 
 Why a status line on stderr and not a status file: stderr reaches hbrun
@@ -48,6 +48,9 @@ else:  # run by path: sys.path[0] is this directory
 # Starts a status line on the wrapper's stderr; chosen so that no program
 # prints it by accident.
 STATUS_MARKER = b"@@hbrun-rank-status@@ "
+
+# Set on every rank by hbrun's elastic driver (the generation number).
+ELASTIC_GENERATION_VAR = "HB_ELASTIC_GENERATION"
 
 # Signals the wrapper passes on to the rank's process.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
@@ -270,11 +273,14 @@ def run_rank(command: List[str], output_dir: Optional[str] = None,
     for pump in pumps:
         pump.join(max(0.0, deadline - time.monotonic()))
 
-    if returncode == 0:
+    # Under hbrun's elastic driver a rank that exits 0 is reported too:
+    # the driver must tell a worker that finished early from one that is
+    # still training (elastic_driver.py).
+    if returncode == 0 and not os.environ.get(ELASTIC_GENERATION_VAR):
         return 0
     status = RankStatus(
         rank=rank,
-        exit_code=returncode if returncode > 0 else None,
+        exit_code=returncode if returncode >= 0 else None,
         signal=-returncode if returncode < 0 else None,
         host=socket.gethostname(), pid=child.pid, time=ended)
     try:
