@@ -6,7 +6,8 @@ Horovod re-forms the job inside the running processes.  hbcore cannot
 1. Start of a process: ``state.sync()`` brings every rank to the job's
    newest commit (state.py).  In a generation after the first, the reset
    callbacks run first (``state.on_reset()``), as after Horovod's reset.
-2. ``func(state)`` runs.  Its return value is returned.
+2. ``func(state)`` runs.  When it returns, the rank leaves its finished
+   marker (elastic_protocol.py) and the value is returned.
 3. A runtime failure (``ShutdownError``: a peer died or left the world,
    or ``WaitTimeoutError``) or a HostsUpdatedInterrupt ends this process
    with REFORM_EXIT_CODE; on HostsUpdatedInterrupt the current values are
@@ -26,7 +27,8 @@ from hbcore.exceptions import (HostsUpdatedInterrupt, ShutdownError,
                                WaitTimeoutError)
 from hbcore.elastic.state import State
 from hbcore.launcher.elastic_protocol import (GENERATION_VAR,
-                                              REFORM_EXIT_CODE)
+                                              REFORM_EXIT_CODE, STORE_VAR,
+                                              finished_path)
 from hbcore.basics import rank as hb_rank
 
 # Failures of the world rather than of this rank's program.
@@ -63,7 +65,7 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
             state.on_reset()
         state.sync()
         try:
-            return func(state, *args, **kwargs)
+            result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt as exc:
             if not elastic:
                 raise
@@ -73,4 +75,10 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
             if not elastic:
                 raise
             _reform(exc)
+        if elastic:
+            # This rank finished: its exit 0 is not a worker leaving early.
+            open(finished_path(os.environ[STORE_VAR],
+                               int(os.environ[GENERATION_VAR]),
+                               hb_rank()), "w").close()
+        return result
     return wrapper

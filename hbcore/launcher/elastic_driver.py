@@ -22,10 +22,14 @@ The driver's loop, one turn per generation g:
    which the ranks see at their next commit (HostsUpdatedInterrupt).  A
    discovery error stops the generation and ends the job.
 3. End of the generation, from every rank status read:
-   - every rank exited 0: the job is done (exit 0);
+   - every rank exited 0 after its elastic function returned (or, a
+     program without ``hvd.elastic.run``, all within the settle second
+     of supervisor.py): the job is done (exit 0);
    - a rank failed (signal, or a code other than 0 and REFORM_EXIT_CODE):
      its host is blacklisted and the failure recorded;
-   - a rank exited 0 while others trained: its slot leaves the job;
+   - a rank exited 0 before its elastic function returned (a worker that
+     ends early; its wrapper reports it): the generation ends, and its
+     slot leaves the job (the others go on from the last commit);
    - ranks exited REFORM_EXIT_CODE: they asked for a re-formation
      (host change, or their runtime failed because a peer died or left).
    Any of the last three is a reset: more than ``--reset-limit`` resets
@@ -235,7 +239,6 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
             try:
                 result = launch(command, total_slots(hosts), hosts=hosts,
                                 env=rank_env, events=events, seen=seen,
-                                ends_wait=lambda s: s.exit_code != 0,
                                 **launch_args)  # type: ignore[arg-type]
             finally:
                 poller.stopped.set()
@@ -249,7 +252,9 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                       if s.exit_code not in (0, REFORM_EXIT_CODE)]
             left = [s for s in seen if s.exit_code == 0]
             reform = any(s.exit_code == REFORM_EXIT_CODE for s in seen)
-            if not failed and not reform and result.exit_code == 0:
+            if not failed and not reform and (
+                    (result.exit_code == 0 and not left)
+                    or len(left) == total_slots(hosts)):
                 return 0
             if not failed and not reform and not left:
                 raise _JobEnd(result.message(program) or

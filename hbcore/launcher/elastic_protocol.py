@@ -19,6 +19,11 @@ Exit codes:
                       changed; its commits are in the store.  Not a
                       failure of its host.
 
+Finished marker: a rank whose ``hvd.elastic.run`` function returned
+creates ``<root>/finished.<gen>.<rank>`` on its host before it exits; its
+rank wrapper, on the same host, reports an exit 0 without that marker to
+the driver as a worker that left early (rank_wrapper.py).
+
 Host-change notice: the driver creates ``<root>/hosts-updated.<gen>``
 when the usable hosts differ from the generation's; ranks look for it at
 every commit.
@@ -38,6 +43,11 @@ REFORM_EXIT_CODE = 75
 def notice_path(store: str, generation: int) -> str:
     """Returns the host-change notice file of a generation."""
     return os.path.join(store, "hosts-updated.%d" % generation)
+
+
+def finished_path(store: str, generation: int, rank: int) -> str:
+    """Returns the finished marker of a rank of a generation."""
+    return os.path.join(store, "finished.%d.%d" % (generation, rank))
 
 
 def parse_hosts_var(text: str) -> List[Tuple[str, int]]:

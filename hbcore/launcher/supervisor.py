@@ -210,8 +210,7 @@ def supervise(command: Sequence[str], np: int,
               grace_s: float = TERMINATE_GRACE_S,
               intercept: Optional[Callable[[bytes], bool]] = None,
               events: Optional["queue.Queue"] = None,
-              seen: Optional[List[RankStatus]] = None,
-              ends_wait: Callable[[RankStatus], bool] = lambda _s: True
+              seen: Optional[List[RankStatus]] = None
               ) -> LaunchResult:
     """Runs an mpiexec command line until it ends or a rank fails.
 
@@ -233,9 +232,6 @@ def supervise(command: Sequence[str], np: int,
         seen: If given, every rank status read before the teardown is
             appended to it, in arrival order (the elastic driver reads them
             all, not only the first).
-        ends_wait: Whether a status ends the job (default: every one); a
-            status it returns False for is only recorded in ``seen`` (the
-            elastic driver lets a rank that exited 0 leave quietly).
 
     Returns:
         The outcome; no process of the job is left running.
@@ -277,7 +273,7 @@ def supervise(command: Sequence[str], np: int,
 
         try:
             first_failure, interrupted_by, aborted = _wait_for_end(
-                events, tree, seen, ends_wait)
+                events, tree, seen)
             if first_failure is not None or interrupted_by is not None:
                 # Quiet first: hydra may notice the failure itself during
                 # the settle pause and print its misleading banner.
@@ -293,7 +289,7 @@ def supervise(command: Sequence[str], np: int,
                 # the pipes, and a rank's stray child may still run.
                 for relay in relays:
                     relay.join(_RELAY_DRAIN_S)
-                first_failure = _first_status(events, seen, ends_wait)
+                first_failure = _first_status(events, seen)
                 if tree.alive():
                     quiet.set()
                     tree.terminate(grace_s)
@@ -325,8 +321,7 @@ def supervise(command: Sequence[str], np: int,
 
 
 def _wait_for_end(events: "queue.Queue", tree: ProcessTree,
-                  seen: Optional[List[RankStatus]],
-                  ends_wait: Callable[[RankStatus], bool]
+                  seen: Optional[List[RankStatus]]
                   ) -> Tuple[Optional[RankStatus], Optional[int],
                              Optional[str]]:
     """Waits for the first rank failure, a signal to us, an abort, or
@@ -345,9 +340,7 @@ def _wait_for_end(events: "queue.Queue", tree: ProcessTree,
         if kind == "status":
             if seen is not None:
                 seen.append(value)
-            if ends_wait(value):
-                return value, None, None
-            continue
+            return value, None, None
         if kind == "signal":
             return None, value, None
         if kind == "abort":
@@ -380,8 +373,7 @@ def _settle(events: "queue.Queue", np: int,
 
 
 def _first_status(events: "queue.Queue",
-                  seen: Optional[List[RankStatus]] = None,
-                  ends_wait: Callable[[RankStatus], bool] = lambda _s: True
+                  seen: Optional[List[RankStatus]] = None
                   ) -> Optional[RankStatus]:
     while True:
         try:
@@ -391,8 +383,7 @@ def _first_status(events: "queue.Queue",
         if kind == "status":
             if seen is not None:
                 seen.append(value)
-            if ends_wait(value):
-                return value
+            return value
 
 
 def launch(command: Sequence[str], np: int,
@@ -409,9 +400,7 @@ def launch(command: Sequence[str], np: int,
            grace_s: float = TERMINATE_GRACE_S,
            timestamp_output: bool = False,
            events: Optional["queue.Queue"] = None,
-           seen: Optional[List[RankStatus]] = None,
-           ends_wait: Callable[[RankStatus], bool] = lambda _s: True
-           ) -> LaunchResult:
+           seen: Optional[List[RankStatus]] = None) -> LaunchResult:
     """Launches ``command`` on ``np`` ranks through mpiexec and waits.
 
     Every rank runs under the rank wrapper, its output lines prefixed with
@@ -437,7 +426,7 @@ def launch(command: Sequence[str], np: int,
         grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
         timestamp_output: Put the local time in front of every output
             line (horovodrun's ``--prefix-output-with-timestamp``).
-        events, seen, ends_wait: As ``supervise``'s.
+        events, seen: As ``supervise``'s.
 
     Returns:
         A LaunchResult; ``result.message()`` is the line to print on
@@ -457,5 +446,5 @@ def launch(command: Sequence[str], np: int,
         err.write("hbrun: %s\n" % shlex.join(args))
         err.flush()
     return supervise(args, np, environ=environ, stdout=stdout, stderr=stderr,
-                     events=events, seen=seen, ends_wait=ends_wait,
+                     events=events, seen=seen,
                      stdin=stdin, grace_s=grace_s)

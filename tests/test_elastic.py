@@ -1,0 +1,182 @@
+"""Elastic training under hbrun's driver (docs/elastic.md), with real
+processes on hosts emulated by hydra's fork launcher.
+
+The rank script (rank_scripts/elastic_train.py) sums integers, so the
+final total is checked against an exact replay of the steps with the
+world size of the last generation that ran each one (from its log).
+"""
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from harness import base_env, run_ranks, script_path
+
+pytestmark = pytest.mark.timeout(200)
+
+SCRIPT = script_path("elastic_train.py")
+STEPS = 10
+FORK = "--mpi-args=-launcher fork"
+
+
+def stores() -> set:
+    """The elastic stores in /dev/shm (hbrun removes its own at the end)."""
+    return {p for p in os.listdir("/dev/shm")
+            if p.startswith("hbcore-elastic-")}
+
+
+STORES_BEFORE = stores()
+
+
+def replay(out_dir: str) -> int:
+    """The total of elastic_train.py's steps with the logged sizes.
+
+    Step s adds sum over ranks of (rank + 1) * (s + 1); a step run by
+    several generations (redone after a rollback) counts with the size of
+    the last one.
+    """
+    size_of = {}
+    with open(os.path.join(out_dir, "steps.log")) as f:
+        for line in f:
+            generation, size, step = map(int, line.split())
+            if generation >= size_of.get(step, (-1, 0))[0]:
+                size_of[step] = (generation, size)
+    assert sorted(size_of) == list(range(STEPS)), size_of
+    return sum((s + 1) * n * (n + 1) // 2 for s, (_, n) in size_of.items())
+
+
+def logged_sizes(out_dir: str) -> list:
+    """The world size of each generation, in generation order."""
+    sizes = {}
+    with open(os.path.join(out_dir, "steps.log")) as f:
+        for line in f:
+            generation, size, _ = map(int, line.split())
+            sizes[generation] = size
+    return [sizes[g] for g in sorted(sizes)]
+
+
+def assert_finished(run, np_final=None) -> dict:
+    """The job succeeded and every rank of its last world agrees."""
+    assert run.returncode == 0 and not run.timed_out, run.describe()
+    expected = replay(run.out_dir)
+    results = list(run.results.values())
+    final = max(r["generation"] for r in results)
+    results = [r for r in results if r["generation"] == final]
+    size = results[0]["size"]
+    assert len(results) == size, run.results
+    for result in results:
+        assert result == {"total": expected, "size": size,
+                          "generation": final,
+                          "resets": [size] if final else []}, run.results
+    if np_final is not None:
+        assert size == np_final, run.results
+    return results[0]
+
+
+def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
+    # 3 hosts x 1 rank; the rank on hB (rank 1) is killed at step 3, then
+    # the rank on hA at step 6 (rank 0 wherever hA runs); blacklisted
+    # hosts come back after 1 s and join at a commit.
+    run = run_ranks(SCRIPT, 3, timeout=180,
+                    env={"HB_TEST_EVENTS": "kill:hB:3,kill:hA:6"},
+                    hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
+                                "1", "--blacklist-cooldown-range", "1",
+                                "1"])
+    assert_finished(run)
+    for event in ("kill_hB_3", "kill_hA_6"):
+        assert os.path.exists(os.path.join(run.out_dir, "done." + event))
+    sizes = logged_sizes(run.out_dir)
+    assert sizes[0] == 3 and 2 in sizes, sizes
+    # The lost hosts were left out of the next generation.
+    assert "hbrun: elastic generation 1 on hA:1,hC:1\n" in run.stderr, (
+        run.describe())
+    assert stores() <= STORES_BEFORE, "the job's store was left behind"
+
+
+def _discovery_script(directory: str) -> str:
+    hosts = os.path.join(directory, "hosts")
+    with open(hosts, "w") as f:
+        f.write("hA:1\nhB:1\n")
+    return hosts
+
+
+def test_discovery_adds_a_host_and_an_early_exit_0_does_not_end_the_job(
+        tmp_path):
+    # hA, hB from the script; after step 2 rank 0 adds hC: the world
+    # grows to 3 at the next commit, without rollback; at step 6 the rank
+    # on hC exits 0: its slot leaves and hA, hB finish the job.
+    hosts = _discovery_script(str(tmp_path))
+    run = run_ranks(SCRIPT, 2, timeout=180,
+                    env={"HB_TEST_EVENTS": "add:hC:2,exit0:hC:6",
+                         "HB_TEST_HOSTS_FILE": hosts},
+                    hbrun_args=[FORK, "--min-np", "2",
+                                "--host-discovery-script", "cat " + hosts])
+    assert_finished(run, np_final=2)
+    assert logged_sizes(run.out_dir) == [2, 3, 2], run.describe()
+    with open(os.path.join(run.out_dir, "steps.log")) as f:
+        steps = [tuple(map(int, line.split())) for line in f]
+    # No rollback at the planned change: generation 1 starts at step 3.
+    assert min(s for g, _, s in steps if g == 1) == 3, steps
+    assert "generation 1 on hA:1,hB:1,hC:1\n" in run.stderr, run.describe()
+    assert "generation 2 on hA:1,hB:1\n" in run.stderr, run.describe()
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["-H", "hA:1,hB:1", "--min-np", "2"], {"HOROVOD_ELASTIC_TIMEOUT": "2"},
+     "hbrun: elastic job failed: fewer than 2 slots (--min-np) for 2 s "
+     "(--elastic-timeout): usable hosts hA:1\n"),
+    (["-H", "hA:1,hB:1", "--min-np", "1", "--reset-limit", "0"], {},
+     "hbrun: elastic job failed: reset limit 0 (--reset-limit) reached\n"),
+])
+def test_limits_end_the_job_and_list_the_failures(flags, env, message):
+    env = dict(env, HB_TEST_EVENTS="kill:hB:1")
+    run = run_ranks(SCRIPT, 2, timeout=120, env=env,
+                    hbrun_args=flags + [FORK])
+    assert run.returncode == 1 and not run.timed_out, run.describe()
+    assert message in run.stderr, run.describe()
+    assert ("hbrun: failures:\n  generation 0: rank 1 on host hB killed by "
+            "signal SIGKILL (9)\n") in run.stderr, run.describe()
+    assert not run.results, run.results
+
+
+def _hbrun(args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "hbcore.launcher.cli"]
+                          + args, env=base_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("script, message", [
+    ("printf 'hA:1\\nhB:two\\n'",
+     "hbrun: elastic job failed: --host-discovery-script printf 'hA:1\\nhB:"
+     "two\\n' printed 'hB:two', which is not 'host' or 'host:slots': bad "
+     "slot count 'two' for host 'hB' in line 2\n"),
+    ("printf 'a b c\\n'",
+     "printed 'a b c', which is not 'host' or 'host:slots': bad host name "
+     "'a b c' in line 1\n"),
+    ("echo no hosts here >&2; exit 3",
+     "hbrun: elastic job failed: --host-discovery-script echo no hosts here "
+     ">&2; exit 3 exited with code 3: no hosts here\n"),
+])
+def test_a_bad_discovery_script_is_a_clear_error(script, message):
+    done = _hbrun(["-np", "1", "--host-discovery-script", script, FORK,
+                   "true"])
+    assert done.returncode == 1, done
+    assert message in done.stderr, done.stderr
+
+
+def test_discovery_failing_while_the_job_runs_ends_it(tmp_path):
+    # The script answers once, then fails: the running world is stopped
+    # and the error named; nothing hangs (the ranks would wait forever).
+    flag = tmp_path / "answered"
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\nif [ -e %s ]; then echo gone >&2; exit 4; "
+                      "fi\ntouch %s\necho hA:1\n" % (flag, flag))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    done = _hbrun(["-np", "1", "--host-discovery-script", str(script), FORK,
+                   "sleep", "100"], timeout=60)
+    assert done.returncode == 1, done
+    assert ("hbrun: elastic job failed: --host-discovery-script %s exited "
+            "with code 4: gone\n" % script) in done.stderr, done.stderr
