@@ -71,6 +71,6 @@ def __getattr__(name: str):
         # Raises ImportError: tf.estimator was removed in TensorFlow 2.16.
         import hbcore_tf.estimator  # noqa: F401
     if name == "elastic":
-        # Raises ImportError: elastic training is not supported.
+        # Raises ImportError: the TensorFlow state objects are not written yet.
         import hbcore_tf.elastic  # noqa: F401
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

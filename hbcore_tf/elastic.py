@@ -1,21 +1,21 @@
-"""``hvd.elastic`` (Horovod's elastic training) is not supported.
+"""``hvd.elastic`` for TensorFlow (Horovod's elastic training): not yet.
 
-hbcore runs a fixed set of ranks for the life of a job: there is no
-rendezvous that admits or drops workers, so ``hvd.elastic.run``, the
-``TensorFlowState`` / ``TensorFlowKerasState`` / ``KerasState`` objects
-and the elastic Keras callbacks have nothing to drive. Importing this
-module (``hbcore_tf.elastic``, ``hbcore_tf.keras.elastic``, or reading
-``hvd.elastic``) raises the ImportError below; ``hbrun``'s elastic flags
-are refused the same way.
+hbrun's elastic driver and the framework-neutral state machinery exist
+(hbcore/launcher/elastic_driver.py, hbcore/elastic/), but the TensorFlow
+state objects (``TensorFlowState``, ``TensorFlowKerasState``,
+``KerasState``) and the elastic Keras callbacks are not written yet.
+Importing this module (``hbcore_tf.elastic``, ``hbcore_tf.keras.elastic``,
+or reading ``hvd.elastic``) raises the ImportError below.
 """
 
 MESSAGE = (
-    "hvd.elastic is not supported by hbcore: elastic training (hvd.elastic."
-    "run, TensorFlowKerasState / KerasState, the elastic callbacks, hbrun "
-    "--min-np/--max-np/--host-discovery-script) needs ranks that join and "
-    "leave a running job, and hbcore runs a fixed set of ranks. Launch with "
-    "`hbrun -np N`; to change N, save a checkpoint on rank 0 and restart, "
-    "restoring it there and broadcasting it "
+    "hvd.elastic is not supported by hbcore for TensorFlow yet: its state "
+    "objects (TensorFlowKerasState, TensorFlowState, KerasState) and the "
+    "elastic Keras callbacks are not written. hbrun's elastic flags "
+    "(--min-np/--max-np/--host-discovery-script) and the numpy front end "
+    "hbcore.elastic (run, ObjectState: keep the weights as numpy arrays) "
+    "work; see docs/elastic.md. Or launch with `hbrun -np N` and restart "
+    "from a checkpoint saved on rank 0, broadcasting it after the restore "
     "(BroadcastGlobalVariablesCallback(0) or hvd.broadcast_variables).")
 
 raise ImportError(MESSAGE)

@@ -411,7 +411,7 @@ def _config_factory_class(value: Any) -> Any:
 
 def __getattr__(name: str) -> Any:
     if name == "elastic":
-        # Raises ImportError: elastic training is not supported.
+        # Raises ImportError: the TensorFlow state objects are not written yet.
         import hbcore_tf.keras.elastic  # noqa: F401
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
