@@ -71,6 +71,7 @@ def __getattr__(name: str):
         # Raises ImportError: tf.estimator was removed in TensorFlow 2.16.
         import hbcore_tf.estimator  # noqa: F401
     if name == "elastic":
-        # Raises ImportError: the TensorFlow state objects are not written yet.
-        import hbcore_tf.elastic  # noqa: F401
+        # Loaded on use, as Horovod's hvd.elastic (it imports hbcore.elastic).
+        import hbcore_tf.elastic
+        return hbcore_tf.elastic
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
