@@ -5,11 +5,13 @@ The rank script (rank_scripts/elastic_train.py) sums integers, so the
 final total is checked against an exact replay of the steps with the
 world size of the last generation that ran each one (from its log).
 """
+import importlib.util
 import os
 import stat
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from harness import base_env, run_ranks, script_path
@@ -30,13 +32,10 @@ def stores() -> set:
 STORES_BEFORE = stores()
 
 
-def replay(out_dir: str) -> int:
-    """The total of elastic_train.py's steps with the logged sizes.
-
-    Step s adds sum over ranks of (rank + 1) * (s + 1); a step run by
-    several generations (redone after a rollback) counts with the size of
-    the last one.
-    """
+def step_sizes(out_dir: str) -> list:
+    """The world size of each step, from elastic_train.py's log: a step
+    run by several generations (redone after a rollback) counts with the
+    size of the last one."""
     size_of = {}
     with open(os.path.join(out_dir, "steps.log")) as f:
         for line in f:
@@ -44,7 +43,25 @@ def replay(out_dir: str) -> int:
             if generation >= size_of.get(step, (-1, 0))[0]:
                 size_of[step] = (generation, size)
     assert sorted(size_of) == list(range(STEPS)), size_of
-    return sum((s + 1) * n * (n + 1) // 2 for s, (_, n) in size_of.items())
+    return [size_of[s][1] for s in range(STEPS)]
+
+
+def replay(out_dir: str) -> int:
+    """The total of elastic_train.py's steps: step s adds the sum over
+    ranks of (rank + 1) * (s + 1)."""
+    return sum((s + 1) * n * (n + 1) // 2
+               for s, n in enumerate(step_sizes(out_dir)))
+
+
+def replay_keras(out_dir: str) -> dict:
+    """The kernel and momentum of elastic_train.py --keras, by numpy:
+    SGD(1, momentum=0.5) on gradients (s + 1) * n (n + 1) / 2."""
+    kernel = np.zeros(4)
+    momentum = np.zeros(4)
+    for s, n in enumerate(step_sizes(out_dir)):
+        momentum = 0.5 * momentum - (s + 1) * n * (n + 1) / 2
+        kernel = kernel + momentum
+    return {"kernel": kernel.tolist(), "momentum": momentum.tolist()}
 
 
 def logged_sizes(out_dir: str) -> list:
@@ -57,19 +74,19 @@ def logged_sizes(out_dir: str) -> list:
     return [sizes[g] for g in sorted(sizes)]
 
 
-def assert_finished(run, np_final=None) -> dict:
-    """The job succeeded and every rank of its last world agrees."""
+def assert_finished(run, np_final=None, expected=None) -> dict:
+    """The job succeeded and every rank of its last world holds the
+    replay's values (default: replay's total)."""
     assert run.returncode == 0 and not run.timed_out, run.describe()
-    expected = replay(run.out_dir)
+    expected = expected or {"total": replay(run.out_dir)}
     results = list(run.results.values())
     final = max(r["generation"] for r in results)
     results = [r for r in results if r["generation"] == final]
     size = results[0]["size"]
     assert len(results) == size, run.results
     for result in results:
-        assert result == {"total": expected, "size": size,
-                          "generation": final,
-                          "resets": [size] if final else []}, run.results
+        assert result == dict(expected, size=size, generation=final,
+                              resets=[size] if final else []), run.results
     if np_final is not None:
         assert size == np_final, run.results
     return results[0]
@@ -93,6 +110,20 @@ def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
     assert "hbrun: elastic generation 1 on hA:1,hC:1\n" in run.stderr, (
         run.describe())
     assert stores() <= STORES_BEFORE, "the job's store was left behind"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                    reason="TensorFlow is not installed")
+def test_kill_9_keras_state_restores_weights_and_optimizer_slots():
+    # A custom TF2 loop with TensorFlowKerasState (Keras 3): the rank on
+    # hA (rank 0) is killed at step 3, two steps after the last commit;
+    # hB and hC redo them from the committed kernel and momentum.
+    run = run_ranks(SCRIPT, 3, timeout=180, args=["--keras"],
+                    env={"HB_TEST_EVENTS": "kill:hA:3"},
+                    hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
+                                "2"])
+    assert_finished(run, np_final=2, expected=replay_keras(run.out_dir))
+    assert step_sizes(run.out_dir) == [3, 3] + [2] * 8, run.describe()
 
 
 def _discovery_script(directory: str) -> str:

@@ -17,6 +17,13 @@ file in $HB_TEST_OUT records it):
                      interrupts the world
 The final world's ranks report {total, size, generation, resets: the
 world size seen by each reset callback call in this process}.
+
+With ``--keras`` the state is an hbcore_tf TensorFlowKerasState instead:
+a Keras Dense(4 -> 1) layer without bias trained by SGD(1, momentum=0.5)
+on the loss sum(model(x)), x filled with (rank + 1) * (s + 1), through
+DistributedGradientTape(op=Sum): every value stays a small dyadic
+fraction, exact in float32, so the test replays it exactly as well.
+The ranks then also report the kernel ("kernel") and the momentum.
 """
 import os
 import signal
@@ -46,13 +53,64 @@ def once(event: str) -> bool:
     return True
 
 
+class NumpyTrainer:
+    """The integer sum of the module comment, in an ObjectState."""
+
+    def __init__(self) -> None:
+        self.state = hvd.elastic.ObjectState(step=0, total=0)
+
+    def step(self, s: int) -> None:
+        got = hvd.allreduce(np.array([(hvd.rank() + 1) * (s + 1)],
+                                     np.int64), op=hvd.Sum, name="step")
+        self.state.total += int(got[0])
+
+    def result(self) -> dict:
+        return {"total": self.state.total}
+
+
+class KerasTrainer:
+    """The Keras model of the module comment, in a TensorFlowKerasState."""
+
+    def __init__(self) -> None:
+        # Imported here: the numpy runs must not load TensorFlow.
+        import tensorflow as tf
+        import hbcore_tf
+        from hbcore_tf import _compat
+        keras = _compat.keras_module()
+        self.tf, self.hvd_tf = tf, hbcore_tf
+        self.model = keras.Sequential([
+            keras.Input((4,)),
+            keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+        self.opt = keras.optimizers.SGD(1.0, momentum=0.5)
+        self.state = hbcore_tf.elastic.TensorFlowKerasState(
+            self.model, self.opt, step=0)
+
+    def step(self, s: int) -> None:
+        tf = self.tf
+        x = tf.fill((1, 4), float((hvd.rank() + 1) * (s + 1)))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(self.model(x))
+        tape = self.hvd_tf.DistributedGradientTape(tape, op=self.hvd_tf.Sum)
+        variables = self.model.trainable_variables
+        grads = tape.gradient(loss, variables)
+        self.opt.apply_gradients(zip(grads, variables))
+
+    def result(self) -> dict:
+        kernel = self.model.get_weights()[0]
+        momentum = [np.array(v.numpy()) for v in self.opt.variables
+                    if np.shape(v.numpy()) == kernel.shape][-1]
+        return {"kernel": kernel.ravel().tolist(),
+                "momentum": momentum.ravel().tolist()}
+
+
 def main() -> None:
     hvd.init()
+    trainer = KerasTrainer() if "--keras" in sys.argv[1:] else NumpyTrainer()
     host = host_of_rank(parse_hosts_var(os.environ["HB_ELASTIC_HOSTS"]),
                         hvd.rank())[0]
     events = [e.split(":") for e in
               os.environ.get("HB_TEST_EVENTS", "").split(",") if e]
-    state = hvd.elastic.ObjectState(step=0, total=0)
+    state = trainer.state
     resets = []  # the reset callbacks' calls in this process
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
 
@@ -67,10 +125,7 @@ def main() -> None:
                     if kind == "kill":
                         os.kill(os.getpid(), signal.SIGKILL)
                     os._exit(0)
-            got = hvd.allreduce(np.array([(hvd.rank() + 1) * (s + 1)],
-                                         np.int64), op=hvd.Sum,
-                                name="step")
-            state.total += int(got[0])
+            trainer.step(s)
             with open(os.path.join(OUT_DIR, "steps.log"), "a") as f:
                 f.write("%s %d %d\n" % (os.environ["HB_ELASTIC_GENERATION"],
                                         hvd.size(), s))
@@ -94,9 +149,10 @@ def main() -> None:
         state.step = STEPS
 
     train(state)
-    report({"total": state.total, "size": hvd.size(), "resets": resets,
-            "generation": int(os.environ["HB_ELASTIC_GENERATION"])},
-           hvd.rank())
+    result = trainer.result()
+    result.update({"size": hvd.size(), "resets": resets,
+                   "generation": int(os.environ["HB_ELASTIC_GENERATION"])})
+    report(result, hvd.rank())
     hvd.shutdown()
 
 
