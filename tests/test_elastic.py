@@ -211,3 +211,51 @@ def test_discovery_failing_while_the_job_runs_ends_it(tmp_path):
     assert done.returncode == 1, done
     assert ("hbrun: elastic job failed: --host-discovery-script %s exited "
             "with code 4: gone\n" % script) in done.stderr, done.stderr
+
+
+def test_blacklist_cooldown_doubles_from_min_up_to_max():
+    from hbcore.launcher.discovery import Blacklist
+    from hbcore.launcher.hosts import Host
+    now = [100.0]
+    blacklist = Blacklist((10, 25), clock=lambda: now[0])
+    blacklist.add("hB")
+    hosts = [Host("hA", 1), Host("hB", 2)]
+    assert blacklist.usable(hosts) == [Host("hA", 1)]
+    now[0] = 109.9
+    assert blacklist.blocked("hB")
+    now[0] = 110.0
+    assert blacklist.usable(hosts) == hosts
+    blacklist.add("hB")  # 2nd failure: 20 s
+    now[0] = 129.9
+    assert blacklist.blocked("hB")
+    now[0] = 130.0
+    assert not blacklist.blocked("hB")
+    blacklist.add("hB")  # 3rd: 40 s, capped at 25
+    now[0] = 154.9
+    assert blacklist.blocked("hB")
+    now[0] = 155.0
+    assert not blacklist.blocked("hB")
+    forever = Blacklist(None, clock=lambda: now[0])
+    forever.add("hA")
+    now[0] = 1e12
+    assert forever.blocked("hA") and not forever.blocked("hB")
+
+
+def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
+    from hbcore.launcher.elastic_driver import ElasticSettings, _Hosts
+    from hbcore.launcher.hosts import Host
+    settings = ElasticSettings(np=2, min_np=1, max_np=4,
+                               discovery_script=None, fixed_hosts=None,
+                               slots_per_host=1, timeout_s=1, reset_limit=None,
+                               cooldown_range=None)
+    hosts = _Hosts(settings)
+    assert hosts.usable([Host("hB", 2), Host("hA", 1)]) == [
+        Host("hB", 2), Host("hA", 1)]
+    # hC printed first later still comes after the older hosts, and the
+    # 4-slot cap takes its slots from the newest host.
+    assert hosts.usable([Host("hC", 3), Host("hA", 1), Host("hB", 2)]) == [
+        Host("hB", 2), Host("hA", 1), Host("hC", 1)]
+    hosts.finished["hB"] = 1
+    hosts.blacklist.add("hA")
+    assert hosts.usable([Host("hA", 1), Host("hB", 2), Host("hC", 3)]) == [
+        Host("hB", 1), Host("hC", 3)]
