@@ -39,14 +39,18 @@ supervisor leaves no rank running (supervisor.py).  A job that ends
 without success prints which limit ended it and every failure recorded.
 """
 
+import glob
 import os
 import queue
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import psutil
 
 from hbcore.launcher.discovery import Blacklist, run_discovery_script
 from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
@@ -92,6 +96,21 @@ class ElasticSettings(NamedTuple):
 
 class _JobEnd(Exception):
     """Ends the driver's loop with a reason (the first line of the report)."""
+
+
+class _Interrupted(Exception):
+    """hbrun got SIGINT/SIGTERM/SIGHUP between generations."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise _Interrupted(signum)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Hosts:
@@ -180,11 +199,24 @@ class _Poller(threading.Thread):
                     f.write(hydra_hosts_arg(usable) + "\n")
 
 
-def _store_root(environ: Mapping[str, str]) -> str:
-    """The job's store: in shared memory where there is one."""
+def _store_root() -> str:
+    """The job's store: in shared memory where there is one.
+
+    Stores of this user's hbrun processes that are gone (killed by
+    SIGKILL, which leaves no chance to clean up) are removed first, so
+    they do not hold shared memory forever.
+    """
     base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    for stale in glob.glob(os.path.join(base, "hbcore-elastic-*-*")):
+        pid = os.path.basename(stale).split("-")[2]
+        try:
+            if (pid.isdigit() and not psutil.pid_exists(int(pid))
+                    and os.stat(stale).st_uid == os.getuid()):
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError:
+            pass
     return tempfile.mkdtemp(prefix="hbcore-elastic-%d-" % os.getpid(),
-                            dir=environ.get("HB_ELASTIC_STORE_BASE", base))
+                            dir=base)
 
 
 def _host_name(hosts: List[Host], rank: int) -> str:
@@ -214,8 +246,14 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
         The exit code: 0 when a generation ended with every rank exiting
         0; 128 + signal when hbrun was interrupted; else 1.
     """
-    environ = launch_args.get("environ") or os.environ
-    store = _store_root(environ)  # type: ignore[arg-type]
+    store = _store_root()
+    # Between generations (waiting for hosts) a signal ends the job, and
+    # the store is still removed; while a generation runs, the supervisor
+    # catches the signals itself and stops the ranks first.
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, _raise_interrupted)
+                    for signum in _SIGNALS}
     hosts_state = _Hosts(settings)
     failures: List[str] = []
     resets = 0
@@ -273,6 +311,10 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                 raise _JobEnd("reset limit %d (--reset-limit) reached"
                               % settings.reset_limit)
             generation += 1
+    except _Interrupted as exc:
+        sys.stderr.write("%s: received %s; stopped the elastic job\n"
+                         % (program, signal.Signals(exc.signum).name))
+        return 128 + exc.signum
     except (_JobEnd, LauncherError) as exc:
         sys.stderr.write("%s: elastic job failed: %s\n" % (program, exc))
         if failures:
@@ -281,4 +323,6 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
         sys.stderr.flush()
         return 1
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         shutil.rmtree(store, ignore_errors=True)
