@@ -112,14 +112,24 @@ def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
     assert stores() <= STORES_BEFORE, "the job's store was left behind"
 
 
+KERAS_FLAVORS = [
+    pytest.param({}, id="keras3"),
+    pytest.param({"TF_USE_LEGACY_KERAS": "1"}, id="tf_keras",
+                 marks=pytest.mark.skipif(
+                     importlib.util.find_spec("tf_keras") is None,
+                     reason="tf_keras is not installed")),
+]
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                     reason="TensorFlow is not installed")
-def test_kill_9_keras_state_restores_weights_and_optimizer_slots():
-    # A custom TF2 loop with TensorFlowKerasState (Keras 3): the rank on
-    # hA (rank 0) is killed at step 3, two steps after the last commit;
-    # hB and hC redo them from the committed kernel and momentum.
+@pytest.mark.parametrize("flavor", KERAS_FLAVORS)
+def test_kill_9_keras_state_restores_weights_and_optimizer_slots(flavor):
+    # A custom TF2 loop with TensorFlowKerasState: the rank on hA (rank 0)
+    # is killed at step 3, two steps after the last commit; hB and hC
+    # redo them from the committed kernel and momentum.
     run = run_ranks(SCRIPT, 3, timeout=180, args=["--keras"],
-                    env={"HB_TEST_EVENTS": "kill:hA:3"},
+                    env=dict(flavor, HB_TEST_EVENTS="kill:hA:3"),
                     hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
                                 "2"])
     assert_finished(run, np_final=2, expected=replay_keras(run.out_dir))
