@@ -596,6 +596,11 @@ def parse_args(argv: Optional[Sequence[str]] = None
             parser.error("argument --tf-config: not allowed with -np, -H or "
                          "--hostfile (TF_CONFIG's cluster and each machine's "
                          "GPUs decide)")
+        if (args.min_np is not None or args.max_np is not None
+                or args.host_discovery_script is not None):
+            parser.error("argument --tf-config: not allowed with --min-np, "
+                         "--max-np or --host-discovery-script (a TF_CONFIG "
+                         "launch is not elastic)")
         args.elastic = None
         return args, None
     hosts = _resolve_hosts(parser, args)
