@@ -112,6 +112,18 @@ def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
     assert stores() <= STORES_BEFORE, "the job's store was left behind"
 
 
+def test_kill_9_at_2_hosts_x_2_blacklists_the_whole_host():
+    # One of hB's two ranks is killed at step 3: hB leaves with both its
+    # slots and hA's two ranks finish from the last commit.
+    run = run_ranks(SCRIPT, 4, timeout=180,
+                    env={"HB_TEST_EVENTS": "kill:hB:3"},
+                    hbrun_args=["-H", "hA:2,hB:2", FORK, "--min-np", "2"])
+    assert_finished(run, np_final=2)
+    assert step_sizes(run.out_dir) == [4, 4] + [2] * 8, run.describe()
+    assert "hbrun: elastic generation 1 on hA:2\n" in run.stderr, (
+        run.describe())
+
+
 KERAS_FLAVORS = [
     pytest.param({}, id="keras3"),
     pytest.param({"TF_USE_LEGACY_KERAS": "1"}, id="tf_keras",
