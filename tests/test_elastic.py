@@ -155,25 +155,31 @@ def _discovery_script(directory: str) -> str:
     return hosts
 
 
-def test_discovery_adds_a_host_and_an_early_exit_0_does_not_end_the_job(
+def test_discovery_adds_and_removes_hosts_and_an_early_exit_0_goes_on(
         tmp_path):
-    # hA, hB from the script; after step 2 rank 0 adds hC: the world
-    # grows to 3 at the next commit, without rollback; at step 6 the rank
-    # on hC exits 0: its slot leaves and hA, hB finish the job.
+    # hA, hB from the script; after step 2 rank 0 adds hC: the world grows
+    # to 3 at the next commit, without rollback; after step 5 it removes
+    # hB: the world shrinks to hA, hC at that commit, again without
+    # rollback; at step 7 the rank on hC exits 0: its slot leaves and hA
+    # finishes alone from the commit after step 5.
     hosts = _discovery_script(str(tmp_path))
     run = run_ranks(SCRIPT, 2, timeout=180,
-                    env={"HB_TEST_EVENTS": "add:hC:2,exit0:hC:6",
+                    env={"HB_TEST_EVENTS": "add:hC:2,remove:hB:5,exit0:hC:7",
                          "HB_TEST_HOSTS_FILE": hosts},
-                    hbrun_args=[FORK, "--min-np", "2",
+                    hbrun_args=[FORK, "--min-np", "1",
                                 "--host-discovery-script", "cat " + hosts])
-    assert_finished(run, np_final=2)
-    assert logged_sizes(run.out_dir) == [2, 3, 2], run.describe()
+    assert_finished(run, np_final=1)
+    assert logged_sizes(run.out_dir) == [2, 3, 2, 1], run.describe()
+    assert step_sizes(run.out_dir) == [2] * 3 + [3] * 3 + [1] * 4
     with open(os.path.join(run.out_dir, "steps.log")) as f:
         steps = [tuple(map(int, line.split())) for line in f]
-    # No rollback at the planned change: generation 1 starts at step 3.
-    assert min(s for g, _, s in steps if g == 1) == 3, steps
-    assert "generation 1 on hA:1,hB:1,hC:1\n" in run.stderr, run.describe()
-    assert "generation 2 on hA:1,hB:1\n" in run.stderr, run.describe()
+    # No rollback at the planned changes; back to the commit after step 5
+    # when hC left early.
+    assert [min(s for g, _, s in steps if g == gen)
+            for gen in range(4)] == [0, 3, 6, 6], steps
+    for line in ("generation 1 on hA:1,hB:1,hC:1\n",
+                 "generation 2 on hA:1,hC:1\n", "generation 3 on hA:1\n"):
+        assert "hbrun: elastic " + line in run.stderr, run.describe()
 
 
 @pytest.mark.parametrize("flags, env, message", [

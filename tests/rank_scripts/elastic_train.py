@@ -11,10 +11,11 @@ file in $HB_TEST_OUT records it):
     kill:HOST:STEP   the rank on emulated host HOST SIGKILLs itself before
                      step STEP's allreduce
     exit0:HOST:STEP  that rank exits 0 there (a worker that ends early)
-    add:HOST:STEP    in a world without HOST, rank 0 appends HOST:1 to
+    add:HOST:STEP    in a world without HOST, rank 0 adds HOST:1 to
                      $HB_TEST_HOSTS_FILE after step STEP, and every rank
                      commits and waits until the driver's host change
                      interrupts the world
+    remove:HOST:STEP the same in a world with HOST, removing it
 The final world's ranks report {total, size, generation, resets: the
 world size seen by each reset callback call in this process}.
 
@@ -51,6 +52,24 @@ def once(event: str) -> bool:
         return False
     os.close(fd)
     return True
+
+
+def names(hosts_var: str) -> list:
+    """The host names of HB_ELASTIC_HOSTS."""
+    return [name for name, _ in parse_hosts_var(hosts_var)]
+
+
+def change_hosts(kind: str, host: str) -> None:
+    """Adds ``host:1`` to, or removes ``host`` from, the hosts file that
+    the test's discovery script prints."""
+    path = os.environ["HB_TEST_HOSTS_FILE"]
+    with open(path) as f:
+        lines = [line for line in f if line.split(":")[0] != host]
+    if kind == "add":
+        lines.append("%s:1\n" % host)
+    with open(path + ".tmp", "w") as f:
+        f.writelines(lines)
+    os.replace(path + ".tmp", path)  # the driver never reads half a file
 
 
 class NumpyTrainer:
@@ -133,12 +152,11 @@ def main() -> None:
                 state.step = s + 1
                 state.commit()
             for kind, where, at in events:
-                if kind == "add" and int(at) == s and where not in (
-                        os.environ["HB_ELASTIC_HOSTS"]):
+                if kind in ("add", "remove") and int(at) == s and (
+                        (where in names(os.environ["HB_ELASTIC_HOSTS"]))
+                        == (kind == "remove")):
                     if hvd.rank() == 0:
-                        with open(os.environ["HB_TEST_HOSTS_FILE"],
-                                  "a") as f:
-                            f.write("%s:1\n" % where)
+                        change_hosts(kind, where)
                     state.step = s + 1
                     state.commit()
                     # Every rank waits here for the driver's notice
