@@ -286,8 +286,11 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                 return result.exit_code
             if poller.error is not None:
                 raise _JobEnd(poller.error)
-            failed = [s for s in seen
-                      if s.exit_code not in (0, REFORM_EXIT_CODE)]
+            # A SIGTERM after the first failure is the teardown's (hydra's
+            # or ours), not a failure of that rank's host.
+            failed = [s for i, s in enumerate(seen)
+                      if s.exit_code not in (0, REFORM_EXIT_CODE)
+                      and not (i > 0 and s.signal == signal.SIGTERM)]
             left = [s for s in seen if s.exit_code == 0]
             reform = any(s.exit_code == REFORM_EXIT_CODE for s in seen)
             if not failed and not reform and (
