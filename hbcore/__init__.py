@@ -44,7 +44,7 @@ for _module, _names in {
     "hbcore.exceptions": (
         "HbcoreError HorovodInternalError InvalidArgumentError MismatchError "
         "NotInitializedError ShutdownError ConfigError WaitTimeoutError "
-        "UnsupportedError WorldMismatchError"),
+        "UnsupportedError WorldMismatchError HostsUpdatedInterrupt"),
     "hbcore.launcher.run_fn": "run",
 }.items():
     for _name in _names.split():
@@ -54,6 +54,8 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "elastic":  # Horovod's hvd.elastic, a subpackage loaded on use
+        return importlib.import_module("hbcore.elastic")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError("module 'hbcore' has no attribute %r" % name)

@@ -28,6 +28,24 @@ class HbcoreError(RuntimeError):
 HorovodInternalError = HbcoreError
 
 
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod's: the job's hosts changed; raised by an elastic state's
+    ``commit()`` / ``check_host_updates()`` on every rank at once
+    (hbcore/elastic/state.py). ``hvd.elastic.run`` answers it by moving to
+    the new hosts from the current state, with no rollback.
+
+    Args:
+        skip_sync: Whether the state need not be synchronised afterwards
+            (Horovod: only hosts were removed). hbcore always starts a new
+            world, so it always synchronises; the flag is kept for
+            Horovod's handlers.
+    """
+
+    def __init__(self, skip_sync: bool) -> None:
+        super().__init__("the hosts of the elastic job changed")
+        self.skip_sync = skip_sync
+
+
 class InvalidArgumentError(HbcoreError, ValueError):
     """A request was malformed on this rank (shape, root, splits, dtype).
 

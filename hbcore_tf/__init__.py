@@ -77,6 +77,7 @@ def __getattr__(name: str):
 
         return hbcore_tf.estimator
     if name == "elastic":
-        # Raises ImportError: elastic training is not supported.
-        import hbcore_tf.elastic  # noqa: F401
+        # Loaded on use, as Horovod's hvd.elastic (it imports hbcore.elastic).
+        import hbcore_tf.elastic
+        return hbcore_tf.elastic
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,21 +1,136 @@
-"""``hvd.elastic`` (Horovod's elastic training) is not supported.
+"""``hvd.elastic`` for TensorFlow: Horovod's state objects for replicated
+variables, on hbcore's elastic machinery (hbcore/elastic/, docs/elastic.md).
 
-hbcore runs a fixed set of ranks for the life of a job: there is no
-rendezvous that admits or drops workers, so ``hvd.elastic.run``, the
-``TensorFlowState`` / ``TensorFlowKerasState`` / ``KerasState`` objects
-and the elastic Keras callbacks have nothing to drive. Importing this
-module (``hbcore_tf.elastic``, ``hbcore_tf.keras.elastic``, or reading
-``hvd.elastic``) raises the ImportError below; ``hbrun``'s elastic flags
-are refused the same way.
+- ``TensorFlowKerasState(model, optimizer=None, backend=None, **kwargs)``:
+  a Keras model's weights and its optimizer's variables, plus ObjectState
+  values.
+- ``TensorFlowState(variables=None, session=None, **kwargs)``: a list of
+  variables (eager; a tf.compat.v1 session is not supported yet).
+
+Both keep a copy of the values (numpy arrays) as the last commit, taken at
+construction and by every ``save()``; the commit goes to the per-host
+store as one pickle, and ``sync()`` broadcasts the newest one from a rank
+that has it (hbcore/elastic/state.py).  An optimizer whose variables are
+not created yet (Keras builds them at its first step) is built for the
+model's trainable variables before a commit of its variables is loaded.
+Sharded tables are not part of a commit yet.
 """
 
-MESSAGE = (
-    "hvd.elastic is not supported by hbcore: elastic training (hvd.elastic."
-    "run, TensorFlowKerasState / KerasState, the elastic callbacks, hbrun "
-    "--min-np/--max-np/--host-discovery-script) needs ranks that join and "
-    "leave a running job, and hbcore runs a fixed set of ranks. Launch with "
-    "`hbrun -np N`; to change N, save a checkpoint on rank 0 and restart, "
-    "restoring it there and broadcasting it "
-    "(BroadcastGlobalVariablesCallback(0) or hvd.broadcast_variables).")
+import pickle
+from typing import Any, Callable, List, Optional, Sequence
 
-raise ImportError(MESSAGE)
+import numpy as np
+
+from hbcore.elastic import (HorovodInternalError, HostsUpdatedInterrupt,
+                            ObjectState, State, run)
+
+__all__ = ["run", "State", "ObjectState", "TensorFlowKerasState",
+           "TensorFlowState", "HorovodInternalError", "HostsUpdatedInterrupt"]
+
+
+def _optimizer_variables(optimizer: Any) -> List[Any]:
+    # Keras 3 and tf_keras's optimizers: a property; legacy ones: a method.
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+class _VariablesState(ObjectState):
+    """ObjectState plus a list of TF variables copied at each save."""
+
+    def __init__(self, bcast_object: Optional[Callable], **kwargs: Any
+                 ) -> None:
+        super().__init__(bcast_object=bcast_object, **kwargs)
+        self._saved_values = self._read()
+
+    def _variables(self) -> List[Any]:
+        raise NotImplementedError()
+
+    def _prepare(self, count: int) -> None:
+        """Creates missing variables before ``count`` values are loaded."""
+
+    def _read(self) -> List[np.ndarray]:
+        return [np.array(v.numpy()) for v in self._variables()]
+
+    def save(self) -> None:
+        """Copies the variables' values and the objects as the commit."""
+        self._saved_values = self._read()
+        super().save()
+
+    def restore(self) -> None:
+        """Sets the variables and objects back to the last commit."""
+        values = self._saved_values
+        self._prepare(len(values))
+        variables = self._variables()
+        if len(variables) != len(values):
+            raise ValueError(
+                "%s: the commit holds %d variables, this process has %d "
+                "(every rank must build the same model and optimizer)"
+                % (type(self).__name__, len(values), len(variables)))
+        for variable, value in zip(variables, values):
+            variable.assign(value)
+        super().restore()
+
+    def _payload(self) -> bytes:
+        return pickle.dumps((self._saved_values, super()._payload()))
+
+    def _load(self, payload: bytes) -> None:
+        self._saved_values, objects = pickle.loads(payload)
+        super()._load(objects)
+        self.restore()
+
+
+class TensorFlowKerasState(_VariablesState):
+    """Horovod's TensorFlowKerasState: a Keras model and optimizer.
+
+    Args:
+        model: The Keras model (Keras 3 or tf_keras).
+        optimizer: Its optimizer (default: ``model.optimizer``, if any).
+        backend: Accepted for Horovod's signature; unused.
+        **kwargs: ObjectState values (epoch, batch, ...).
+    """
+
+    def __init__(self, model: Any, optimizer: Any = None, backend: Any = None,
+                 **kwargs: Any) -> None:
+        self.model = model
+        self.optimizer = (optimizer if optimizer is not None
+                          else getattr(model, "optimizer", None))
+        self.backend = backend
+        super().__init__(bcast_object=None, **kwargs)
+
+    def _variables(self) -> List[Any]:
+        variables = list(self.model.weights)
+        if self.optimizer is not None:
+            variables += _optimizer_variables(self.optimizer)
+        return variables
+
+    def _prepare(self, count: int) -> None:
+        if (self.optimizer is not None and len(self._variables()) < count
+                and hasattr(self.optimizer, "build")):
+            self.optimizer.build(self.model.trainable_variables)
+
+
+class TensorFlowState(_VariablesState):
+    """Horovod's TensorFlowState: a list of variables (eager mode).
+
+    Args:
+        variables: The variables (default: none; Horovod's default of the
+            graph's global variables needs a session).
+        session: Not supported yet (tf.compat.v1 graphs).
+        **kwargs: ObjectState values.
+
+    Raises:
+        ValueError: If ``session`` is given.
+    """
+
+    def __init__(self, variables: Optional[Sequence[Any]] = None,
+                 session: Any = None, **kwargs: Any) -> None:
+        if session is not None:
+            raise ValueError("hbcore_tf.elastic.TensorFlowState: "
+                             "tf.compat.v1 sessions are not supported yet; "
+                             "run eagerly and pass the variables")
+        self.variables = list(variables or [])
+        super().__init__(bcast_object=None, **kwargs)
+
+    def _variables(self) -> List[Any]:
+        return self.variables
+

@@ -134,7 +134,12 @@ def test_negative_switches_set_their_knob():
     (["--gloo"], "--gloo"),
     (["--autotune"], "--autotune"),
     (["--config-file", "conf.yaml"], "--config-file"),
-    (["--min-np", "2"], "--min-np"),
+    (["--min-np", "3"], "--min-np"),  # more than -np
+    (["--reset-limit", "1"], "--reset-limit"),  # not an elastic job
+    (["--min-np", "1", "--host-discovery-script", "d.sh", "-H", "a:2"],
+     "--host-discovery-script"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "5", "2"],
+     "--blacklist-cooldown-range"),
     (["--log-with-timestamp"], "--log-with-timestamp"),
     (["--mpi-threads-disable"], "--mpi-threads-disable"),
     (["--binding-args", "-bind-to 'core"], "--binding-args"),
@@ -249,3 +254,29 @@ def test_run_rejects_what_cannot_run():
         run(run_fns.rank_and_args, np=1, use_gloo=True)
     with pytest.raises(ValueError, match="num_proc"):
         run(run_fns.rank_and_args, np=2, num_proc=3)
+
+
+def test_a_tf_config_launch_is_not_elastic(capsys):
+    err = _parse_error(["--tf-config", "--min-np", "1", "python", "t.py"],
+                       capsys)
+    assert ("hbrun: error: argument --tf-config: not allowed with --min-np, "
+            "--max-np or --host-discovery-script") in err, err
+
+
+def test_elastic_flags_give_the_driver_its_settings(monkeypatch):
+    monkeypatch.setenv("HOROVOD_ELASTIC_TIMEOUT", "42")
+    args, hosts = cli.parse_args(
+        ["-np", "2", "--min-np", "1", "--max-np", "3", "-H", "a:1,b:2",
+         "--reset-limit", "0", "--blacklist-cooldown-range", "5", "60",
+         "python", "t.py"])
+    assert args.elastic == cli.ElasticSettings(
+        np=2, min_np=1, max_np=3, discovery_script=None, fixed_hosts=hosts,
+        slots_per_host=1, timeout_s=42, reset_limit=0,
+        cooldown_range=(5, 60))
+    args, _ = cli.parse_args(["--min-np", "2", "--host-discovery-script",
+                              "d.sh", "--slots-per-host", "4",
+                              "--elastic-timeout", "7", "python", "t.py"])
+    assert (args.np, args.elastic.slots_per_host, args.elastic.timeout_s,
+            args.elastic.max_np) == (2, 4, 7, None)
+    args, _ = cli.parse_args(["-np", "2", "python", "t.py"])
+    assert args.elastic is None

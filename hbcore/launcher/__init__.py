@@ -20,6 +20,11 @@ Modules, one job each:
     hydra_manual hydra's manual launcher: proxy commands <-> data
     tf_config_launch  the rendezvous' TF_CONFIG front end
     check_build  hbrun --check-build
+    elastic_driver  hbrun's elastic jobs: one MPI world per generation
+                 (protocol in its module comment; docs/elastic.md)
+    elastic_protocol  the variables, exit code and files the elastic
+                 driver and the ranks' hbcore.elastic share
+    discovery    --host-discovery-script and the host blacklist
 
 Nothing here imports the native core: the launcher must work (and
 --check-build must report) before and without a built core.

@@ -19,6 +19,9 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
 
 from hbcore import __version__
 from hbcore.knobs import BY_NAME, CHOICES, KNOBS, LOG_LEVELS, Knob, env_flag
+from hbcore.launcher.elastic_driver import (DEFAULT_ELASTIC_TIMEOUT_S,
+                                            ELASTIC_TIMEOUT_VAR,
+                                            ElasticSettings, run_elastic)
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
                                    total_slots)
@@ -123,15 +126,6 @@ _UNSUPPORTED = (
     (("--mpi-threads-disable",), 0, "hbcore needs MPI_THREAD_MULTIPLE when "
      "it initializes MPI (a program that initializes MPI itself chooses the "
      "thread level before hbcore.init())"),
-    (("--min-np", "--min-num-proc"), 1, "elastic training is not supported"),
-    (("--max-np", "--max-num-proc"), 1, "elastic training is not supported"),
-    (("--slots-per-host",), 1, "elastic training is not supported"),
-    (("--elastic-timeout",), 1, "elastic training is not supported"),
-    (("--reset-limit",), 1, "elastic training is not supported"),
-    (("--blacklist-cooldown-range",), 2, "elastic training is not "
-     "supported"),
-    (("--host-discovery-script",), 1, "elastic training is not supported; "
-     "give -H/--hostfile"),
 )
 
 
@@ -318,6 +312,93 @@ def run_tf_config(args: argparse.Namespace, program: str) -> int:
         lambda extra: run_job(args, 1, None, [extra], program), program)
 
 
+def _non_negative_int(text: str) -> int:
+    return _number(text, int, 0, True, "an integer >= 0")
+
+
+def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds horovodrun's elastic flags (elastic_driver.py, docs/elastic.md).
+
+    Args:
+        parser: hbrun's parser.
+    """
+    group = parser.add_argument_group(
+        "elastic training (as horovodrun; see docs/elastic.md)")
+    group.add_argument("--min-np", "--min-num-proc", dest="min_np",
+                       type=_positive_int, metavar="N",
+                       help="fewest ranks to go on with (default: -np); "
+                            "fewer make the job wait for hosts")
+    group.add_argument("--max-np", "--max-num-proc", dest="max_np",
+                       type=_positive_int, metavar="N",
+                       help="most ranks (default: unbounded)")
+    group.add_argument("--host-discovery-script", metavar="SCRIPT",
+                       help="prints the usable hosts, one 'host:slots' a "
+                            "line; run about once a second")
+    group.add_argument("--slots-per-host", dest="slots_per_host",
+                       type=_positive_int, metavar="N",
+                       help="slots of a discovered host printed without "
+                            "':slots' (default 1)")
+    group.add_argument("--elastic-timeout", type=_positive_int, metavar="S",
+                       help="seconds to wait for --min-np slots (default "
+                            "%s or %d)" % (ELASTIC_TIMEOUT_VAR,
+                                           DEFAULT_ELASTIC_TIMEOUT_S))
+    group.add_argument("--reset-limit", type=_non_negative_int, metavar="N",
+                       help="most re-formations of the job (default: "
+                            "unlimited)")
+    group.add_argument("--blacklist-cooldown-range", type=_non_negative_int,
+                       nargs=2, metavar=("MIN", "MAX"),
+                       help="seconds a host where a rank failed stays "
+                            "unused, doubling from MIN to MAX (default: "
+                            "for the rest of the job)")
+
+
+def _elastic_settings(parser: argparse.ArgumentParser,
+                      args: argparse.Namespace,
+                      hosts: Optional[List[Host]],
+                      environ: Mapping[str, str]
+                      ) -> Optional[ElasticSettings]:
+    """The elastic settings of a command line, or None when it asks for
+    no elastic job (no --min-np/--max-np/--host-discovery-script);
+    exits 2 on bad input."""
+    if (args.min_np is None and args.max_np is None
+            and args.host_discovery_script is None):
+        for flag in ("slots_per_host", "elastic_timeout", "reset_limit",
+                     "blacklist_cooldown_range"):
+            if getattr(args, flag) is not None:
+                parser.error("argument --%s: only for an elastic job (give "
+                             "--min-np, --max-np or --host-discovery-script)"
+                             % flag.replace("_", "-"))
+        return None
+    if args.host_discovery_script is not None and (args.hosts
+                                                   or args.hostfile):
+        parser.error("argument --host-discovery-script: not allowed with "
+                     "-H or --hostfile")
+    min_np = args.min_np if args.min_np is not None else args.np
+    if min_np > args.np:
+        parser.error("argument --min-np: %d is more than -np %d"
+                     % (min_np, args.np))
+    if args.max_np is not None and args.max_np < args.np:
+        parser.error("argument --max-np: %d is less than -np %d"
+                     % (args.max_np, args.np))
+    timeout = args.elastic_timeout
+    if timeout is None:
+        text = environ.get(ELASTIC_TIMEOUT_VAR, str(DEFAULT_ELASTIC_TIMEOUT_S))
+        try:
+            timeout = _positive_int(text)
+        except argparse.ArgumentTypeError as exc:
+            parser.error("%s: %s" % (ELASTIC_TIMEOUT_VAR, exc))
+    cooldown = args.blacklist_cooldown_range
+    if cooldown is not None and cooldown[0] > cooldown[1]:
+        parser.error("argument --blacklist-cooldown-range: MIN %d is more "
+                     "than MAX %d" % tuple(cooldown))
+    return ElasticSettings(
+        np=args.np, min_np=min_np, max_np=args.max_np,
+        discovery_script=args.host_discovery_script, fixed_hosts=hosts,
+        slots_per_host=args.slots_per_host or 1, timeout_s=timeout,
+        reset_limit=args.reset_limit,
+        cooldown_range=None if cooldown is None else tuple(cooldown))
+
+
 def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
     """Builds hbrun's argument parser.
 
@@ -355,6 +436,7 @@ def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
                         dest="nics", action=_NicAction, metavar="NIC",
                         help="interface(s) for NCCL's sockets; repeat or "
                              "separate with commas (sets NCCL_SOCKET_IFNAME)")
+    add_elastic_flags(parser)
     compat = parser.add_argument_group(
         "accepted for horovodrun compatibility, no effect")
     compat.add_argument("--disable-cache", action="store_true",
@@ -477,6 +559,8 @@ def _resolve_hosts(parser: argparse.ArgumentParser,
     except (ValueError, OSError) as exc:
         flag = "-H/--hosts" if args.hosts is not None else "--hostfile"
         parser.error("argument %s: %s" % (flag, exc))
+    if args.np is None and getattr(args, "min_np", None) is not None:
+        args.np = args.min_np  # an elastic job starts with --min-np slots
     if args.np is None:
         if hosts is None:
             parser.error("argument -np/--num-proc is required "
@@ -512,8 +596,51 @@ def parse_args(argv: Optional[Sequence[str]] = None
             parser.error("argument --tf-config: not allowed with -np, -H or "
                          "--hostfile (TF_CONFIG's cluster and each machine's "
                          "GPUs decide)")
+        if (args.min_np is not None or args.max_np is not None
+                or args.host_discovery_script is not None):
+            parser.error("argument --tf-config: not allowed with --min-np, "
+                         "--max-np or --host-discovery-script (a TF_CONFIG "
+                         "launch is not elastic)")
+        args.elastic = None
         return args, None
-    return args, _resolve_hosts(parser, args)
+    hosts = _resolve_hosts(parser, args)
+    args.elastic = _elastic_settings(parser, args, hosts, os.environ)
+    return args, hosts
+
+
+def _launch_args(args: argparse.Namespace, per_rank_env, program: str
+                 ) -> Tuple[Optional[Dict[str, Any]], int]:
+    """The keyword arguments of ``launch`` that hbrun's flags give.
+
+    Returns:
+        (kwargs, 0), or (None, exit code) after printing a flag's error.
+    """
+    output_dir = (os.path.abspath(args.output_filename)
+                  if args.output_filename else None)
+    if output_dir is not None:
+        # Checked here, where the message can name the flag; the ranks on
+        # other hosts create (and report) their own.
+        try:
+            os.makedirs(output_dir, exist_ok=True)
+        except OSError as exc:
+            sys.stderr.write("%s: error: argument --output-filename: cannot "
+                             "create directory %s: %s\n"
+                             % (program, output_dir,
+                                exc.strerror or exc))
+            return None, 2
+    try:
+        environ = launcher_environ(
+            os.environ, ssh_port=getattr(args, "ssh_port", None),
+            ssh_identity_file=getattr(args, "ssh_identity_file", None))
+    except ValueError as exc:
+        sys.stderr.write("%s: error: argument -i/--ssh-identity-file: %s\n"
+                         % (program, exc))
+        return None, 2
+    return dict(mpi_args=args.mpi_args, output_dir=output_dir,
+                per_rank_env=per_rank_env, verbose=args.verbose,
+                environ=environ,
+                timestamp_output=getattr(
+                    args, "prefix_output_with_timestamp", False)), 0
 
 
 def run_job(args: argparse.Namespace, np: int, hosts: Optional[List[Host]],
@@ -531,36 +658,17 @@ def run_job(args: argparse.Namespace, np: int, hosts: Optional[List[Host]],
     Returns:
         The exit code for the launcher process.
     """
-    output_dir = (os.path.abspath(args.output_filename)
-                  if args.output_filename else None)
-    if output_dir is not None:
-        # Checked here, where the message can name the flag; the ranks on
-        # other hosts create (and report) their own.
-        try:
-            os.makedirs(output_dir, exist_ok=True)
-        except OSError as exc:
-            sys.stderr.write("%s: error: argument --output-filename: cannot "
-                             "create directory %s: %s\n"
-                             % (program, output_dir,
-                                exc.strerror or exc))
-            return 2
+    launch_args, code = _launch_args(args, per_rank_env, program)
+    if launch_args is None:
+        return code
     env = flags_to_env(args)
     env.update(launch_env(args))
+    if getattr(args, "elastic", None) is not None:
+        return run_elastic(args.command, args.elastic, env, launch_args,
+                           program)
     try:
-        environ = launcher_environ(
-            os.environ, ssh_port=getattr(args, "ssh_port", None),
-            ssh_identity_file=getattr(args, "ssh_identity_file", None))
-    except ValueError as exc:
-        sys.stderr.write("%s: error: argument -i/--ssh-identity-file: %s\n"
-                         % (program, exc))
-        return 2
-    try:
-        result = launch(args.command, np, hosts=hosts,
-                        env=env, mpi_args=args.mpi_args,
-                        output_dir=output_dir, per_rank_env=per_rank_env,
-                        verbose=args.verbose, environ=environ,
-                        timestamp_output=getattr(
-                            args, "prefix_output_with_timestamp", False))
+        result = launch(args.command, np, hosts=hosts, env=env,
+                        **launch_args)
     except LauncherError as exc:
         sys.stderr.write("%s: error: %s\n" % (program, exc))
         return 1

@@ -8,8 +8,9 @@ hbrun starts every rank as ``python .../rank_wrapper.py [--output-dir DIR]
 - forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the child;
 - arranges (Linux ``PR_SET_PDEATHSIG``) that the child is killed if the
   wrapper itself dies, so a rank never outlives its wrapper as an orphan;
-- when the child ends with a nonzero code or by a signal, writes one status
-  line (``STATUS_MARKER`` + JSON) on stderr.  hbrun reads mpiexec's stderr,
+- when the child ends with a nonzero code or by a signal (or, under the
+  elastic driver, exits 0 before its training function returned), writes
+  one status line (``STATUS_MARKER`` + JSON) on stderr.  hbrun reads mpiexec's stderr,
   hides these lines, and stops the whole job on the first one.
 
 Why a status line on stderr and not a status file: stderr reaches hbrun
@@ -38,10 +39,14 @@ import time
 from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 if __package__:
+    from hbcore.launcher.elastic_protocol import (GENERATION_VAR, STORE_VAR,
+                                                  finished_path)
     from hbcore.launcher.rank_output import (LinePump, STDERR, STDOUT,
                                              line_prefix, rank_dir_name,
                                              timestamped_prefix, write_all)
 else:  # run by path: sys.path[0] is this directory
+    from elastic_protocol import (GENERATION_VAR, STORE_VAR,  # type: ignore
+                                  finished_path)
     from rank_output import (LinePump, STDERR, STDOUT, line_prefix,  # type: ignore
                              rank_dir_name, timestamped_prefix, write_all)
 
@@ -203,6 +208,18 @@ def _open_tee(output_dir: Optional[str], rank: int, size: int,
     return open(os.path.join(directory, stream), "wb")
 
 
+def _left_early(rank: int) -> bool:
+    """Under hbrun's elastic driver: whether a rank that exited 0 did so
+    before its elastic function returned (elastic_protocol.py).  The
+    driver must tell such a worker from one that finished, so it gets a
+    status line."""
+    generation = os.environ.get(GENERATION_VAR)
+    store = os.environ.get(STORE_VAR)
+    if not generation or not store:
+        return False
+    return not os.path.exists(finished_path(store, int(generation), rank))
+
+
 def run_rank(command: List[str], output_dir: Optional[str] = None,
              timestamp: bool = False) -> int:
     """Runs one rank's command, relays its output, and reports its end.
@@ -270,11 +287,11 @@ def run_rank(command: List[str], output_dir: Optional[str] = None,
     for pump in pumps:
         pump.join(max(0.0, deadline - time.monotonic()))
 
-    if returncode == 0:
+    if returncode == 0 and not _left_early(rank):
         return 0
     status = RankStatus(
         rank=rank,
-        exit_code=returncode if returncode > 0 else None,
+        exit_code=returncode if returncode >= 0 else None,
         signal=-returncode if returncode < 0 else None,
         host=socket.gethostname(), pid=child.pid, time=ended)
     try:

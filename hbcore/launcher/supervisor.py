@@ -209,7 +209,9 @@ def supervise(command: Sequence[str], np: int,
               stdin: Optional[int] = None,
               grace_s: float = TERMINATE_GRACE_S,
               intercept: Optional[Callable[[bytes], bool]] = None,
-              events: Optional["queue.Queue"] = None) -> LaunchResult:
+              events: Optional["queue.Queue"] = None,
+              seen: Optional[List[RankStatus]] = None
+              ) -> LaunchResult:
     """Runs an mpiexec command line until it ends or a rank fails.
 
     Args:
@@ -227,6 +229,9 @@ def supervise(command: Sequence[str], np: int,
         events: The queue the wait reads (default: a new one). Its owner
             may put ``("abort", reason)`` to stop the job from another
             thread.
+        seen: If given, every rank status read before the teardown is
+            appended to it, in arrival order (the elastic driver reads them
+            all, not only the first).
 
     Returns:
         The outcome; no process of the job is left running.
@@ -267,14 +272,14 @@ def supervise(command: Sequence[str], np: int,
                          daemon=True).start()
 
         try:
-            first_failure, interrupted_by, aborted = _wait_for_end(events,
-                                                                   tree)
+            first_failure, interrupted_by, aborted = _wait_for_end(
+                events, tree, seen)
             if first_failure is not None or interrupted_by is not None:
                 # Quiet first: hydra may notice the failure itself during
                 # the settle pause and print its misleading banner.
                 quiet.set()
                 if interrupted_by is None:
-                    _settle(events, np)
+                    _settle(events, np, seen)
                 tree.terminate(grace_s)
             elif aborted is not None:
                 quiet.set()
@@ -284,7 +289,7 @@ def supervise(command: Sequence[str], np: int,
                 # the pipes, and a rank's stray child may still run.
                 for relay in relays:
                     relay.join(_RELAY_DRAIN_S)
-                first_failure = _first_status(events)
+                first_failure = _first_status(events, seen)
                 if tree.alive():
                     quiet.set()
                     tree.terminate(grace_s)
@@ -315,7 +320,8 @@ def supervise(command: Sequence[str], np: int,
                         mpiexec_code, aborted)
 
 
-def _wait_for_end(events: "queue.Queue", tree: ProcessTree
+def _wait_for_end(events: "queue.Queue", tree: ProcessTree,
+                  seen: Optional[List[RankStatus]]
                   ) -> Tuple[Optional[RankStatus], Optional[int],
                              Optional[str]]:
     """Waits for the first rank failure, a signal to us, an abort, or
@@ -332,6 +338,8 @@ def _wait_for_end(events: "queue.Queue", tree: ProcessTree
             tree.refresh()  # remember descendants that may become orphans
             continue
         if kind == "status":
+            if seen is not None:
+                seen.append(value)
             return value, None, None
         if kind == "signal":
             return None, value, None
@@ -341,11 +349,12 @@ def _wait_for_end(events: "queue.Queue", tree: ProcessTree
             return None, None, None
 
 
-def _settle(events: "queue.Queue", np: int) -> None:
+def _settle(events: "queue.Queue", np: int,
+            seen: Optional[List[RankStatus]] = None) -> None:
     """Waits after the first failure until every rank has failed, mpiexec
     has exited, a signal arrived or _SETTLE_S passed, whichever is first.
-    The events it takes are dropped: the first failure is already chosen,
-    and the teardown that follows handles a signal the same way."""
+    The events it takes are dropped (statuses are appended to ``seen``):
+    the first failure is already chosen, and the teardown that follows handles a signal the same way."""
     deadline = time.monotonic() + _SETTLE_S
     failed = 1
     while failed < np:
@@ -353,21 +362,27 @@ def _settle(events: "queue.Queue", np: int) -> None:
         if left <= 0:
             return
         try:
-            kind, _ = events.get(timeout=left)
+            kind, value = events.get(timeout=left)
         except queue.Empty:
             return
         if kind != "status":
             return
+        if seen is not None:
+            seen.append(value)
         failed += 1
 
 
-def _first_status(events: "queue.Queue") -> Optional[RankStatus]:
+def _first_status(events: "queue.Queue",
+                  seen: Optional[List[RankStatus]] = None
+                  ) -> Optional[RankStatus]:
     while True:
         try:
             kind, value = events.get_nowait()
         except queue.Empty:
             return None
         if kind == "status":
+            if seen is not None:
+                seen.append(value)
             return value
 
 
@@ -383,7 +398,9 @@ def launch(command: Sequence[str], np: int,
            stderr: Optional[TextIO] = None,
            stdin: Optional[int] = None,
            grace_s: float = TERMINATE_GRACE_S,
-           timestamp_output: bool = False) -> LaunchResult:
+           timestamp_output: bool = False,
+           events: Optional["queue.Queue"] = None,
+           seen: Optional[List[RankStatus]] = None) -> LaunchResult:
     """Launches ``command`` on ``np`` ranks through mpiexec and waits.
 
     Every rank runs under the rank wrapper, its output lines prefixed with
@@ -409,6 +426,7 @@ def launch(command: Sequence[str], np: int,
         grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
         timestamp_output: Put the local time in front of every output
             line (horovodrun's ``--prefix-output-with-timestamp``).
+        events, seen: As ``supervise``'s.
 
     Returns:
         A LaunchResult; ``result.message()`` is the line to print on
@@ -428,4 +446,5 @@ def launch(command: Sequence[str], np: int,
         err.write("hbrun: %s\n" % shlex.join(args))
         err.flush()
     return supervise(args, np, environ=environ, stdout=stdout, stderr=stderr,
+                     events=events, seen=seen,
                      stdin=stdin, grace_s=grace_s)

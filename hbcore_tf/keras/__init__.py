@@ -411,8 +411,9 @@ def _config_factory_class(value: Any) -> Any:
 
 def __getattr__(name: str) -> Any:
     if name == "elastic":
-        # Raises ImportError: elastic training is not supported.
-        import hbcore_tf.keras.elastic  # noqa: F401
+        # Loaded on use, as Horovod's hvd.elastic (it imports hbcore.elastic).
+        import hbcore_tf.keras.elastic
+        return hbcore_tf.keras.elastic
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 

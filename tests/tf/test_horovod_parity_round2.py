@@ -6,7 +6,7 @@ built-in optimizers (tf_keras: current and legacy, .keras and .h5) and
 with Horovod's config-function custom_objects in the .keras format (the
 loaded optimizer averages gradients over the ranks), custom loss
 functions loaded unchanged, and the ImportError of the unsupported
-hvd.elastic; and, with tf_keras in a tf.compat.v1 graph (eager execution
+hvd.elastic state and callbacks; and, with tf_keras in a tf.compat.v1 graph (eager execution
 disabled), load_model of a legacy optimizer from .h5.
 """
 import pytest

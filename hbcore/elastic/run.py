@@ -1,0 +1,84 @@
+"""``hvd.elastic.run``: Horovod's retry loop, over generations of worlds.
+
+Horovod re-forms the job inside the running processes.  hbcore cannot
+(MPI keeps a dead peer in the communicator), so the loop spans processes:
+
+1. Start of a process: ``state.sync()`` brings every rank to the job's
+   newest commit (state.py).  In a generation after the first, the reset
+   callbacks run first (``state.on_reset()``), as after Horovod's reset.
+2. ``func(state)`` runs.  When it returns, the rank leaves its finished
+   marker (elastic_protocol.py) and the value is returned.
+3. A runtime failure (``ShutdownError``: a peer died or left the world,
+   or ``WaitTimeoutError``) or a HostsUpdatedInterrupt ends this process
+   with REFORM_EXIT_CODE; on HostsUpdatedInterrupt the current values are
+   saved first (no rollback: the next generation goes on from them).
+   hbrun's driver then starts the next generation (elastic_driver.py),
+   whose step 1 restores the last commit.  Other errors propagate: they
+   are bugs that a restart would repeat.
+Outside hbrun's elastic driver, step 3 re-raises (nothing can re-form).
+"""
+
+import functools
+import os
+import sys
+from typing import Any, Callable
+
+from hbcore.exceptions import (HostsUpdatedInterrupt, ShutdownError,
+                               WaitTimeoutError)
+from hbcore.elastic.state import State
+from hbcore.launcher.elastic_protocol import (GENERATION_VAR,
+                                              REFORM_EXIT_CODE, STORE_VAR,
+                                              finished_path)
+from hbcore.basics import rank as hb_rank
+
+# Failures of the world rather than of this rank's program.
+_WORLD_FAILURES = (ShutdownError, WaitTimeoutError)
+
+
+def _reform(reason: BaseException) -> None:
+    sys.stderr.write("hbcore.elastic: rank %d leaves generation %s to "
+                     "re-form the job: %s: %s\n"
+                     % (hb_rank(), os.environ.get(GENERATION_VAR),
+                        type(reason).__name__, reason))
+    sys.stderr.flush()
+    sys.exit(REFORM_EXIT_CODE)
+
+
+def run(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorates a training function ``func(state, ...)`` for elastic
+    training (see the module comment).
+
+    Args:
+        func: Takes a State first; runs training from the state's values.
+
+    Returns:
+        The wrapped function, called as ``func(state, *args, **kwargs)``.
+
+    Raises:
+        SystemExit: With REFORM_EXIT_CODE, when the job must re-form
+            under hbrun's elastic driver.
+    """
+    @functools.wraps(func)
+    def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
+        elastic = bool(os.environ.get(GENERATION_VAR))
+        if int(os.environ.get(GENERATION_VAR) or 0) > 0:
+            state.on_reset()
+        state.sync()
+        try:
+            result = func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt as exc:
+            if not elastic:
+                raise
+            state.save()
+            _reform(exc)
+        except _WORLD_FAILURES as exc:
+            if not elastic:
+                raise
+            _reform(exc)
+        if elastic:
+            # This rank finished: its exit 0 is not a worker leaving early.
+            open(finished_path(os.environ[STORE_VAR],
+                               int(os.environ[GENERATION_VAR]),
+                               hb_rank()), "w").close()
+        return result
+    return wrapper

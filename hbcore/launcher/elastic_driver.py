@@ -1,0 +1,331 @@
+"""hbrun's elastic driver: a job that outlives its ranks and hosts.
+
+MPI (the MPICH we ship) cannot drop a dead peer from a communicator, so a
+membership change ends the current MPI world and starts a new one, as
+TorchElastic does.  Each world is a *generation*: one ``mpiexec`` through
+hydra over the hosts usable at its start.  What the ranks committed lives
+outside their processes, in a per-host store in shared memory
+(hbcore/elastic/store.py), so the next generation starts from the last
+commit (docs/elastic.md).
+
+The driver's loop, one turn per generation g:
+1. Hosts: the fixed ``-H`` list or the discovery script's answer, minus
+   the blacklisted hosts and the slots whose worker finished (exited 0).
+   Fewer than ``--min-np`` slots (``-np`` for the first generation): ask
+   again every second; after ``--elastic-timeout`` seconds the job ends.
+   Hosts keep the order in which they were first seen (older hosts get
+   the lowest ranks); at most ``--max-np`` slots are used.
+2. Launch: the generation's ranks get HB_ELASTIC_GENERATION=g,
+   HB_ELASTIC_HOSTS and HB_ELASTIC_STORE (elastic_protocol.py).  While it
+   runs, a poller asks the discovery script again every second; when the
+   usable hosts change it creates the generation's host-change notice,
+   which the ranks see at their next commit (HostsUpdatedInterrupt).  A
+   discovery error stops the generation and ends the job.
+3. End of the generation, from every rank status read:
+   - every rank exited 0 after its elastic function returned (or, a
+     program without ``hvd.elastic.run``, all within the settle second
+     of supervisor.py): the job is done (exit 0);
+   - a rank failed (signal, or a code other than 0 and REFORM_EXIT_CODE):
+     its host is blacklisted and the failure recorded;
+   - a rank exited 0 before its elastic function returned (a worker that
+     ends early; its wrapper reports it): the generation ends, and its
+     slot leaves the job (the others go on from the last commit);
+   - ranks exited REFORM_EXIT_CODE: they asked for a re-formation
+     (host change, or their runtime failed because a peer died or left).
+   Any of the last three is a reset: more than ``--reset-limit`` resets
+   end the job.  Then g + 1.
+The job's store is removed when the driver ends, however it ends, and the
+supervisor leaves no rank running (supervisor.py).  A job that ends
+without success prints which limit ended it and every failure recorded.
+"""
+
+import glob
+import os
+import queue
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+import psutil
+
+from hbcore.launcher.discovery import Blacklist, run_discovery_script
+from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
+                                              REFORM_EXIT_CODE, STORE_VAR,
+                                              host_of_rank, notice_path)
+from hbcore.launcher.errors import LauncherError
+from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
+from hbcore.launcher.rank_wrapper import RankStatus
+from hbcore.launcher.supervisor import launch
+
+# horovodrun's default --elastic-timeout, and its variable.
+DEFAULT_ELASTIC_TIMEOUT_S = 600
+ELASTIC_TIMEOUT_VAR = "HOROVOD_ELASTIC_TIMEOUT"
+# How often hosts are asked for (horovodrun: once a second).
+DISCOVERY_INTERVAL_S = 1.0
+
+
+class ElasticSettings(NamedTuple):
+    """The elastic flags of one hbrun command line.
+
+    Attributes:
+        np: Slots needed to start (``-np``).
+        min_np: Slots needed to go on (``--min-np``, default ``np``).
+        max_np: Most slots used (``--max-np``), or None: unbounded.
+        discovery_script: ``--host-discovery-script``, or None.
+        fixed_hosts: The ``-H``/``--hostfile`` hosts when there is no
+            script (None: this host, ``np`` slots).
+        slots_per_host: Slots of a discovered host printed without any.
+        timeout_s: ``--elastic-timeout``.
+        reset_limit: ``--reset-limit``, or None: unlimited.
+        cooldown_range: ``--blacklist-cooldown-range``, or None.
+    """
+    np: int
+    min_np: int
+    max_np: Optional[int]
+    discovery_script: Optional[str]
+    fixed_hosts: Optional[List[Host]]
+    slots_per_host: int
+    timeout_s: float
+    reset_limit: Optional[int]
+    cooldown_range: Optional[Tuple[float, float]]
+
+
+class _JobEnd(Exception):
+    """Ends the driver's loop with a reason (the first line of the report)."""
+
+
+class _Interrupted(Exception):
+    """hbrun got SIGINT/SIGTERM/SIGHUP between generations."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise _Interrupted(signum)
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Hosts:
+    """The hosts a generation may use (step 1 of the module comment)."""
+
+    def __init__(self, settings: ElasticSettings) -> None:
+        self._settings = settings
+        self.blacklist = Blacklist(settings.cooldown_range)
+        self.finished: Dict[str, int] = {}
+        self._order: Dict[str, int] = {}
+
+    def discover(self) -> List[Host]:
+        """All hosts known now (LauncherError if the script fails)."""
+        settings = self._settings
+        if settings.discovery_script is not None:
+            return run_discovery_script(settings.discovery_script,
+                                        settings.slots_per_host)
+        if settings.fixed_hosts is not None:
+            return list(settings.fixed_hosts)
+        return [Host("localhost", settings.np)]
+
+    def usable(self, hosts: Sequence[Host]) -> List[Host]:
+        """``hosts`` without blacklisted hosts and finished slots, oldest
+        first, capped at ``--max-np`` slots."""
+        for host in hosts:
+            self._order.setdefault(host.name, len(self._order))
+        left = []
+        for host in sorted(self.blacklist.usable(hosts),
+                           key=lambda h: self._order[h.name]):
+            slots = host.slots - self.finished.get(host.name, 0)
+            if slots > 0:
+                left.append(Host(host.name, slots))
+        cap = self._settings.max_np
+        if cap is None:
+            return left
+        capped = []
+        for host in left:
+            take = min(host.slots, cap - total_slots(capped))
+            if take > 0:
+                capped.append(Host(host.name, take))
+        return capped
+
+    def wait(self, needed: int) -> List[Host]:
+        """Waits for ``needed`` usable slots (step 1)."""
+        deadline = time.monotonic() + self._settings.timeout_s
+        while True:
+            known = self.discover()
+            hosts = self.usable(known)
+            if total_slots(hosts) >= needed:
+                return hosts
+            if (self._settings.discovery_script is None
+                    and self._settings.cooldown_range is None
+                    and all(self.blacklist.blocked(h.name) for h in known)):
+                raise _JobEnd("every host is blacklisted (%s)" % ", ".join(
+                    h.name for h in known))
+            if time.monotonic() >= deadline:
+                raise _JobEnd(
+                    "fewer than %d slots (--min-np) for %g s "
+                    "(--elastic-timeout): usable hosts %s"
+                    % (needed, self._settings.timeout_s,
+                       hydra_hosts_arg(hosts) or "none"))
+            time.sleep(DISCOVERY_INTERVAL_S)
+
+
+class _Poller(threading.Thread):
+    """Asks for hosts while a generation runs (step 2)."""
+
+    def __init__(self, hosts: _Hosts, current: List[Host], notice: str,
+                 events: "queue.Queue") -> None:
+        super().__init__(daemon=True)
+        self._hosts, self._current, self._notice = hosts, current, notice
+        self._events = events
+        self.stopped = threading.Event()
+        self.error: Optional[str] = None
+
+    def run(self) -> None:
+        while not self.stopped.wait(DISCOVERY_INTERVAL_S):
+            try:
+                usable = self._hosts.usable(self._hosts.discover())
+            except LauncherError as exc:
+                self.error = str(exc)
+                self._events.put(("abort", self.error))
+                return
+            if usable != self._current and not os.path.exists(self._notice):
+                with open(self._notice, "w") as f:
+                    f.write(hydra_hosts_arg(usable) + "\n")
+
+
+def _store_root() -> str:
+    """The job's store: in shared memory where there is one.
+
+    Stores of this user's hbrun processes that are gone (killed by
+    SIGKILL, which leaves no chance to clean up) are removed first, so
+    they do not hold shared memory forever.
+    """
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    for stale in glob.glob(os.path.join(base, "hbcore-elastic-*-*")):
+        pid = os.path.basename(stale).split("-")[2]
+        try:
+            if (pid.isdigit() and not psutil.pid_exists(int(pid))
+                    and os.stat(stale).st_uid == os.getuid()):
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError:
+            pass
+    return tempfile.mkdtemp(prefix="hbcore-elastic-%d-" % os.getpid(),
+                            dir=base)
+
+
+def _host_name(hosts: List[Host], rank: int) -> str:
+    return host_of_rank([(h.name, h.slots) for h in hosts], rank)[0]
+
+
+def _describe(status: RankStatus, hosts: List[Host], generation: int) -> str:
+    return "generation %d: rank %d on host %s %s" % (
+        generation, status.rank, _host_name(hosts, status.rank),
+        status.describe())
+
+
+def run_elastic(command: Sequence[str], settings: ElasticSettings,
+                env: Mapping[str, str], launch_args: Mapping[str, object],
+                program: str = "hbrun") -> int:
+    """Runs an elastic job to its end (see the module comment).
+
+    Args:
+        command: What each rank runs.
+        settings: The elastic flags.
+        env: Variables for every rank (HB_* settings).
+        launch_args: Further keyword arguments of ``supervisor.launch``
+            (mpi_args, output_dir, environ, ...).
+        program: The name starting report lines.
+
+    Returns:
+        The exit code: 0 when a generation ended with every rank exiting
+        0; 128 + signal when hbrun was interrupted; else 1.
+    """
+    store = _store_root()
+    # Between generations (waiting for hosts) a signal ends the job, and
+    # the store is still removed; while a generation runs, the supervisor
+    # catches the signals itself and stops the ranks first.
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.signal(signum, _raise_interrupted)
+                    for signum in _SIGNALS}
+    hosts_state = _Hosts(settings)
+    failures: List[str] = []
+    resets = 0
+    generation = 0
+    try:
+        while True:
+            needed = settings.np if generation == 0 else settings.min_np
+            hosts = hosts_state.wait(needed)
+            sys.stderr.write("%s: elastic generation %d on %s\n"
+                             % (program, generation, hydra_hosts_arg(hosts)))
+            sys.stderr.flush()
+            rank_env = dict(env)
+            rank_env.update({GENERATION_VAR: str(generation),
+                             HOSTS_VAR: hydra_hosts_arg(hosts),
+                             STORE_VAR: store})
+            events: "queue.Queue" = queue.Queue()
+            seen: List[RankStatus] = []
+            poller = _Poller(hosts_state, hosts,
+                             notice_path(store, generation), events)
+            poller.start()
+            try:
+                result = launch(command, total_slots(hosts), hosts=hosts,
+                                env=rank_env, events=events, seen=seen,
+                                **launch_args)  # type: ignore[arg-type]
+            finally:
+                poller.stopped.set()
+                poller.join()
+            if result.interrupted_by is not None:
+                sys.stderr.write(result.message(program) + "\n")
+                return result.exit_code
+            if poller.error is not None:
+                raise _JobEnd(poller.error)
+            # A SIGTERM after the first failure is the teardown's (hydra's
+            # or ours), not a failure of that rank's host.
+            failed = [s for i, s in enumerate(seen)
+                      if s.exit_code not in (0, REFORM_EXIT_CODE)
+                      and not (i > 0 and s.signal == signal.SIGTERM)]
+            left = [s for s in seen if s.exit_code == 0]
+            reform = any(s.exit_code == REFORM_EXIT_CODE for s in seen)
+            if not failed and not reform and (
+                    (result.exit_code == 0 and not left)
+                    or len(left) == total_slots(hosts)):
+                return 0
+            if not failed and not reform and not left:
+                raise _JobEnd(result.message(program) or
+                              "mpiexec exited with code %s"
+                              % result.mpiexec_code)
+            for status in failed:
+                failures.append(_describe(status, hosts, generation))
+                hosts_state.blacklist.add(_host_name(hosts, status.rank))
+            for status in left:
+                host = _host_name(hosts, status.rank)
+                hosts_state.finished[host] = (
+                    hosts_state.finished.get(host, 0) + 1)
+            resets += 1
+            if settings.reset_limit is not None and (
+                    resets > settings.reset_limit):
+                raise _JobEnd("reset limit %d (--reset-limit) reached"
+                              % settings.reset_limit)
+            generation += 1
+    except _Interrupted as exc:
+        sys.stderr.write("%s: received %s; stopped the elastic job\n"
+                         % (program, signal.Signals(exc.signum).name))
+        return 128 + exc.signum
+    except (_JobEnd, LauncherError) as exc:
+        sys.stderr.write("%s: elastic job failed: %s\n" % (program, exc))
+        if failures:
+            sys.stderr.write("%s: failures:\n%s\n" % (
+                program, "\n".join("  " + f for f in failures)))
+        sys.stderr.flush()
+        return 1
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        shutil.rmtree(store, ignore_errors=True)

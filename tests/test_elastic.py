@@ -1,0 +1,289 @@
+"""Elastic training under hbrun's driver (docs/elastic.md), with real
+processes on hosts emulated by hydra's fork launcher.
+
+The rank script (rank_scripts/elastic_train.py) sums integers, so the
+final total is checked against an exact replay of the steps with the
+world size of the last generation that ran each one (from its log).
+"""
+import importlib.util
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from harness import base_env, run_ranks, script_path
+
+pytestmark = pytest.mark.timeout(200)
+
+SCRIPT = script_path("elastic_train.py")
+STEPS = 10
+FORK = "--mpi-args=-launcher fork"
+
+
+def stores() -> set:
+    """The elastic stores in /dev/shm (hbrun removes its own at the end)."""
+    return {p for p in os.listdir("/dev/shm")
+            if p.startswith("hbcore-elastic-")}
+
+
+STORES_BEFORE = stores()
+
+
+def step_sizes(out_dir: str) -> list:
+    """The world size of each step, from elastic_train.py's log: a step
+    run by several generations (redone after a rollback) counts with the
+    size of the last one."""
+    size_of = {}
+    with open(os.path.join(out_dir, "steps.log")) as f:
+        for line in f:
+            generation, size, step = map(int, line.split())
+            if generation >= size_of.get(step, (-1, 0))[0]:
+                size_of[step] = (generation, size)
+    assert sorted(size_of) == list(range(STEPS)), size_of
+    return [size_of[s][1] for s in range(STEPS)]
+
+
+def replay(out_dir: str) -> int:
+    """The total of elastic_train.py's steps: step s adds the sum over
+    ranks of (rank + 1) * (s + 1)."""
+    return sum((s + 1) * n * (n + 1) // 2
+               for s, n in enumerate(step_sizes(out_dir)))
+
+
+def replay_keras(out_dir: str) -> dict:
+    """The kernel and momentum of elastic_train.py --keras, by numpy:
+    SGD(1, momentum=0.5) on gradients (s + 1) * n (n + 1) / 2."""
+    kernel = np.zeros(4)
+    momentum = np.zeros(4)
+    for s, n in enumerate(step_sizes(out_dir)):
+        momentum = 0.5 * momentum - (s + 1) * n * (n + 1) / 2
+        kernel = kernel + momentum
+    return {"kernel": kernel.tolist(), "momentum": momentum.tolist()}
+
+
+def logged_sizes(out_dir: str) -> list:
+    """The world size of each generation, in generation order."""
+    sizes = {}
+    with open(os.path.join(out_dir, "steps.log")) as f:
+        for line in f:
+            generation, size, _ = map(int, line.split())
+            sizes[generation] = size
+    return [sizes[g] for g in sorted(sizes)]
+
+
+def assert_finished(run, np_final=None, expected=None) -> dict:
+    """The job succeeded and every rank of its last world holds the
+    replay's values (default: replay's total)."""
+    assert run.returncode == 0 and not run.timed_out, run.describe()
+    expected = expected or {"total": replay(run.out_dir)}
+    results = list(run.results.values())
+    final = max(r["generation"] for r in results)
+    results = [r for r in results if r["generation"] == final]
+    size = results[0]["size"]
+    assert len(results) == size, run.results
+    for result in results:
+        assert result == dict(expected, size=size, generation=final,
+                              resets=[size] if final else []), run.results
+    if np_final is not None:
+        assert size == np_final, run.results
+    return results[0]
+
+
+def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
+    # 3 hosts x 1 rank; the rank on hB (rank 1) is killed at step 3, then
+    # the rank on hA at step 6 (rank 0 wherever hA runs); blacklisted
+    # hosts come back after 1 s and join at a commit.
+    run = run_ranks(SCRIPT, 3, timeout=180,
+                    env={"HB_TEST_EVENTS": "kill:hB:3,kill:hA:6"},
+                    hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
+                                "1", "--blacklist-cooldown-range", "1",
+                                "1"])
+    assert_finished(run)
+    for event in ("kill_hB_3", "kill_hA_6"):
+        assert os.path.exists(os.path.join(run.out_dir, "done." + event))
+    sizes = logged_sizes(run.out_dir)
+    assert sizes[0] == 3 and 2 in sizes, sizes
+    # The lost hosts were left out of the next generation.
+    assert "hbrun: elastic generation 1 on hA:1,hC:1\n" in run.stderr, (
+        run.describe())
+    assert stores() <= STORES_BEFORE, "the job's store was left behind"
+
+
+def test_kill_9_at_2_hosts_x_2_blacklists_the_whole_host():
+    # One of hB's two ranks is killed at step 3: hB leaves with both its
+    # slots and hA's two ranks finish from the last commit.
+    run = run_ranks(SCRIPT, 4, timeout=180,
+                    env={"HB_TEST_EVENTS": "kill:hB:3"},
+                    hbrun_args=["-H", "hA:2,hB:2", FORK, "--min-np", "2"])
+    assert_finished(run, np_final=2)
+    assert step_sizes(run.out_dir) == [4, 4] + [2] * 8, run.describe()
+    assert "hbrun: elastic generation 1 on hA:2\n" in run.stderr, (
+        run.describe())
+
+
+KERAS_FLAVORS = [
+    pytest.param({}, id="keras3"),
+    pytest.param({"TF_USE_LEGACY_KERAS": "1"}, id="tf_keras",
+                 marks=pytest.mark.skipif(
+                     importlib.util.find_spec("tf_keras") is None,
+                     reason="tf_keras is not installed")),
+]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                    reason="TensorFlow is not installed")
+@pytest.mark.parametrize("flavor", KERAS_FLAVORS)
+def test_kill_9_keras_state_restores_weights_and_optimizer_slots(flavor):
+    # A custom TF2 loop with TensorFlowKerasState: the rank on hA (rank 0)
+    # is killed at step 3, two steps after the last commit; hB and hC
+    # redo them from the committed kernel and momentum.
+    run = run_ranks(SCRIPT, 3, timeout=180, args=["--keras"],
+                    env=dict(flavor, HB_TEST_EVENTS="kill:hA:3"),
+                    hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
+                                "2"])
+    assert_finished(run, np_final=2, expected=replay_keras(run.out_dir))
+    assert step_sizes(run.out_dir) == [3, 3] + [2] * 8, run.describe()
+
+
+def _discovery_script(directory: str) -> str:
+    hosts = os.path.join(directory, "hosts")
+    with open(hosts, "w") as f:
+        f.write("hA:1\nhB:1\n")
+    return hosts
+
+
+def test_discovery_adds_and_removes_hosts_and_an_early_exit_0_goes_on(
+        tmp_path):
+    # hA, hB from the script; after step 2 rank 0 adds hC: the world grows
+    # to 3 at the next commit, without rollback; after step 5 it removes
+    # hB: the world shrinks to hA, hC at that commit, again without
+    # rollback; at step 7 the rank on hC exits 0: its slot leaves and hA
+    # finishes alone from the commit after step 5.
+    hosts = _discovery_script(str(tmp_path))
+    run = run_ranks(SCRIPT, 2, timeout=180,
+                    env={"HB_TEST_EVENTS": "add:hC:2,remove:hB:5,exit0:hC:7",
+                         "HB_TEST_HOSTS_FILE": hosts},
+                    hbrun_args=[FORK, "--min-np", "1",
+                                "--host-discovery-script", "cat " + hosts])
+    assert_finished(run, np_final=1)
+    assert logged_sizes(run.out_dir) == [2, 3, 2, 1], run.describe()
+    assert step_sizes(run.out_dir) == [2] * 3 + [3] * 3 + [1] * 4
+    with open(os.path.join(run.out_dir, "steps.log")) as f:
+        steps = [tuple(map(int, line.split())) for line in f]
+    # No rollback at the planned changes; back to the commit after step 5
+    # when hC left early.
+    assert [min(s for g, _, s in steps if g == gen)
+            for gen in range(4)] == [0, 3, 6, 6], steps
+    for line in ("generation 1 on hA:1,hB:1,hC:1\n",
+                 "generation 2 on hA:1,hC:1\n", "generation 3 on hA:1\n"):
+        assert "hbrun: elastic " + line in run.stderr, run.describe()
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["-H", "hA:1,hB:1", "--min-np", "2"], {"HOROVOD_ELASTIC_TIMEOUT": "2"},
+     "hbrun: elastic job failed: fewer than 2 slots (--min-np) for 2 s "
+     "(--elastic-timeout): usable hosts hA:1\n"),
+    (["-H", "hA:1,hB:1", "--min-np", "1", "--reset-limit", "0"], {},
+     "hbrun: elastic job failed: reset limit 0 (--reset-limit) reached\n"),
+])
+def test_limits_end_the_job_and_list_the_failures(flags, env, message):
+    env = dict(env, HB_TEST_EVENTS="kill:hB:1")
+    run = run_ranks(SCRIPT, 2, timeout=120, env=env,
+                    hbrun_args=flags + [FORK])
+    assert run.returncode == 1 and not run.timed_out, run.describe()
+    assert message in run.stderr, run.describe()
+    assert ("hbrun: failures:\n  generation 0: rank 1 on host hB killed by "
+            "signal SIGKILL (9)\n") in run.stderr, run.describe()
+    assert not run.results, run.results
+
+
+def _hbrun(args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "hbcore.launcher.cli"]
+                          + args, env=base_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("script, message", [
+    ("printf 'hA:1\\nhB:two\\n'",
+     "hbrun: elastic job failed: --host-discovery-script printf 'hA:1\\nhB:"
+     "two\\n' printed 'hB:two', which is not 'host' or 'host:slots': bad "
+     "slot count 'two' for host 'hB' in line 2\n"),
+    ("printf 'a b c\\n'",
+     "printed 'a b c', which is not 'host' or 'host:slots': bad host name "
+     "'a b c' in line 1\n"),
+    ("echo no hosts here >&2; exit 3",
+     "hbrun: elastic job failed: --host-discovery-script echo no hosts here "
+     ">&2; exit 3 exited with code 3: no hosts here\n"),
+])
+def test_a_bad_discovery_script_is_a_clear_error(script, message):
+    done = _hbrun(["-np", "1", "--host-discovery-script", script, FORK,
+                   "true"])
+    assert done.returncode == 1, done
+    assert message in done.stderr, done.stderr
+
+
+def test_discovery_failing_while_the_job_runs_ends_it(tmp_path):
+    # The script answers once, then fails: the running world is stopped
+    # and the error named; nothing hangs (the ranks would wait forever).
+    flag = tmp_path / "answered"
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\nif [ -e %s ]; then echo gone >&2; exit 4; "
+                      "fi\ntouch %s\necho hA:1\n" % (flag, flag))
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    done = _hbrun(["-np", "1", "--host-discovery-script", str(script), FORK,
+                   "sleep", "100"], timeout=60)
+    assert done.returncode == 1, done
+    assert ("hbrun: elastic job failed: --host-discovery-script %s exited "
+            "with code 4: gone\n" % script) in done.stderr, done.stderr
+
+
+def test_blacklist_cooldown_doubles_from_min_up_to_max():
+    from hbcore.launcher.discovery import Blacklist
+    from hbcore.launcher.hosts import Host
+    now = [100.0]
+    blacklist = Blacklist((10, 25), clock=lambda: now[0])
+    blacklist.add("hB")
+    hosts = [Host("hA", 1), Host("hB", 2)]
+    assert blacklist.usable(hosts) == [Host("hA", 1)]
+    now[0] = 109.9
+    assert blacklist.blocked("hB")
+    now[0] = 110.0
+    assert blacklist.usable(hosts) == hosts
+    blacklist.add("hB")  # 2nd failure: 20 s
+    now[0] = 129.9
+    assert blacklist.blocked("hB")
+    now[0] = 130.0
+    assert not blacklist.blocked("hB")
+    blacklist.add("hB")  # 3rd: 40 s, capped at 25
+    now[0] = 154.9
+    assert blacklist.blocked("hB")
+    now[0] = 155.0
+    assert not blacklist.blocked("hB")
+    forever = Blacklist(None, clock=lambda: now[0])
+    forever.add("hA")
+    now[0] = 1e12
+    assert forever.blocked("hA") and not forever.blocked("hB")
+
+
+def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
+    from hbcore.launcher.elastic_driver import ElasticSettings, _Hosts
+    from hbcore.launcher.hosts import Host
+    settings = ElasticSettings(np=2, min_np=1, max_np=4,
+                               discovery_script=None, fixed_hosts=None,
+                               slots_per_host=1, timeout_s=1, reset_limit=None,
+                               cooldown_range=None)
+    hosts = _Hosts(settings)
+    assert hosts.usable([Host("hB", 2), Host("hA", 1)]) == [
+        Host("hB", 2), Host("hA", 1)]
+    # hC printed first later still comes after the older hosts, and the
+    # 4-slot cap takes its slots from the newest host.
+    assert hosts.usable([Host("hC", 3), Host("hA", 1), Host("hB", 2)]) == [
+        Host("hB", 2), Host("hA", 1), Host("hC", 1)]
+    hosts.finished["hB"] = 1
+    hosts.blacklist.add("hA")
+    assert hosts.usable([Host("hA", 1), Host("hB", 2), Host("hC", 3)]) == [
+        Host("hB", 1), Host("hC", 3)]
