@@ -226,7 +226,10 @@ class RayExecutor:
                                    ) from None
             raise
         if any(errors):
-            code, message = self._job.wait(_MARGIN_S)
+            try:
+                message = self._job.wait(_MARGIN_S)[1]
+            except TimeoutError:
+                message = ""
             self._teardown()
             raise RuntimeError(message or next(e for e in errors if e))
         if executable_cls is not None:
