@@ -83,3 +83,25 @@ def test_bad_arguments_are_refused():
         RayExecutor(_settings(), num_workers=0)
     with pytest.raises(NotImplementedError, match="elastic"):
         RayExecutor(_settings(), min_workers=1, max_workers=2)
+
+
+def test_workers_that_cannot_be_placed_fail_start_in_time(cluster):
+    # The cluster has 3 CPUs: 4 workers of 1 CPU never fit.
+    settings = RayExecutor.create_settings(timeout_s=60,
+                                           placement_group_timeout_s=3)
+    executor = RayExecutor(settings, num_workers=4)
+    with Watchdog(60):
+        with pytest.raises(RuntimeError, match=r"Ray could not place 4 "
+                           r"bundles of \{'CPU': 1\} \(PACK\) within "
+                           r"placement_group_timeout_s=3s"):
+            executor.start()
+    # Nothing was left reserved: 3 workers start now.
+    executor = RayExecutor(_settings(), num_workers=3)
+    with Watchdog():
+        executor.start()
+        try:
+            assert [r["size"] for r in executor.run(
+                hosted_fns.train_step, args=(1.0,))] == [3, 3, 3]
+        finally:
+            executor.shutdown()
+    assert hosted_fns.hosted_processes() == []
