@@ -70,6 +70,17 @@ def test_failing_task_fails_the_call_with_its_error(spark):
     assert [r["size"] for r in again] == [2, 2]
 
 
+def test_killed_rank_fails_the_call_naming_it(spark):
+    with Watchdog():
+        with pytest.raises(RuntimeError) as exc:
+            hbcore.spark.run(hosted_fns.kill_rank, args=(0,), num_proc=2,
+                             start_timeout=120)
+    assert str(exc.value).startswith(
+        "hbcore.spark.run: rank 0 (Spark task 0) failed first: killed by "
+        "signal SIGKILL (9) [host ")
+    assert hosted_fns.hosted_processes() == []
+
+
 def test_gloo_is_refused(spark):
     with pytest.raises(ValueError, match="use_gloo=True: hbcore has no Gloo "
                                          "controller"):
@@ -88,3 +99,20 @@ def test_tasks_that_cannot_all_start_fail_the_call_in_time(spark):
            "arrive within --start-timeout 5s" in message
     assert "num_proc=4 needs as many free task slots" in message
     assert hosted_fns.hosted_processes() == []
+
+
+def test_start_timeout_comes_from_the_argument_or_horovods_variable(
+        monkeypatch):
+    from hbcore.spark.runner import _start_timeout
+    monkeypatch.delenv("HB_SPARK_START_TIMEOUT", raising=False)
+    monkeypatch.delenv("HOROVOD_SPARK_START_TIMEOUT", raising=False)
+    assert _start_timeout(None) == 600
+    monkeypatch.setenv("HOROVOD_SPARK_START_TIMEOUT", "45")
+    assert _start_timeout(None) == 45
+    assert _start_timeout(7) == 7
+    monkeypatch.setenv("HB_SPARK_START_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="HB_SPARK_START_TIMEOUT='soon': the "
+                                         "start timeout must be a positive"):
+        _start_timeout(None)
+    with pytest.raises(ValueError, match="start_timeout=0: the start timeout"):
+        _start_timeout(0)

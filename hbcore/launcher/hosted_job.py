@@ -167,6 +167,11 @@ class HostedJob:
                 report, or the hosts' messages).
         """
         errors = {r: o[1] for r, o in outcomes.items() if o[0] == "error"}
+        first = self.result.first_failure if self.result else None
+        if first is not None and first.rank not in errors:
+            # The first rank to fail died without raising (a signal, an
+            # exit): the others' errors are its consequences.
+            raise RuntimeError(self._end[1])
         if errors:
             # The earliest error is the cause: when one rank raises and
             # exits, the others' collectives fail (ShutdownError) a moment

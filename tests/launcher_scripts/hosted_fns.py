@@ -86,3 +86,15 @@ def hosted_processes():
         except psutil.Error:
             pass
     return found
+
+
+def kill_rank(bad_rank):
+    """SIGKILLs ``bad_rank`` (no error outcome, no traceback) while the
+    others wait for it in a collective."""
+    import signal
+    import hbcore
+    hbcore.init()
+    if hbcore.rank() == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    hbcore.allreduce(np.ones(3), name="never-complete")
+    return "unreachable"
