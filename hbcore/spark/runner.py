@@ -134,12 +134,14 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         extra_mpi_args = shlex.split(extra_mpi_args)
     rank_env: Dict[str, str] = dict(env or {})
     rank_env.update(nic_env(list(nics) if nics else None))
+    # Pickled first: a function that cannot be pickled fails here, before
+    # a job waits for tasks.
+    payload = cloudpickle.dumps((list(sys.path), fn, tuple(args),
+                                 dict(kwargs), "call"))
     job = HostedJob(num_proc, "Spark task", PROGRAM, timeout, rank_env,
                     executable, list(extra_mpi_args or ()), verbose >= 2,
                     stdout, stderr, prefix_output_with_timestamp)
     host = context.getConf().get("spark.driver.host") or socket.gethostname()
-    payload = cloudpickle.dumps((list(sys.path), fn, tuple(args),
-                                 dict(kwargs), "call"))
     task = functools.partial(_task, job.spec(host), payload)
     group = "%s.%s" % (PROGRAM, job.spec(host).job["id"])
     collected: List[Tuple[int, bytes]] = []
