@@ -18,7 +18,11 @@ Modules, one job each:
     rendezvous   launchers started by an orchestrator meet and form one
                  MPI world (protocol in its module comment)
     hydra_manual hydra's manual launcher: proxy commands <-> data
+    manual_job   running a placed rendezvous job: mpiexec, members' proxies
     tf_config_launch  the rendezvous' TF_CONFIG front end
+    hosted_job   driver side of Spark/Ray jobs (coordinator, mpiexec)
+    hosted_rank  a Spark task's / Ray actor's side: hosts one rank
+    rank_server  rank side of a hosted rank: runs the host's calls
     check_build  hbrun --check-build
     elastic_driver  hbrun's elastic jobs: one MPI world per generation
                  (protocol in its module comment; docs/elastic.md)

@@ -442,6 +442,12 @@ class Coordinator:
             self._reported = True
             self._cond.notify_all()
 
+    def abort(self, message: str) -> None:
+        """Ends the job from the coordinator's side before or during the
+        start (its orchestrator gave up): every member that arrived gets
+        the ``error``, and wait_for_members raises it."""
+        self._fail(message)
+
     # -- step 5: placement ---------------------------------------------
     def wait_for_members(self) -> List[Placement]:
         """Waits until every member arrived (step 5).

@@ -172,7 +172,7 @@ def _load(path: str) -> Optional[tuple]:
 
 
 def _collect(workdir: str, np: int, result: Any) -> List[Any]:
-    from hbcore.launcher.run_task import result_file
+    from hbcore.launcher.run_task import rank_error, result_file
 
     outcomes: Dict[int, Optional[tuple]] = {
         rank: _load(result_file(workdir, rank)) for rank in range(np)}
@@ -182,11 +182,7 @@ def _collect(workdir: str, np: int, result: Any) -> List[Any]:
         first = result.first_failure
         rank = first.rank if first is not None and first.rank in errors \
             else min(errors)
-        info = errors[rank]
-        raise RuntimeError(
-            "hbcore.run: rank %d raised %s: %s\n\nTraceback of rank %d:\n%s"
-            % (rank, info["type"], info["message"], rank,
-               info["traceback"].rstrip()))
+        raise rank_error("hbcore.run", rank, errors[rank])
     message = result.message("hbcore.run")
     if message:
         raise RuntimeError(message)

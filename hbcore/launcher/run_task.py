@@ -15,6 +15,7 @@ is imported only if the fn itself uses it.
 import os
 import pickle
 import sys
+import time
 import traceback
 from typing import Any, List, Optional, Tuple
 
@@ -41,7 +42,8 @@ def _rank() -> int:
     return 0
 
 
-def _use_caller_path(caller_path: List[str]) -> None:
+def use_caller_path(caller_path: List[str]) -> None:
+    """Puts the caller's sys.path first, this directory out."""
     # Run by path, sys.path[0] is this directory; its modules (cli, output,
     # ...) must not shadow the user's.  Then put the caller's path first,
     # so functions pickled by reference import from where the caller did.
@@ -50,8 +52,12 @@ def _use_caller_path(caller_path: List[str]) -> None:
     sys.path[:] = list(caller_path) + [p for p in own if p not in caller_path]
 
 
-def _error(exc: BaseException, what: str, skip_frame: bool = False
-           ) -> Tuple[str, dict]:
+def error_outcome(exc: BaseException, what: str, skip_frame: bool = False
+                  ) -> Tuple[str, dict]:
+    """``("error", info)`` for an exception: its type, message, traceback
+    (from the user's frame on when ``skip_frame``) and when it was caught
+    (``time``, seconds since the epoch: the earliest error of a job is its
+    cause, the others often its consequence)."""
     tb = exc.__traceback__
     if skip_frame and tb is not None:
         tb = tb.tb_next  # start the traceback in the user's fn, not in _run
@@ -59,20 +65,38 @@ def _error(exc: BaseException, what: str, skip_frame: bool = False
         "type": type(exc).__name__,
         "message": "%s%s" % (what, exc),
         "traceback": "".join(traceback.format_exception(type(exc), exc, tb)),
+        "time": time.time(),
     })
+
+
+def rank_error(program: str, rank: int, info: dict) -> RuntimeError:
+    """The caller's exception for a rank whose function raised.
+
+    Args:
+        program: Name starting the message (``hbcore.run``).
+        rank: The rank.
+        info: Its error outcome's info (see ``error_outcome``).
+
+    Returns:
+        A RuntimeError naming the rank, the exception and its traceback.
+    """
+    return RuntimeError(
+        "%s: rank %d raised %s: %s\n\nTraceback of rank %d:\n%s"
+        % (program, rank, info["type"], info["message"], rank,
+           info["traceback"].rstrip()))
 
 
 def _run(workdir: str) -> Tuple[str, Any]:
     with open(os.path.join(workdir, FN_FILE), "rb") as f:
-        _use_caller_path(pickle.load(f))
+        use_caller_path(pickle.load(f))
         try:
             fn, args, kwargs = pickle.load(f)
         except Exception as exc:
-            return _error(exc, "cannot unpickle the function: ")
+            return error_outcome(exc, "cannot unpickle the function: ")
     try:
         return ("ok", fn(*args, **kwargs))
     except Exception as exc:
-        return _error(exc, "", skip_frame=True)
+        return error_outcome(exc, "", skip_frame=True)
 
 
 def _write(path: str, outcome: Tuple[str, Any]) -> None:
@@ -80,7 +104,8 @@ def _write(path: str, outcome: Tuple[str, Any]) -> None:
     try:
         data = cloudpickle.dumps(outcome)
     except Exception as exc:
-        data = cloudpickle.dumps(_error(exc, "cannot pickle the result: "))
+        data = cloudpickle.dumps(error_outcome(exc,
+                                               "cannot pickle the result: "))
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(data)

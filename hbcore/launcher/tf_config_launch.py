@@ -25,12 +25,10 @@ rendezvous checks that, together with the cluster, and names what differs.
 """
 
 import argparse
-import collections
 import json
 import os
 import queue
 import signal
-import subprocess
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -38,15 +36,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from hbcore import tf_config
 from hbcore.launcher.devices import worker_devices
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hydra_manual import (LAUNCH_END, LAUNCH_PREFIX,
-                                          find_proxy, manual_command,
-                                          parse_launch_line, proxy_command)
+from hbcore.launcher.hydra_manual import find_proxy
+from hbcore.launcher.manual_job import LocalProxy, run_placed
 from hbcore.launcher.mpiexec import RANK_WRAPPER, find_mpiexec, wrapped_command
 from hbcore.launcher.rank_wrapper import parent_death_preexec
 from hbcore.launcher.rendezvous import (Coordinator, Member, Placement,
                                         RendezvousError)
-from hbcore.launcher.supervisor import (TERMINATE_GRACE_S, LaunchResult,
-                                        ProcessTree, supervise)
+from hbcore.launcher.supervisor import TERMINATE_GRACE_S, LaunchResult
 
 # horovodrun's default --start-timeout.
 DEFAULT_START_TIMEOUT_S = 30
@@ -54,9 +50,6 @@ DEFAULT_START_TIMEOUT_S = 30
 DEFAULT_BASE_PORT = 20001
 # How often a member looks up from waiting for the job's end.
 _POLL_S = 0.5
-# How long a member lets its proxy stop by itself after the job ended
-# (hydra stops it when mpiexec goes) before stopping it.
-_PROXY_EXIT_S = 2.0
 
 
 class _Stopped(Exception):
@@ -65,11 +58,6 @@ class _Stopped(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-
-
-def _label(member: str) -> str:
-    """Hydra's host label of a member: ``worker:1`` -> ``worker-1``."""
-    return member.replace(":", "-")
 
 
 def rank_tf_config(config: tf_config.TfConfig,
@@ -162,7 +150,6 @@ class _Job:
             placements = coordinator.wait_for_members()
         except RendezvousError:
             return  # every member was told
-        world = sum(p.arrival.workers for p in placements)
         segments, owners = [], []
         for placement in placements:
             for local in range(placement.arrival.workers):
@@ -174,34 +161,13 @@ class _Job:
                         placement.arrival.devices[local]
                 segments.append(env)
                 owners.append((placement.arrival.name, local))
-        hosts = ["%s:%d" % (_label(p.arrival.name), p.arrival.workers)
-                 for p in placements]
-        command = manual_command(self.mpiexec, hosts, segments,
-                                 self.rank_command,
-                                 getattr(self.args, "mpi_args", []))
-        proxies: Dict[str, Any] = {}
-
-        def intercept(line: bytes) -> bool:
-            text = line.decode("utf-8", "replace").rstrip("\n")
-            try:
-                if text.startswith(LAUNCH_PREFIX):
-                    data = parse_launch_line(text)
-                    proxies[placements[data.proxy_id].arrival.name] = data
-                    return True
-                if text.strip() == LAUNCH_END:
-                    coordinator.start(proxies, placements)
-                    return True
-            except (LauncherError, IndexError, KeyError) as exc:
-                events.put(("abort", "cannot start the proxies: %s" % exc))
-                return True
-            return False
-
-        if getattr(self.args, "verbose", False):
-            sys.stderr.write("%s: %s\n" % (self.program, " ".join(command)))
         try:
-            result = supervise(command, world, environ=self.environ,
-                               stdin=subprocess.DEVNULL, intercept=intercept,
-                               events=events)
+            result = run_placed(coordinator, placements, segments,
+                                self.rank_command,
+                                getattr(self.args, "mpi_args", []),
+                                self.environ, events,
+                                getattr(self.args, "verbose", False),
+                                self.program)
         except LauncherError as exc:
             coordinator.end(1, "%s: error: %s" % (self.program, exc))
             return
@@ -269,23 +235,15 @@ class _Job:
             raise _Stopped(signum)
         previous = {s: signal.signal(s, stop) for s in
                     (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        proxy: Optional[subprocess.Popen] = None
-        tree: Optional[ProcessTree] = None
+        proxy: Optional[LocalProxy] = None
         try:
             start = member.join()
             # pdeathsig only where this process is single-threaded (see
             # parent_death_preexec): then the proxy cannot outlive us.
             preexec = (parent_death_preexec(signal.SIGTERM)
                        if threading.active_count() == 1 else None)
-            # The ranks' output reaches the coordinator's mpiexec through
-            # hydra; the proxy's own lines are held back (see _ProxyLines).
-            proxy = subprocess.Popen(
-                proxy_command(self.proxy, self.coordinator_host, start.proxy),
-                env=self.proxy_env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=preexec)
-            lines = _ProxyLines(proxy)
-            tree = ProcessTree(proxy.pid)
+            proxy = LocalProxy(self.proxy, self.coordinator_host, start,
+                               self.proxy_env, preexec)
             while True:
                 outcome = member.wait_for_end(_POLL_S)
                 if outcome is not None:
@@ -293,9 +251,9 @@ class _Job:
                     if message and not message.startswith(self.program):
                         # Not the coordinator's report: the proxy's own
                         # words may say what happened here.
-                        message = self._error_line(message + lines.text())
+                        message = self._error_line(message + proxy.text())
                     return code, message
-                tree.refresh()  # remember ranks that may become orphans
+                proxy.refresh()
         except _Stopped as exc:
             return 128 + exc.signum, ("%s: received %s; stopped this "
                                       "machine's workers" % (
@@ -304,40 +262,9 @@ class _Job:
         finally:
             member.close()
             if proxy is not None:
-                try:
-                    proxy.wait(_PROXY_EXIT_S)
-                except subprocess.TimeoutExpired:
-                    pass
-                if tree is not None and tree.alive():
-                    tree.terminate(TERMINATE_GRACE_S)
-                proxy.wait()
+                proxy.stop()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-
-
-class _ProxyLines(threading.Thread):
-    """Keeps the last lines the proxy printed itself. They are shown only
-    when a member loses its coordinator: at every other end the
-    coordinator's report says what happened, and a proxy whose mpiexec
-    was stopped prints hydra's "assert (!closed) failed" noise."""
-
-    def __init__(self, proxy: subprocess.Popen) -> None:
-        super().__init__(daemon=True, name="proxy-output")
-        self._pipe = proxy.stdout
-        self._lines: "collections.deque" = collections.deque(maxlen=20)
-        self.start()
-
-    def run(self) -> None:
-        """Reads the proxy's output until it closes."""
-        try:
-            for line in iter(self._pipe.readline, b""):
-                self._lines.append(line.decode("utf-8", "replace").rstrip())
-        except (OSError, ValueError):
-            pass
-
-    def text(self) -> str:
-        """The kept lines, each on a line of its own after a newline."""
-        return "".join("\n  " + line for line in list(self._lines))
 
 
 def side_task_env() -> Dict[str, str]:

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from train_util import ROOT, _pythonpath
+from train_util import ROOT, _pythonpath, launch
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from harness import base_env, kill_tree  # noqa: E402,F401  (re-exported)
@@ -31,6 +31,28 @@ def start_compute_job(config, np_=2, args=()):
                             text=True, errors="replace",
                             start_new_session=True,
                             cwd=os.path.dirname(str(config)))
+
+
+def run_check(tmp_path, mode, n, compute_args=(), start=start_compute_job):
+    """A compute job (2 ranks, COMPUTE_ARGS, started by START(config,
+    args=...)) and data_service_check.py MODE N at 2 ranks; checks that the
+    compute job exited 0, left nothing behind and ran the map function
+    (not the trainers). Returns rank 0's report."""
+    config = tmp_path / "compute.json"
+    compute = start(config, args=list(compute_args))
+    try:
+        run = launch("data_service_check.py", 2, timeout=TIMEOUT_S,
+                     args=[str(config), mode, str(n)], cache=False)
+        run.assert_ok()
+        code, _, err = finish(compute)
+    finally:
+        kill_tree(compute.pid)
+    assert code == 0, err[-3000:]
+    result = run.results[0]
+    assert result["map_pids"], result
+    assert not set(result["map_pids"]) & set(result["trainer_pids"]), result
+    assert leftovers(config) == []
+    return result
 
 
 def wait_for_config(config, compute):

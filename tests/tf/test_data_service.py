@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from data_service_util import (TIMEOUT_S, base_env, finish, kill_tree,
-                               launch_env, leftovers, run_code,
+                               launch_env, leftovers, run_check, run_code,
                                start_compute_job, wait_for_config)
 from train_util import ROOT, SCRIPTS, launch, tensorflow_missing
 
@@ -28,27 +28,6 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 N = 60
 
 
-def run_check(tmp_path, mode, compute_args=()):
-    """A compute job (2 ranks, COMPUTE_ARGS) and data_service_check.py MODE
-    at 2 ranks; checks that the compute job exited 0, left nothing behind
-    and ran the map function (not the trainers). Returns rank 0's report."""
-    config = tmp_path / "compute.json"
-    compute = start_compute_job(config, args=list(compute_args))
-    try:
-        run = launch("data_service_check.py", 2, timeout=TIMEOUT_S,
-                     args=[str(config), mode, str(N)], cache=False)
-        run.assert_ok()
-        code, _, err = finish(compute)
-    finally:
-        kill_tree(compute.pid)
-    assert code == 0, err[-3000:]
-    result = run.results[0]
-    assert result["map_pids"], result
-    assert not set(result["map_pids"]) & set(result["trainer_pids"]), result
-    assert leftovers(config) == []
-    return result
-
-
 @pytest.mark.parametrize("side", ["compute", "training"])
 @pytest.mark.parametrize("mode", ["shared", "sharded"])
 def test_every_element_once_map_in_compute_job(tmp_path, side, mode):
@@ -56,7 +35,7 @@ def test_every_element_once_map_in_compute_job(tmp_path, side, mode):
     sharded: one dispatcher (and one worker) per training rank, each rank
     reading its .shard(size, rank)."""
     dispatchers = "1" if mode == "shared" else "2"
-    result = run_check(tmp_path, mode, ["--dispatcher-side", side,
+    result = run_check(tmp_path, mode, N, ["--dispatcher-side", side,
                                         "--dispatchers", dispatchers])
     # Every epoch (two are read) delivers each element to exactly one rank.
     for epoch, elements in enumerate(result["elements"]):
@@ -68,7 +47,7 @@ def test_round_robin_reads(tmp_path):
     """round_robin=True: the training ranks read one shared job of an
     infinite dataset in rank order; each gets the elements it asks for,
     produced by the compute job, and the job still stops cleanly."""
-    result = run_check(tmp_path, "round_robin")
+    result = run_check(tmp_path, "round_robin", N)
     assert result["per_rank"] == [[N], [N]], result["per_rank"]
     assert set(result["elements"][0]) <= set(range(N)), result["elements"]
 

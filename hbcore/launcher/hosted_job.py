@@ -1,0 +1,193 @@
+"""The driver's side of a job of hosted ranks (Spark tasks, Ray actors).
+
+The driver (the process that calls ``hbcore.spark.run`` or holds a
+``RayExecutor``) is the rendezvous' coordinator: it listens on a free
+port, its hosts (hosted_rank.py) join as members ``rank:0`` ..
+``rank:<size-1>`` with one worker each, and once all have arrived it runs
+``mpiexec -launcher manual`` for them under the supervisor
+(manual_job.run_placed) on a thread of its own. Ranks are the hosts'
+indexes. The variables every rank gets (``env``, NIC choice) travel in
+mpiexec's per-rank segments, as data to hydra, not through the hosts.
+
+Every host learns the job's end (the first failure, or success) from the
+rendezvous; the driver reads it from ``wait``.
+"""
+
+import os
+import queue
+import sys
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+
+from hbcore.launcher.errors import LauncherError
+from hbcore.launcher.hosted_rank import MemberSpec, member_name
+from hbcore.launcher.manual_job import run_placed
+from hbcore.launcher.mpiexec import wrapped_command
+from hbcore.launcher.rendezvous import Coordinator, RendezvousError
+from hbcore.launcher.run_task import rank_error
+from hbcore.launcher.supervisor import LaunchResult
+
+RANK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "rank_server.py")
+
+
+class HostedJob:
+    """A coordinator and its mpiexec for ``size`` hosted ranks.
+
+    Args:
+        size: Number of hosts (ranks).
+        what: What a host is, for messages: ``"Spark task"``.
+        program: Name starting report lines: ``"hbcore.spark.run"``.
+        start_timeout: Seconds for every host to arrive.
+        env: Variables for every rank.
+        executable: The ranks' Python (default: sys.executable).
+        mpi_args: Extra mpiexec arguments.
+        verbose: Print the mpiexec command line.
+        stdout: Stream for the ranks' stdout (default: sys.stdout).
+        stderr: Stream for the ranks' stderr (default: sys.stderr).
+        timestamp: Prefix the ranks' output lines with the time.
+
+    Raises:
+        RendezvousError: No port to listen on.
+    """
+
+    def __init__(self, size: int, what: str, program: str,
+                 start_timeout: float,
+                 env: Optional[Mapping[str, str]] = None,
+                 executable: Optional[str] = None,
+                 mpi_args: Sequence[str] = (), verbose: bool = False,
+                 stdout: Optional[TextIO] = None,
+                 stderr: Optional[TextIO] = None,
+                 timestamp: bool = False) -> None:
+        self.size = size
+        self.program = program
+        self._what = what
+        self._start_timeout = start_timeout
+        self._env = {str(k): str(v) for k, v in (env or {}).items()}
+        self._mpi_args = list(mpi_args)
+        self._verbose = verbose
+        self._streams = (stdout, stderr)
+        self._rank_command = wrapped_command(
+            [executable or sys.executable, RANK_SERVER], None, timestamp)
+        self._secret = os.urandom(32)
+        # A fresh id keeps hosts of an earlier job of this driver out.
+        self._job = {"id": os.urandom(16).hex(), "program": program,
+                     "rank_command": self._rank_command}
+        self._events: "queue.Queue" = queue.Queue()
+        self._members = [member_name(i) for i in range(size)]
+        self._coordinator = Coordinator(
+            self._members, self._job, self._secret, ("", 0), start_timeout,
+            describe=self.describe,
+            on_failure=lambda why: self._events.put(("abort", why)))
+        self.result: Optional[LaunchResult] = None
+        self._end: Tuple[int, str] = (1, "the job did not end")
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="hosted-job")
+        self._thread.start()
+
+    def describe(self, member: str) -> str:
+        """``Spark task 1`` for member ``rank:1``."""
+        return "%s %s" % (self._what, member.partition(":")[2])
+
+    def spec(self, host: str) -> MemberSpec:
+        """What every host needs to join (data only).
+
+        Args:
+            host: This driver's address as the hosts reach it.
+        """
+        return MemberSpec(host, self._coordinator.port, self._secret.hex(),
+                          dict(self._job), float(self._start_timeout))
+
+    def _run(self) -> None:
+        try:
+            placements = self._coordinator.wait_for_members()
+        except RendezvousError as exc:
+            self._end = (1, "%s: error: %s" % (self.program, exc))
+            return  # every host that arrived was told
+        segments: List[Dict[str, str]] = [dict(self._env)
+                                          for _ in range(self.size)]
+        try:
+            self.result = run_placed(
+                self._coordinator, placements, segments, self._rank_command,
+                self._mpi_args, os.environ, self._events, self._verbose,
+                self.program, *self._streams)
+        except LauncherError as exc:
+            self._end = (1, "%s: error: %s" % (self.program, exc))
+            self._coordinator.end(*self._end)
+            return
+        self._end = (self.result.exit_code, self.report(self.result))
+        self._coordinator.end(*self._end)
+
+    def report(self, result: LaunchResult) -> str:
+        """The line naming the job's first failure ("" when it had none)."""
+        failure = result.first_failure
+        if failure is None:
+            return result.message(self.program) or ""
+        return ("%s: rank %d (%s) failed first: %s [host %s, pid %d]; "
+                "stopped the job" % (self.program, failure.rank,
+                                     self.describe(member_name(failure.rank)),
+                                     failure.describe(), failure.host,
+                                     failure.pid))
+
+    def abort(self, why: str) -> None:
+        """Stops the job (its ranks on every host) from any thread."""
+        self._coordinator.abort(why)
+        self._events.put(("abort", why))
+
+    def wait(self, timeout: Optional[float] = None) -> Tuple[int, str]:
+        """Waits for the job's end.
+
+        Args:
+            timeout: Seconds; None waits as long as it takes.
+
+        Returns:
+            (exit code, report line), the line "" on success.
+
+        Raises:
+            TimeoutError: The job had not ended in time.
+        """
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("%s: the job did not end within %gs"
+                               % (self.program, timeout))
+        return self._end
+
+    def results(self, outcomes: Mapping[int, Tuple[str, Any]]) -> List[Any]:
+        """The ranks' values in rank order, or the job's error.
+
+        Args:
+            outcomes: Rank -> its call's outcome (hosted_rank.py).
+
+        Returns:
+            The values, in rank order.
+
+        Raises:
+            RuntimeError: A rank raised (the earliest error, with its
+                rank and traceback), or the job failed otherwise (its
+                report, or the hosts' messages).
+        """
+        errors = {r: o[1] for r, o in outcomes.items() if o[0] == "error"}
+        first = self.result.first_failure if self.result else None
+        if first is not None and first.rank not in errors:
+            # The first rank to fail died without raising (a signal, an
+            # exit): the others' errors are its consequences.
+            raise RuntimeError(self._end[1])
+        if errors:
+            # The earliest error is the cause: when one rank raises and
+            # exits, the others' collectives fail (ShutdownError) a moment
+            # later, and their status lines may reach the supervisor first.
+            rank = min(errors, key=lambda r: (errors[r].get("time", 0), r))
+            raise rank_error(self.program, rank, errors[rank])
+        lost = {r: o[1]["message"] for r, o in outcomes.items()
+                if o[0] != "ok"}
+        missing = [r for r in range(self.size) if r not in outcomes]
+        if lost or missing or self._end[0] != 0:
+            reasons = [self._end[1]] if self._end[1] else []
+            reasons += sorted(set(m for m in lost.values()
+                                  if m and m not in reasons))
+            if missing:
+                reasons.append("no outcome from ranks %s" % missing)
+            raise RuntimeError("\n".join(reasons) or "%s: the job failed "
+                               "(exit code %d)" % (self.program,
+                                                   self._end[0]))
+        return [outcomes[r][1] for r in range(self.size)]

@@ -1,0 +1,190 @@
+"""``hbcore.spark.run``: a function on N Spark tasks as one hbcore job.
+
+Like ``horovod.spark.run``: the driver starts ``num_proc`` Spark tasks in
+one barrier stage; each task hosts one rank (hbcore/launcher/
+hosted_rank.py) and the driver is the rendezvous' coordinator and runs
+mpiexec (hosted_job.py), so the tasks form one MPI world over hydra's
+manual launcher: no ssh, no command line shipped to an executor. Rank i is
+task (partition) i. Each task returns its rank's outcome; the driver
+returns the values in rank order or raises the first failing rank's
+error. Every task ends only when the job has ended, with its proxy and
+rank stopped, so nothing is left running on the executors.
+"""
+
+import functools
+import os
+import shlex
+import socket
+import sys
+import threading
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
+                    Optional, Sequence, TextIO, Tuple, Union)
+
+import cloudpickle
+import pyspark
+
+from hbcore.launcher.hosted_job import HostedJob
+from hbcore.launcher.hosted_rank import MemberSpec, run_once
+from hbcore.launcher.mpiexec import nic_env
+
+PROGRAM = "hbcore.spark.run"
+# horovod.spark.run's default start timeout and its variable.
+DEFAULT_START_TIMEOUT_S = 600
+START_TIMEOUT_VARS = ("HB_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT")
+# Seconds the Spark stage gets to finish after the job ended, or failed
+# (its hosts stop their proxies within a few seconds).
+_TASKS_END_S = 60.0
+_FAILED_TASKS_END_S = 10.0
+
+
+def _task(spec: MemberSpec, payload: bytes, _rows: Iterable[Any]
+          ) -> Iterator[Tuple[int, bytes]]:
+    """One Spark task: hosts rank <partition> for the call.
+
+    Yields:
+        (rank, cloudpickled outcome): Spark pickles results with plain
+        pickle, which cannot carry a lambda the function may return.
+    """
+    index = pyspark.BarrierTaskContext.get().partitionId()
+    rank, outcome = run_once(spec, index, payload)
+    yield rank, cloudpickle.dumps(outcome)
+
+
+def _start_timeout(start_timeout: Optional[float]) -> float:
+    if start_timeout is not None:
+        value: Any = start_timeout
+        name = "start_timeout"
+    else:
+        name = next((v for v in START_TIMEOUT_VARS if os.environ.get(v)),
+                    None)
+        value = (os.environ[name] if name is not None
+                 else DEFAULT_START_TIMEOUT_S)
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds > 0:
+        raise ValueError("%s=%r: the start timeout must be a positive number "
+                         "of seconds" % (name, value))
+    return seconds
+
+
+def run(fn: Callable[..., Any], args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] = {}, num_proc: Optional[int] = None,
+        start_timeout: Optional[float] = None,
+        use_mpi: Optional[bool] = None, use_gloo: Optional[bool] = None,
+        extra_mpi_args: Union[str, Sequence[str], None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None,
+        verbose: int = 1, nics: Optional[Iterable[str]] = None,
+        prefix_output_with_timestamp: bool = False,
+        executable: Optional[str] = None) -> List[Any]:
+    """Runs ``fn(*args, **kwargs)`` in ``num_proc`` Spark tasks that form
+    one hbcore job; ``fn`` calls ``hbcore.init()`` (or ``hvd.init()``)
+    itself, as under ``horovod.spark.run``.
+
+    Args:
+        fn: The function every rank runs (cloudpickled to the tasks).
+        args: Its positional arguments.
+        kwargs: Its keyword arguments.
+        num_proc: Number of ranks (Spark tasks); default the context's
+            ``defaultParallelism``. The cluster needs that many free task
+            slots at once (barrier mode).
+        start_timeout: Seconds for every task to start and join; default
+            ``HB_SPARK_START_TIMEOUT`` / ``HOROVOD_SPARK_START_TIMEOUT``,
+            else 600.
+        use_mpi: Accepted; MPI is the only controller.
+        use_gloo: Must not be true: hbcore has no Gloo controller.
+        extra_mpi_args: Extra mpiexec arguments (a string is shlex-split).
+        env: Variables for every rank, on top of its executor's
+            environment.
+        stdout: Stream for the ranks' stdout (default: sys.stdout).
+        stderr: Stream for the ranks' stderr (default: sys.stderr).
+        verbose: 0-2; at 2 the mpiexec command line is printed.
+        nics: Network interfaces for NCCL's sockets.
+        prefix_output_with_timestamp: Prefix output lines with the time.
+        executable: The ranks' Python (default: sys.executable).
+
+    Returns:
+        The values ``fn`` returned, in rank order.
+
+    Raises:
+        ValueError: ``use_gloo`` is true, ``num_proc`` < 1, or the start
+            timeout is not a positive number.
+        RuntimeError: No active SparkContext; a rank raised (the message
+            names the rank and holds its traceback); the job failed
+            otherwise (a task lost, a task not started in time), named in
+            the message.
+    """
+    if use_gloo:
+        raise ValueError("use_gloo=True: hbcore has no Gloo controller; "
+                         "%s always forms the job over MPI" % PROGRAM)
+    context = pyspark.SparkContext._active_spark_context
+    if context is None:
+        raise RuntimeError("Could not find an active SparkContext, are you "
+                           "running in a PySpark session?")
+    if num_proc is None:
+        num_proc = context.defaultParallelism
+    if not isinstance(num_proc, int) or isinstance(num_proc, bool) \
+            or num_proc < 1:
+        raise ValueError("num_proc must be an integer >= 1, got %r"
+                         % (num_proc,))
+    timeout = _start_timeout(start_timeout)
+    if isinstance(extra_mpi_args, str):
+        extra_mpi_args = shlex.split(extra_mpi_args)
+    rank_env: Dict[str, str] = dict(env or {})
+    rank_env.update(nic_env(list(nics) if nics else None))
+    # Pickled first: a function that cannot be pickled fails here, before
+    # a job waits for tasks.
+    payload = cloudpickle.dumps((list(sys.path), fn, tuple(args),
+                                 dict(kwargs), "call"))
+    job = HostedJob(num_proc, "Spark task", PROGRAM, timeout, rank_env,
+                    executable, list(extra_mpi_args or ()), verbose >= 2,
+                    stdout, stderr, prefix_output_with_timestamp)
+    host = context.getConf().get("spark.driver.host") or socket.gethostname()
+    task = functools.partial(_task, job.spec(host), payload)
+    group = "%s.%s" % (PROGRAM, job.spec(host).job["id"])
+    collected: List[Tuple[int, bytes]] = []
+    spark_error: List[BaseException] = []
+
+    def spark_job() -> None:
+        context.setJobGroup(group, "hbcore job of %d ranks" % num_proc,
+                            interruptOnCancel=True)
+        try:
+            rdd = context.parallelize(range(num_proc), num_proc)
+            collected.extend(rdd.barrier().mapPartitions(task).collect())
+        except Exception as exc:  # the job's report is more precise
+            spark_error.append(exc)
+            job.abort("the Spark job failed: %s" % _first_line(exc))
+
+    thread = threading.Thread(target=spark_job, daemon=True,
+                              name="hbcore-spark-job")
+    thread.start()
+    try:
+        code, _ = job.wait()
+        # The tasks return once their proxies stopped, moments after the
+        # job's end. A stage still running then never got all its tasks
+        # (too few free slots: Spark retries a barrier stage for minutes).
+        thread.join(_TASKS_END_S if code == 0 else _FAILED_TASKS_END_S)
+        if thread.is_alive():
+            context.cancelJobGroup(group)
+            thread.join()
+    except BaseException:
+        context.cancelJobGroup(group)
+        job.abort("%s was interrupted" % PROGRAM)
+        raise
+    outcomes = {rank: cloudpickle.loads(data) for rank, data in collected}
+    if spark_error and not outcomes:
+        code, message = job.wait()
+        if code and message:  # e.g. tasks that never started
+            raise RuntimeError("%s (a barrier stage of num_proc=%d needs as "
+                               "many free task slots at once)"
+                               % (message, num_proc)) from spark_error[0]
+        raise RuntimeError("%s: the Spark job failed: %s"
+                           % (PROGRAM, spark_error[0])) from spark_error[0]
+    return job.results(outcomes)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,118 @@
+"""hbcore.spark.run on a real local Spark (``local[3]``): the tasks form
+one job whose results equal hbcore.run's and numpy's, a failing task fails
+the call with its error, nothing is left running."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "launcher_scripts"))
+from procs import Watchdog  # noqa: E402
+import hosted_fns  # noqa: E402
+
+pyspark = hosted_fns.import_engine("pyspark")
+import hbcore  # noqa: E402
+import hbcore.spark  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """One local Spark for the module (its start-up costs seconds)."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = hosted_fns.rank_python_path()
+    session = (pyspark.sql.SparkSession.builder.master("local[3]")
+               .appName("hbcore-test").config("spark.ui.enabled", "false")
+               .config("spark.driver.host", "127.0.0.1").getOrCreate())
+    yield session
+    session.stop()
+    if old is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_training_step_equals_hbcore_run_and_numpy(spark, np_):
+    with Watchdog():
+        results = hbcore.spark.run(hosted_fns.train_step, args=(0.5,),
+                                   num_proc=np_, start_timeout=120)
+        reference = hbcore.run(hosted_fns.train_step, args=(0.5,), np=np_)
+    expected = np.mean([hosted_fns.rank_data(r, 0.5) for r in range(np_)],
+                       axis=0)
+    assert [r["rank"] for r in results] == list(range(np_))
+    assert all(r["size"] == np_ for r in results)
+    for got, ref in zip(results, reference):
+        np.testing.assert_allclose(got["average"], expected, rtol=1e-12)
+        np.testing.assert_array_equal(got["average"], ref["average"])
+        assert got["names"] == ["rank-%d" % r for r in range(np_)]
+    assert len({r["pid"] for r in results}) == np_
+    assert hosted_fns.hosted_processes() == []
+
+
+def test_failing_task_fails_the_call_with_its_error(spark):
+    with Watchdog():
+        with pytest.raises(RuntimeError) as exc:
+            hbcore.spark.run(hosted_fns.fail_on_rank, args=(1,), num_proc=3,
+                             start_timeout=120)
+    message = str(exc.value)
+    assert "hbcore.spark.run: rank 1 raised ValueError: bad shard on rank 1" \
+        in message
+    assert "Traceback" in message and "hosted_fns.py" in message
+    assert hosted_fns.hosted_processes() == []
+    # The session is usable afterwards, and a later job forms again.
+    with Watchdog():
+        again = hbcore.spark.run(hosted_fns.train_step, args=(1.0,),
+                                 num_proc=2, start_timeout=120)
+    assert [r["size"] for r in again] == [2, 2]
+
+
+def test_killed_rank_fails_the_call_naming_it(spark):
+    with Watchdog():
+        with pytest.raises(RuntimeError) as exc:
+            hbcore.spark.run(hosted_fns.kill_rank, args=(0,), num_proc=2,
+                             start_timeout=120)
+    assert str(exc.value).startswith(
+        "hbcore.spark.run: rank 0 (Spark task 0) failed first: killed by "
+        "signal SIGKILL (9) [host ")
+    assert hosted_fns.hosted_processes() == []
+
+
+def test_gloo_is_refused(spark):
+    with pytest.raises(ValueError, match="use_gloo=True: hbcore has no Gloo "
+                                         "controller"):
+        hbcore.spark.run(hosted_fns.train_step, args=(1.0,), num_proc=2,
+                         use_gloo=True)
+
+
+def test_tasks_that_cannot_all_start_fail_the_call_in_time(spark):
+    # local[3] has 3 task slots: a barrier stage of 4 never starts.
+    with Watchdog(120):
+        with pytest.raises(RuntimeError) as exc:
+            hbcore.spark.run(hosted_fns.train_step, args=(1.0,), num_proc=4,
+                             start_timeout=5)
+    message = str(exc.value)
+    assert "Spark task 0, Spark task 1, Spark task 2, Spark task 3 did not " \
+           "arrive within --start-timeout 5s" in message
+    assert "num_proc=4 needs as many free task slots" in message
+    assert hosted_fns.hosted_processes() == []
+
+
+def test_start_timeout_comes_from_the_argument_or_horovods_variable(
+        monkeypatch):
+    from hbcore.spark.runner import _start_timeout
+    monkeypatch.delenv("HB_SPARK_START_TIMEOUT", raising=False)
+    monkeypatch.delenv("HOROVOD_SPARK_START_TIMEOUT", raising=False)
+    assert _start_timeout(None) == 600
+    monkeypatch.setenv("HOROVOD_SPARK_START_TIMEOUT", "45")
+    assert _start_timeout(None) == 45
+    assert _start_timeout(7) == 7
+    monkeypatch.setenv("HB_SPARK_START_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="HB_SPARK_START_TIMEOUT='soon': the "
+                                         "start timeout must be a positive"):
+        _start_timeout(None)
+    with pytest.raises(ValueError, match="start_timeout=0: the start timeout"):
+        _start_timeout(0)
