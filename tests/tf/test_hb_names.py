@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -153,9 +154,12 @@ def test_statuses_are_true_of_hbcore_tf():
     env["PYTHONPATH"] = os.pathsep.join(
         import_paths() + [env.get("PYTHONPATH", "")])
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    # Run from outside the checkout: ``python -c`` puts the working
+    # directory first on sys.path, and an unbuilt checkout's hbcore/ would
+    # shadow the installed package.
     proc = subprocess.run([sys.executable, "-c", RESOLVE, json.dumps(names)],
                           env=env, capture_output=True, text=True,
-                          timeout=180)
+                          timeout=180, cwd=tempfile.gettempdir())
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
     result = json.loads(line[-1][len("RESULT "):])
