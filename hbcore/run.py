@@ -19,7 +19,8 @@ re-exported here.
 import argparse
 import os
 import sys
-from typing import List, Optional, Sequence
+import types
+from typing import Any, List, Optional, Sequence
 
 from hbcore.launcher.run_fn import run
 
@@ -72,6 +73,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return run_job(args, len(devices) if devices else 1, None, per_rank_env,
                    program="hbcore.run")
 
+
+class _CallableModule(types.ModuleType):
+    """Importing this module sets the package attribute ``hbcore.run`` to
+    the module, over the function of that name: the module is callable
+    as the function, so ``hbcore.run(fn, np=2)`` works either way."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return run(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

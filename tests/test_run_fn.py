@@ -27,6 +27,16 @@ def test_run_returns_results_in_rank_order(np):
     assert results == [(str(rank), (1, "a"), {"k": 2}) for rank in range(np)]
 
 
+def test_run_is_callable_after_import_of_its_module():
+    """``import hbcore.run`` (the module of ``python -m hbcore.run``) sets
+    the package attribute to the module; it still runs functions."""
+    import hbcore
+    import hbcore.run  # noqa: F401
+    with Watchdog():
+        results = hbcore.run(run_fns.rank_and_args, args=(3,), np=2)
+    assert results == [(str(rank), (3,), {}) for rank in range(2)]
+
+
 def test_run_pickles_local_closures_by_value():
     offset = 10
 
