@@ -41,6 +41,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import tensorflow as tf
 
 from hbcore_tf._base import compat as _compat
+from hbcore_tf._ops.xla import check_not_xla
 from hbcore_tf.mpi_ops import Sum, allreduce
 
 # Horovod 0.28's message (horovod/tensorflow/sync_batch_norm.py).
@@ -77,7 +78,7 @@ def global_moments(inputs: Any, axes: Sequence[int], keepdims: bool = False,
     Raises:
         ValueError: called while tracing for XLA, or hbcore not initialized.
     """
-    _compat.check_not_xla("SyncBatchNormalization")
+    check_not_xla("SyncBatchNormalization")
     x = tf.convert_to_tensor(inputs)
     axes = sorted({int(a) % x.shape.rank for a in axes})
     if weights is None:
