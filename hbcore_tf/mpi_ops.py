@@ -4,7 +4,7 @@ ops: same names, signatures, defaults and semantics as Horovod 0.28).
 The public face of hbcore_tf's ops layer, at Horovod's module path
 (horovod.tensorflow.mpi_ops). The wrappers live in hbcore_tf._ops.collectives;
 importing this module also registers their gradients
-(hbcore_tf._ops.gradients).
+(hbcore_tf._ops.collective_gradients).
 """
 # Re-exported: horovod.tensorflow.mpi_ops offers these names too.
 from hbcore import (Adasum, Average, Max, Min, NotInitializedError, Product,
@@ -23,7 +23,7 @@ from hbcore_tf._ops.collectives import (
     grouped_reducescatter, init, join, local_rank_op, local_size_op,
     oob_allreduce, process_set_included_op, rank_op, reducescatter, size_op)
 # Registers the gradients of the collectives with TensorFlow.
-from hbcore_tf._ops import gradients as _gradients  # noqa: F401
+from hbcore_tf._ops import collective_gradients  # noqa: F401
 from hbcore_tf.compression import Compression
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)

@@ -70,7 +70,8 @@ from hbcore_tf._base.options import options, validate
 from hbcore_tf._parallel import data_parallel as _data_parallel
 from hbcore_tf._parallel.splat_initial_values import fill_splat_initial_values
 from hbcore_tf._parallel.wraps import wraps  # noqa: F401 (hb.wraps)
-from hbcore_tf.embedding.scope import creating_shard, sharding_variable_scope
+from hbcore_tf.embedding.sharding import (creating_shard,
+                                          sharding_variable_scope)
 from hbcore_tf.train.session import MonitoredTrainingSession
 
 # Two kinds of state, because they live in different places:
@@ -330,7 +331,7 @@ Context._scope = staticmethod(scope)
 def embedding_scope(**kwargs: Any) -> Iterator[Any]:
     """Shards the embedding tables created inside (``hb.embedding_scope``):
     ``tf.compat.v1.get_variable`` tables with enough rows become sharded
-    tables (hbcore_tf.embedding.scope).
+    tables (hbcore_tf.embedding.sharding).
 
     Equivalent to ``hb.scope(sharding=True, **kwargs)``.
 

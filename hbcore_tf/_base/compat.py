@@ -356,7 +356,7 @@ def tag_slots_of_sharded_tables() -> None:
     and the wrapper changes nothing for other variables. Idempotent; a
     Keras imported later is covered by the next call.
     """
-    from hbcore_tf.embedding.scope import creating_shards
+    from hbcore_tf.embedding.sharding import creating_shards
     from hbcore_tf._base.rank_local import shard_info
     from hbcore_tf.embedding.table import make_keras_shard
 

@@ -1,7 +1,8 @@
 """The TensorFlow collectives over the hbcore runtime: the Python wrappers
 of the op library's ops, with horovod.tensorflow 0.28's names, signatures,
 defaults and semantics. hbcore_tf.mpi_ops (Horovod's module path) is their
-public face; it also registers their gradients (hbcore_tf._ops.gradients).
+public face; it also registers their gradients
+(hbcore_tf._ops.collective_gradients).
 
 Every collective is one ``HbcoreCollective`` / ``HbcoreAlltoall`` /
 ``HbcoreJoin`` / ``HbcoreBarrier`` op from the op library

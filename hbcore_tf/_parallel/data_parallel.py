@@ -8,7 +8,7 @@ and checkpoint keys do not change):
   ``compute_gradients`` (which ``minimize`` calls) to average the
   gradients over ranks; ``apply_gradients`` is the base class's, so slot
   variables keep their names.
-- Keras 3 and tf_keras optimizers: hbcore_tf._parallel.optimizers'
+- Keras 3 and tf_keras optimizers: hbcore_tf._parallel.distributed_optimizer'
   ``distributed_keras_class`` (the same subclass DistributedOptimizer
   uses).
 - Keras models (Keras 3 and tf_keras): ``model_class(base)`` runs
@@ -42,7 +42,7 @@ import numpy as np
 from hbcore_tf._base import compat as _compat
 from hbcore_tf._base.options import options
 from hbcore_tf._base.rank_local import is_sharded
-from hbcore_tf._parallel import optimizers as hvd_optimizers
+from hbcore_tf._parallel import distributed_optimizer as hvd_optimizers
 from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf._parallel.gradient_reduction import GradientReducer
 from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook

@@ -12,7 +12,7 @@ hbcore's tables hold contiguous blocks of ids (RowPartition), so that a
 checkpoint is the table in id order as one slice per rank. Inside
 ``feature_column_tables()`` (set by hb.dense_features and
 hb.keras.layers.DenseFeatures around their columns), the sharding getter
-(hbcore_tf.embedding.scope) builds the initial value of a table whose
+(hbcore_tf.embedding.sharding) builds the initial value of a table whose
 initializer is a plain function (not a TensorFlow or Keras initializer
 object) this way:
 

@@ -748,7 +748,7 @@ def _export_collective(export_dir_base, checkpoint_path, build,
 
 def _export_rank0(export_dir_base, checkpoint_path, build, assets_extra,
                   as_text, clear_devices, strip_default_attrs) -> str:
-    from hbcore_tf.embedding.scope import sharding_suspended
+    from hbcore_tf.embedding.sharding import sharding_suspended
 
     if tf.io.gfile.isdir(checkpoint_path):
         found = _V1.train.latest_checkpoint(checkpoint_path)

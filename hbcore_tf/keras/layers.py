@@ -54,8 +54,8 @@ from hbcore_tf._base import compat as _compat
 from hbcore_tf._base.rank_local import whole_value
 from hbcore_tf._parallel.data_parallel import make_saving_collective
 from hbcore_tf.embedding.exchange import sharded_lookup
-from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
-                                       shard_plan)
+from hbcore_tf.embedding.sharding import (creating_shards,
+                                          local_initializer, shard_plan)
 from hbcore_tf.embedding.table import make_keras_shard
 from hbcore_tf.keras import dense_features
 
