@@ -12,6 +12,8 @@ rule as tf.keras). Keras 3 compiles train steps with XLA on GPUs by
 default; hbcore's collectives have no XLA kernel, so a model compiled with
 hbcore's DistributedOptimizer compiles without XLA (see _keras_xla.py).
 """
+import inspect
+import types
 from typing import Any, Dict, Optional, Sequence
 
 import tensorflow as tf
@@ -388,9 +390,6 @@ def _config_factory_class(value: Any) -> Any:
     only becomes a class whose ``from_config(config)`` is
     ``value(**config)`` and whose call is the function's, so every loader
     builds the optimizer. Classes and other callables pass unchanged."""
-    import inspect
-    import types
-
     if not isinstance(value, (types.FunctionType, types.LambdaType)):
         return value
     try:
