@@ -1,9 +1,10 @@
 """Elastic training under hbrun's driver (docs/elastic.md), with real
 processes on hosts emulated by hydra's fork launcher.
 
-The rank script (rank_scripts/elastic_train.py) sums integers, so the
-final total is checked against an exact replay of the steps with the
-world size of the last generation that ran each one (from its log).
+The rank script (rank_scripts/elastic_train.py) sums integers, into a
+replicated total and into a table sharded by rows, so the final values
+are checked against an exact replay of the steps with the world size of
+the last generation that ran each one (from its log).
 """
 import importlib.util
 import os
@@ -46,11 +47,16 @@ def step_sizes(out_dir: str) -> list:
     return [size_of[s][1] for s in range(STEPS)]
 
 
-def replay(out_dir: str) -> int:
-    """The total of elastic_train.py's steps: step s adds the sum over
-    ranks of (rank + 1) * (s + 1)."""
-    return sum((s + 1) * n * (n + 1) // 2
-               for s, n in enumerate(step_sizes(out_dir)))
+def replay(out_dir: str) -> dict:
+    """The total and table of elastic_train.py's steps: step s adds the
+    sum over ranks of (rank + 1) * (s + 1) to the total, and
+    (i + 1) * (s + 1) * n to both columns of row i."""
+    sizes = step_sizes(out_dir)
+    rows = np.arange(1, 8)[:, None] * np.ones((1, 2), np.int64)
+    return {"total": sum((s + 1) * n * (n + 1) // 2
+                         for s, n in enumerate(sizes)),
+            "table": sum(rows * (s + 1) * n
+                         for s, n in enumerate(sizes)).tolist()}
 
 
 def replay_keras(out_dir: str) -> dict:
@@ -78,7 +84,7 @@ def assert_finished(run, np_final=None, expected=None) -> dict:
     """The job succeeded and every rank of its last world holds the
     replay's values (default: replay's total)."""
     assert run.returncode == 0 and not run.timed_out, run.describe()
-    expected = expected or {"total": replay(run.out_dir)}
+    expected = expected or replay(run.out_dir)
     results = list(run.results.values())
     final = max(r["generation"] for r in results)
     results = [r for r in results if r["generation"] == final]
@@ -92,17 +98,18 @@ def assert_finished(run, np_final=None, expected=None) -> dict:
     return results[0]
 
 
-def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
-    # 3 hosts x 1 rank; the rank on hB (rank 1) is killed at step 3, then
-    # the rank on hA at step 6 (rank 0 wherever hA runs); blacklisted
-    # hosts come back after 1 s and join at a commit.
+def test_kill_9_of_hosts_of_ranks_0_and_1_recovers_from_the_last_commit():
+    # 3 hosts x 1 rank; host hB (rank 1) is lost at step 3, its store
+    # with it, then host hA at step 6 (rank 0 wherever hA runs): the
+    # sharded table's rows of the lost hosts come from their second
+    # copies; blacklisted hosts come back after 1 s and join at a commit.
     run = run_ranks(SCRIPT, 3, timeout=180,
-                    env={"HB_TEST_EVENTS": "kill:hB:3,kill:hA:6"},
+                    env={"HB_TEST_EVENTS": "killhost:hB:3,killhost:hA:6"},
                     hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
                                 "1", "--blacklist-cooldown-range", "1",
                                 "1"])
     assert_finished(run)
-    for event in ("kill_hB_3", "kill_hA_6"):
+    for event in ("killhost_hB_3", "killhost_hA_6"):
         assert os.path.exists(os.path.join(run.out_dir, "done." + event))
     sizes = logged_sizes(run.out_dir)
     assert sizes[0] == 3 and 2 in sizes, sizes
@@ -112,11 +119,12 @@ def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
     assert stores() <= STORES_BEFORE, "the job's store was left behind"
 
 
-def test_kill_9_at_2_hosts_x_2_blacklists_the_whole_host():
-    # One of hB's two ranks is killed at step 3: hB leaves with both its
-    # slots and hA's two ranks finish from the last commit.
+def test_kill_9_of_a_whole_host_of_2_x_2_keeps_its_sharded_rows():
+    # Host hB is lost at step 3 (both its ranks SIGKILLed, its store
+    # removed): hA's two ranks finish from the last commit, with hB's
+    # rows of the sharded table from the copies hB's ranks sent to hA.
     run = run_ranks(SCRIPT, 4, timeout=180,
-                    env={"HB_TEST_EVENTS": "kill:hB:3"},
+                    env={"HB_TEST_EVENTS": "killhost:hB:3"},
                     hbrun_args=["-H", "hA:2,hB:2", FORK, "--min-np", "2"])
     assert_finished(run, np_final=2)
     assert step_sizes(run.out_dir) == [4, 4] + [2] * 8, run.describe()
@@ -287,3 +295,34 @@ def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
     hosts.blacklist.add("hA")
     assert hosts.usable([Host("hA", 1), Host("hB", 2), Host("hC", 3)]) == [
         Host("hB", 1), Host("hC", 3)]
+
+
+def test_buddies_are_on_the_next_host_and_parts_reshard_in_id_order():
+    from hbcore.elastic.replicas import buddy_rank
+    from hbcore.elastic.reshard import Resharder, pack_part, row_block
+    from hbcore.elastic.state import newest_whole
+    hosts = [("hA", 2), ("hB", 3), ("hC", 1)]
+    assert [buddy_rank(hosts, r) for r in range(6)] == [2, 3, 5, 5, 5, 0]
+    assert buddy_rank([("hA", 4)], 3) is None
+    # 10 rows over 3 then 4 ranks, as np.array_split splits them.
+    table = np.arange(20).reshape(10, 2)
+    old = np.array_split(table, 3)
+    assert [row_block(10, 3, r) for r in range(3)] == [(0, 4), (4, 7),
+                                                       (7, 10)]
+    parts = [pack_part({"t": (10, old[r])}, 3, r) for r in range(3)]
+    for rank, expected in enumerate(np.array_split(table, 4)):
+        resharder = Resharder(4, rank)
+        for part in parts:
+            resharder.take(part)
+        np.testing.assert_array_equal(resharder.blocks()["t"], expected)
+    missing = Resharder(2, 1)
+    missing.take(parts[1])
+    with pytest.raises(ValueError, match="table 't': 2 of this rank's 5 "
+                       "rows were in the parts read"):
+        missing.blocks()
+    # Commit 4 lacks part 1 of 2 everywhere: commit 3 is the newest whole.
+    held = [{(4, 0, 0), (4, 2, 0), (3, 0, 0), (3, 2, 0)},
+            {(3, 2, 1), (3, 3, 2)}]
+    assert newest_whole(held, True) == (3, 2)
+    assert newest_whole(held, False) == (4, 0)
+    assert newest_whole([{(3, 2, 0)}], True) is None

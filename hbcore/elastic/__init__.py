@@ -14,8 +14,8 @@ that loses a rank or gains hosts goes on from its last commit
 """
 
 from hbcore.elastic.run import run
-from hbcore.elastic.state import ObjectState, State
+from hbcore.elastic.state import ObjectState, RowShardedState, State
 from hbcore.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
-__all__ = ["run", "State", "ObjectState", "HorovodInternalError",
+__all__ = ["run", "State", "ObjectState", "RowShardedState", "HorovodInternalError",
            "HostsUpdatedInterrupt"]

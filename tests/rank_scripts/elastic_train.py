@@ -1,8 +1,12 @@
 """Rank script: integer "training" under hbrun's elastic driver.
 
 Step s adds the allreduce-Sum of (rank + 1) * (s + 1) to ``state.total``
-(exact in int64, so a replay with the world sizes is exact); state is
-committed after every odd step.  Every rank appends ``generation size
+(exact in int64, so a replay with the world sizes is exact), and adds
+(i + 1) * (s + 1) * size to row i of a ROWS x 2 table sharded by rows
+over the ranks (a RowShardedState: each rank changes only its own rows,
+so the table survives a lost host only through the commit's second
+copies, and is resharded at each new world size); state is committed
+after every odd step.  Every rank appends ``generation size
 step`` to $HB_TEST_OUT/steps.log after each step, so the test can replay
 each step with the size of the last world that ran it.
 
@@ -10,14 +14,18 @@ Events (HB_TEST_EVENTS, comma separated, each done once per job: a marker
 file in $HB_TEST_OUT records it):
     kill:HOST:STEP   the rank on emulated host HOST SIGKILLs itself before
                      step STEP's allreduce
+    killhost:HOST:STEP  the first rank on HOST there loses the whole host:
+                     it SIGKILLs every rank of HOST (itself last) and
+                     removes HOST's store directory (its shared memory)
     exit0:HOST:STEP  that rank exits 0 there (a worker that ends early)
     add:HOST:STEP    in a world without HOST, rank 0 adds HOST:1 to
                      $HB_TEST_HOSTS_FILE after step STEP, and every rank
                      commits and waits until the driver's host change
                      interrupts the world
     remove:HOST:STEP the same in a world with HOST, removing it
-The final world's ranks report {total, size, generation, resets: the
-world size seen by each reset callback call in this process}.
+The final world's ranks report {total, table: the whole table gathered,
+size, generation, resets: the world size seen by each reset callback call
+in this process}.
 
 With ``--keras`` the state is an hbcore_tf TensorFlowKerasState instead:
 a Keras Dense(4 -> 1) layer without bias trained by SGD(1, momentum=0.5)
@@ -27,11 +35,13 @@ fraction, exact in float32, so the test replays it exactly as well.
 The ranks then also report the kernel ("kernel") and the momentum.
 """
 import os
+import shutil
 import signal
 import sys
 import time
 
 import numpy as np
+import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import OUT_DIR, report  # noqa: E402
@@ -41,6 +51,7 @@ from hbcore.launcher.elastic_protocol import (host_of_rank,  # noqa: E402
                                               parse_hosts_var)
 
 STEPS = 10
+ROWS = 7
 
 
 def once(event: str) -> bool:
@@ -72,19 +83,51 @@ def change_hosts(kind: str, host: str) -> None:
     os.replace(path + ".tmp", path)  # the driver never reads half a file
 
 
+def pid_path(rank: int) -> str:
+    return os.path.join(OUT_DIR, "pid.%s.%d" % (
+        os.environ["HB_ELASTIC_GENERATION"], rank))
+
+
+def lose_host(host: str) -> None:
+    """The killhost event: every rank of ``host`` in this generation is
+    SIGKILLed (this one last, once the others are dead) and the host's
+    store directory removed, as if the machine went away."""
+    hosts = parse_hosts_var(os.environ["HB_ELASTIC_HOSTS"])
+    for rank in range(hvd.size()):
+        if rank == hvd.rank() or host_of_rank(hosts, rank)[0] != host:
+            continue
+        with open(pid_path(rank)) as f:
+            peer = psutil.Process(int(f.read()))
+        peer.kill()
+        # Dead (or a zombie its wrapper has not reaped yet) before the
+        # directory goes: it must not write there again.
+        while peer.is_running() and peer.status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+    shutil.rmtree(os.path.join(os.environ["HB_ELASTIC_STORE"], host))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class NumpyTrainer:
-    """The integer sum of the module comment, in an ObjectState."""
+    """The integer sum and the sharded table of the module comment, in a
+    RowShardedState."""
 
     def __init__(self) -> None:
-        self.state = hvd.elastic.ObjectState(step=0, total=0)
+        self.state = hvd.elastic.RowShardedState(
+            {"table": np.zeros((ROWS, 2), np.int64)}, step=0, total=0)
 
     def step(self, s: int) -> None:
         got = hvd.allreduce(np.array([(hvd.rank() + 1) * (s + 1)],
                                      np.int64), op=hvd.Sum, name="step")
         self.state.total += int(got[0])
+        block = self.state.shards["table"]
+        first = hvd.allgather(np.array([len(block)]), name="rows")[
+            :hvd.rank()].sum()
+        ids = np.arange(first, first + len(block))
+        block += ((ids + 1) * (s + 1) * hvd.size())[:, None]
 
     def result(self) -> dict:
-        return {"total": self.state.total}
+        table = hvd.allgather(self.state.shards["table"], name="table")
+        return {"total": self.state.total, "table": table.tolist()}
 
 
 class KerasTrainer:
@@ -129,6 +172,8 @@ def main() -> None:
                         hvd.rank())[0]
     events = [e.split(":") for e in
               os.environ.get("HB_TEST_EVENTS", "").split(",") if e]
+    with open(pid_path(hvd.rank()), "w") as f:
+        f.write(str(os.getpid()))
     state = trainer.state
     resets = []  # the reset callbacks' calls in this process
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
@@ -139,8 +184,10 @@ def main() -> None:
             s = state.step
             for kind, where, at in events:
                 if where == host and int(at) == s and kind in (
-                        "kill", "exit0") and once("%s:%s:%s" % (kind, where,
-                                                                at)):
+                        "kill", "killhost", "exit0") and once(
+                            "%s:%s:%s" % (kind, where, at)):
+                    if kind == "killhost":
+                        lose_host(host)
                     if kind == "kill":
                         os.kill(os.getpid(), signal.SIGKILL)
                     os._exit(0)
