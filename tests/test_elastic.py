@@ -326,3 +326,31 @@ def test_buddies_are_on_the_next_host_and_parts_reshard_in_id_order():
     assert newest_whole(held, True) == (3, 2)
     assert newest_whole(held, False) == (4, 0)
     assert newest_whole([{(3, 2, 0)}], True) is None
+
+
+def test_hbcore_run_with_min_np_goes_on_after_a_host_is_lost(tmp_path):
+    # hbcore.run(fn, min_np=...) with horovod.run's names: host hB is lost
+    # at step 3; the results are the last world's, from the commit.
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    sys.path.insert(0, os.path.join(os.path.dirname(SCRIPT), os.pardir,
+                                    "launcher_scripts"))
+    import elastic_train
+    from procs import Watchdog
+    from hbcore.launcher.run_fn import run
+    with Watchdog(120):
+        results = run(elastic_train.job, num_proc=2, min_num_proc=1,
+                      hosts="hA:1,hB:1", mpi_args="-launcher fork",
+                      env={"HB_TEST_OUT": str(tmp_path),
+                           "HB_TEST_EVENTS": "killhost:hB:3"})
+    assert step_sizes(str(tmp_path)) == [2, 2] + [1] * 8
+    assert results == [dict(replay(str(tmp_path)), size=1, generation=1,
+                            resets=[1])]
+    with pytest.raises(ValueError, match="min_np 3 is more than np 2"):
+        run(elastic_train.job, np=2, min_np=3)
+    with pytest.raises(ValueError, match="host_discovery_script: not with "
+                       "hosts or hostfile"):
+        run(elastic_train.job, hosts="hA:1", host_discovery_script="true",
+            min_np=1)
+    with pytest.raises(ValueError, match="reset_limit and cooldown_range "
+                       "are for an elastic job"):
+        run(elastic_train.job, np=1, reset_limit=2)

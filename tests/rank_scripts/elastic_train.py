@@ -165,9 +165,11 @@ class KerasTrainer:
                 "momentum": momentum.ravel().tolist()}
 
 
-def main() -> None:
+def job(keras: bool = False) -> dict:
+    """Trains under hvd.elastic.run; returns this rank's report (also the
+    function that tests launch with hbcore.run)."""
     hvd.init()
-    trainer = KerasTrainer() if "--keras" in sys.argv[1:] else NumpyTrainer()
+    trainer = KerasTrainer() if keras else NumpyTrainer()
     host = host_of_rank(parse_hosts_var(os.environ["HB_ELASTIC_HOSTS"]),
                         hvd.rank())[0]
     events = [e.split(":") for e in
@@ -217,6 +219,11 @@ def main() -> None:
     result = trainer.result()
     result.update({"size": hvd.size(), "resets": resets,
                    "generation": int(os.environ["HB_ELASTIC_GENERATION"])})
+    return result
+
+
+def main() -> None:
+    result = job("--keras" in sys.argv[1:])
     report(result, hvd.rank())
     hvd.shutdown()
 
