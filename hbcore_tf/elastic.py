@@ -5,7 +5,10 @@ variables, on hbcore's elastic machinery (hbcore/elastic/, docs/elastic.md).
   a Keras model's weights and its optimizer's variables, plus ObjectState
   values.
 - ``TensorFlowState(variables=None, session=None, **kwargs)``: a list of
-  variables (eager; a tf.compat.v1 session is not supported yet).
+  variables, eager or in a tf.compat.v1 graph run by ``session`` (then
+  the variables default to the graph's global variables, optimizer slots
+  included, as Horovod's; the state builds its assign ops at
+  construction, so every rank builds the same graph).
 
 Both keep a copy of the values (numpy arrays) as the last commit, taken at
 construction and by every ``save()``; the commit goes to the per-host
@@ -20,6 +23,7 @@ import pickle
 from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
+import tensorflow as tf
 
 from hbcore.elastic import (HorovodInternalError, HostsUpdatedInterrupt,
                             ObjectState, State, run)
@@ -51,6 +55,10 @@ class _VariablesState(ObjectState):
     def _read(self) -> List[np.ndarray]:
         return [np.array(v.numpy()) for v in self._variables()]
 
+    def _assign(self, values: List[np.ndarray]) -> None:
+        for variable, value in zip(self._variables(), values):
+            variable.assign(value)
+
     def save(self) -> None:
         """Copies the variables' values and the objects as the commit."""
         self._saved_values = self._read()
@@ -66,8 +74,7 @@ class _VariablesState(ObjectState):
                 "%s: the commit holds %d variables, this process has %d "
                 "(every rank must build the same model and optimizer)"
                 % (type(self).__name__, len(values), len(variables)))
-        for variable, value in zip(variables, values):
-            variable.assign(value)
+        self._assign(values)
         super().restore()
 
     def _payload(self) -> bytes:
@@ -110,27 +117,59 @@ class TensorFlowKerasState(_VariablesState):
 
 
 class TensorFlowState(_VariablesState):
-    """Horovod's TensorFlowState: a list of variables (eager mode).
+    """Horovod's TensorFlowState: a list of variables, eager or in a
+    tf.compat.v1 graph.
 
     Args:
-        variables: The variables (default: none; Horovod's default of the
-            graph's global variables needs a session).
-        session: Not supported yet (tf.compat.v1 graphs).
+        variables: The variables (default: in a graph, its global
+            variables; eager, none).
+        session: The tf.compat.v1 Session that runs the graph (default:
+            the default session); unused in eager mode.
         **kwargs: ObjectState values.
 
     Raises:
-        ValueError: If ``session`` is given.
+        ValueError: In graph mode without a session.
     """
 
     def __init__(self, variables: Optional[Sequence[Any]] = None,
                  session: Any = None, **kwargs: Any) -> None:
-        if session is not None:
-            raise ValueError("hbcore_tf.elastic.TensorFlowState: "
-                             "tf.compat.v1 sessions are not supported yet; "
-                             "run eagerly and pass the variables")
+        self.session = None
+        if session is not None or not tf.executing_eagerly():
+            self.session = session or tf.compat.v1.get_default_session()
+            if self.session is None:
+                raise ValueError(
+                    "hbcore_tf.elastic.TensorFlowState: a tf.compat.v1 "
+                    "graph needs its session (session=...)")
+        if variables is None and self.session is not None:
+            with self.session.graph.as_default():
+                variables = tf.compat.v1.global_variables()
         self.variables = list(variables or [])
+        if self.session is not None:
+            self._build_assign()
         super().__init__(bcast_object=None, **kwargs)
+
+    def _build_assign(self) -> None:
+        # One placeholder and assign op per variable, made once (graph
+        # ops are created identically on every rank).
+        with self.session.graph.as_default():
+            self._feeds = [tf.compat.v1.placeholder(v.dtype.base_dtype,
+                                                    v.shape)
+                           for v in self.variables]
+            self._assign_op = tf.group(*[
+                tf.compat.v1.assign(v, feed)
+                for v, feed in zip(self.variables, self._feeds)])
 
     def _variables(self) -> List[Any]:
         return self.variables
 
+    def _read(self) -> List[np.ndarray]:
+        if self.session is None:
+            return super()._read()
+        return [np.array(v) for v in self.session.run(self.variables)]
+
+    def _assign(self, values: List[np.ndarray]) -> None:
+        if self.session is None:
+            super()._assign(values)
+            return
+        self.session.run(self._assign_op, feed_dict=dict(zip(self._feeds,
+                                                             values)))

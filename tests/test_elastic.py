@@ -141,19 +141,46 @@ KERAS_FLAVORS = [
 ]
 
 
+# (trainer, kill event, hosts, world sizes of the steps, first step of
+# generation 1: the step after the last commit).
+TF_KILLS = {
+    # A custom TF2 loop with TensorFlowKerasState: rank 0 (hA) is killed
+    # at step 3, two steps after the last commit.
+    "keras": ("kill:hA:3", "hA:1,hB:1,hC:1", [3, 3] + [2] * 8, 2),
+    # model.fit in 2 epochs of 5 batches with KerasState and the three
+    # callbacks, a commit every 2 batches and at epoch end: rank 0 is
+    # killed at global step 7 (epoch 1, batch 2); hB and hC resume epoch
+    # 1 at batch 2 with a fit of its 3 remaining batches.
+    "fit": ("kill:hA:7", "hA:1,hB:1,hC:1", [3] * 7 + [2] * 3, 7),
+    # A tf.compat.v1 graph with TensorFlowState(session=...).
+    "v1": ("kill:hB:3", "hA:1,hB:1", [2, 2] + [1] * 8, 2),
+}
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                     reason="TensorFlow is not installed")
-@pytest.mark.parametrize("flavor", KERAS_FLAVORS)
-def test_kill_9_keras_state_restores_weights_and_optimizer_slots(flavor):
-    # A custom TF2 loop with TensorFlowKerasState: the rank on hA (rank 0)
-    # is killed at step 3, two steps after the last commit; hB and hC
-    # redo them from the committed kernel and momentum.
-    run = run_ranks(SCRIPT, 3, timeout=180, args=["--keras"],
-                    env=dict(flavor, HB_TEST_EVENTS="kill:hA:3"),
-                    hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
-                                "2"])
-    assert_finished(run, np_final=2, expected=replay_keras(run.out_dir))
-    assert step_sizes(run.out_dir) == [3, 3] + [2] * 8, run.describe()
+@pytest.mark.parametrize("trainer, flavor", [
+    pytest.param(trainer, flavor.values[0], marks=flavor.marks,
+                 id="%s-%s" % (trainer, flavor.id))
+    for trainer in ("keras", "fit") for flavor in KERAS_FLAVORS]
+    + [pytest.param("v1", {}, id="v1")])
+def test_kill_9_tf_states_restore_weights_and_optimizer_slots(trainer,
+                                                              flavor):
+    # The survivors redo the steps since the last commit from the
+    # committed kernel and momentum, and match the numpy replay.
+    event, hosts, sizes, resumed = TF_KILLS[trainer]
+    np_ = len(hosts.split(","))
+    run = run_ranks(SCRIPT, np_, timeout=180, args=[trainer],
+                    env=dict(flavor, HB_TEST_EVENTS=event),
+                    hbrun_args=["-H", hosts, FORK, "--min-np",
+                                str(np_ - 1)])
+    assert_finished(run, np_final=np_ - 1,
+                    expected=replay_keras(run.out_dir))
+    assert step_sizes(run.out_dir) == sizes, run.describe()
+    with open(os.path.join(run.out_dir, "steps.log")) as f:
+        redone = sorted({int(line.split()[2]) for line in f
+                         if line[0] == "1"})
+    assert redone == list(range(resumed, STEPS)), redone
 
 
 def _discovery_script(directory: str) -> str:

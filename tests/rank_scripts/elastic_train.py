@@ -27,12 +27,16 @@ The final world's ranks report {total, table: the whole table gathered,
 size, generation, resets: the world size seen by each reset callback call
 in this process}.
 
-With ``--keras`` the state is an hbcore_tf TensorFlowKerasState instead:
+The first argument picks the trainer (default numpy).  With ``keras``
+the state is an hbcore_tf TensorFlowKerasState instead:
 a Keras Dense(4 -> 1) layer without bias trained by SGD(1, momentum=0.5)
 on the loss sum(model(x)), x filled with (rank + 1) * (s + 1), through
 DistributedGradientTape(op=Sum): every value stays a small dyadic
 fraction, exact in float32, so the test replays it exactly as well.
 The ranks then also report the kernel ("kernel") and the momentum.
+``v1`` trains the same model as a tf.compat.v1 graph in a
+TensorFlowState(session=...), ``fit`` by model.fit with KerasState and
+the three callbacks (the classes say how).
 """
 import os
 import shutil
@@ -139,7 +143,7 @@ class KerasTrainer:
         import hbcore_tf
         from hbcore_tf import _compat
         keras = _compat.keras_module()
-        self.tf, self.hvd_tf = tf, hbcore_tf
+        self.tf, self.hvd_tf, self.keras = tf, hbcore_tf, keras
         self.model = keras.Sequential([
             keras.Input((4,)),
             keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
@@ -165,11 +169,142 @@ class KerasTrainer:
                 "momentum": momentum.ravel().tolist()}
 
 
-def job(keras: bool = False) -> dict:
+class V1Trainer:
+    """The model of KerasTrainer as a tf.compat.v1 graph: a (4, 1)
+    variable under MomentumOptimizer(1, 0.5) (accumulator = minus Keras's
+    momentum), with hbcore_tf's DistributedOptimizer(op=Sum), in a
+    TensorFlowState(session=...)."""
+
+    def __init__(self) -> None:
+        import tensorflow as tf
+        import hbcore_tf
+        tf1 = tf.compat.v1
+        tf1.disable_eager_execution()
+        self.x = tf1.placeholder(tf.float32, (1, 4))
+        self.w = tf1.get_variable("w", (4, 1), tf.float32,
+                                  tf1.zeros_initializer())
+        opt = hbcore_tf.DistributedOptimizer(
+            tf1.train.MomentumOptimizer(1.0, 0.5), op=hbcore_tf.Sum)
+        self.train_op = opt.minimize(tf.reduce_sum(tf.matmul(self.x,
+                                                             self.w)))
+        self.accum = [v for v in tf1.global_variables()
+                      if "Momentum" in v.name][0]
+        self.sess = tf1.Session()
+        self.sess.run(tf1.global_variables_initializer())
+        self.state = hbcore_tf.elastic.TensorFlowState(session=self.sess,
+                                                       step=0)
+
+    def step(self, s: int) -> None:
+        self.sess.run(self.train_op, {self.x: np.full(
+            (1, 4), (hvd.rank() + 1) * (s + 1), np.float32)})
+
+    def result(self) -> dict:
+        kernel, accum = self.sess.run([self.w, self.accum])
+        return {"kernel": kernel.ravel().tolist(),
+                "momentum": (-accum).ravel().tolist()}
+
+
+class FitTrainer(KerasTrainer):
+    """KerasTrainer's model trained by model.fit in EPOCHS epochs of
+    STEPS // EPOCHS batches, with KerasState and the three callbacks
+    (a commit every 2 batches and at each epoch's end).  A part-done
+    epoch resumes as a fit of its remaining batches (docs/elastic.md);
+    the batch of global step g is filled with (rank + 1) * (g + 1)."""
+
+    EPOCHS = 2
+
+    def __init__(self) -> None:
+        super().__init__()
+        import hbcore_tf.keras
+        self.hvd_keras = hbcore_tf.keras
+        self.opt = hbcore_tf.keras.DistributedOptimizer(self.opt,
+                                                        op=hbcore_tf.Sum)
+        self.model.compile(optimizer=self.opt, jit_compile=False,
+                           loss=lambda y, pred: self.tf.reduce_sum(pred))
+        self.state = hbcore_tf.keras.elastic.KerasState(
+            self.model, self.opt, epoch=0, batch=0)
+
+    def train(self, state, events: list, host: str) -> None:
+        tf, elastic = self.tf, self.hvd_keras.elastic
+        per_epoch = STEPS // self.EPOCHS
+
+        class Steps(self.keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                before_step(events, host, self.first + batch)
+
+            def on_train_batch_end(self, batch, logs=None):
+                log_step(self.first + batch)
+
+        while state.epoch < self.EPOCHS:
+            first = state.epoch * per_epoch + state.batch
+            count = per_epoch - state.batch
+            x = np.repeat((hvd.rank() + 1) * np.arange(
+                first + 1, first + count + 1, dtype=np.float32), 4)
+            data = tf.data.Dataset.from_tensor_slices(
+                (x.reshape(count, 1, 4), np.zeros((count, 1, 1), np.float32)))
+            steps = Steps()
+            steps.first = first
+            self.model.fit(data, steps_per_epoch=count, epochs=1, verbose=0,
+                           callbacks=[steps,
+                                      elastic.UpdateBatchStateCallback(state),
+                                      elastic.UpdateEpochStateCallback(state),
+                                      elastic.CommitStateCallback(state, 2)])
+
+
+def before_step(events: list, host: str, s: int) -> None:
+    """The kill / killhost / exit0 events of step ``s`` on ``host``."""
+    for kind, where, at in events:
+        if where == host and int(at) == s and kind in (
+                "kill", "killhost", "exit0") and once(
+                    "%s:%s:%s" % (kind, where, at)):
+            if kind == "killhost":
+                lose_host(host)
+            if kind == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(0)
+
+
+def log_step(s: int) -> None:
+    with open(os.path.join(OUT_DIR, "steps.log"), "a") as f:
+        f.write("%s %d %d\n" % (os.environ["HB_ELASTIC_GENERATION"],
+                                hvd.size(), s))
+
+
+def train_loop(trainer, state, events: list, host: str) -> None:
+    """The custom loop of the numpy, Keras and v1 trainers."""
+    for state.step in range(state.step, STEPS):
+        s = state.step
+        before_step(events, host, s)
+        trainer.step(s)
+        log_step(s)
+        if s % 2 == 1:
+            state.step = s + 1
+            state.commit()
+        for kind, where, at in events:
+            if kind in ("add", "remove") and int(at) == s and (
+                    (where in names(os.environ["HB_ELASTIC_HOSTS"]))
+                    == (kind == "remove")):
+                if hvd.rank() == 0:
+                    change_hosts(kind, where)
+                state.step = s + 1
+                state.commit()
+                # Every rank waits here for the driver's notice
+                # (pacing only: the interrupt ends the wait).
+                while True:
+                    state.check_host_updates()
+                    time.sleep(0.05)
+    state.step = STEPS
+
+
+TRAINERS = {"numpy": NumpyTrainer, "keras": KerasTrainer, "v1": V1Trainer,
+            "fit": FitTrainer}
+
+
+def job(mode: str = "numpy") -> dict:
     """Trains under hvd.elastic.run; returns this rank's report (also the
     function that tests launch with hbcore.run)."""
     hvd.init()
-    trainer = KerasTrainer() if keras else NumpyTrainer()
+    trainer = TRAINERS[mode]()
     host = host_of_rank(parse_hosts_var(os.environ["HB_ELASTIC_HOSTS"]),
                         hvd.rank())[0]
     events = [e.split(":") for e in
@@ -182,38 +317,10 @@ def job(keras: bool = False) -> dict:
 
     @hvd.elastic.run
     def train(state: hvd.elastic.ObjectState) -> None:
-        for state.step in range(state.step, STEPS):
-            s = state.step
-            for kind, where, at in events:
-                if where == host and int(at) == s and kind in (
-                        "kill", "killhost", "exit0") and once(
-                            "%s:%s:%s" % (kind, where, at)):
-                    if kind == "killhost":
-                        lose_host(host)
-                    if kind == "kill":
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    os._exit(0)
-            trainer.step(s)
-            with open(os.path.join(OUT_DIR, "steps.log"), "a") as f:
-                f.write("%s %d %d\n" % (os.environ["HB_ELASTIC_GENERATION"],
-                                        hvd.size(), s))
-            if s % 2 == 1:
-                state.step = s + 1
-                state.commit()
-            for kind, where, at in events:
-                if kind in ("add", "remove") and int(at) == s and (
-                        (where in names(os.environ["HB_ELASTIC_HOSTS"]))
-                        == (kind == "remove")):
-                    if hvd.rank() == 0:
-                        change_hosts(kind, where)
-                    state.step = s + 1
-                    state.commit()
-                    # Every rank waits here for the driver's notice
-                    # (pacing only: the interrupt ends the wait).
-                    while True:
-                        state.check_host_updates()
-                        time.sleep(0.05)
-        state.step = STEPS
+        if mode == "fit":
+            trainer.train(state, events, host)
+        else:
+            train_loop(trainer, state, events, host)
 
     train(state)
     result = trainer.result()
@@ -223,7 +330,7 @@ def job(keras: bool = False) -> dict:
 
 
 def main() -> None:
-    result = job("--keras" in sys.argv[1:])
+    result = job(sys.argv[1] if len(sys.argv) > 1 else "numpy")
     report(result, hvd.rank())
     hvd.shutdown()
 
