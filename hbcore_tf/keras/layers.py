@@ -33,7 +33,7 @@ What the layer does (the table's machinery is hbcore_tf.embedding):
    assembles the table with an allgather: it is collective (every rank
    calls ``save_weights`` / ``save``), and rank 0 alone writes the file,
    whether or not the model was built inside ``hb.scope()``
-   (``make_saving_collective`` in hbcore_tf._data_parallel). Loading reads
+   (``make_saving_collective`` in hbcore_tf._parallel.data_parallel). Loading reads
    only this rank's rows.
 4. ``export_plain_model`` turns a trained model into a plain one (whole
    tables, plain gathers) for ``model.export`` / ``tf.saved_model.save``.
@@ -50,7 +50,14 @@ from typing import Any, Dict, Optional
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.rank_local import whole_value
+from hbcore_tf._parallel.data_parallel import make_saving_collective
+from hbcore_tf.embedding.exchange import sharded_lookup
+from hbcore_tf.embedding.sharding import (creating_shards,
+                                          local_initializer, shard_plan)
+from hbcore_tf.embedding.table import make_keras_shard
+from hbcore_tf.keras import dense_features
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
 
@@ -79,13 +86,8 @@ def _combine(rows: tf.Tensor, segments: tf.Tensor, num_segments: Any,
 
 
 def _make_class(legacy: bool) -> type:
-    from hbcore_tf.embedding.exchange import sharded_lookup
-    from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
-                                           shard_plan)
-    from hbcore_tf.embedding.table import make_keras_shard, whole_value
-
-    from hbcore_tf._data_parallel import make_saving_collective
-
+    # The class subclasses the Layer of the Keras asked for; only that one
+    # is imported (tf_keras is optional).
     if legacy:
         import tf_keras as keras
         register = keras.utils.register_keras_serializable
@@ -464,8 +466,6 @@ def __getattr__(name: str) -> Any:
     if name == "ShardedEmbedding":
         return layer_class()
     if name == "DenseFeatures":
-        from hbcore_tf.keras import dense_features
-
         return dense_features.layer_class()
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
