@@ -7,6 +7,7 @@ are checked against an exact replay of the steps with the world size of
 the last generation that ran each one (from its log).
 """
 import importlib.util
+import json
 import os
 import stat
 import subprocess
@@ -181,6 +182,32 @@ def test_kill_9_tf_states_restore_weights_and_optimizer_slots(trainer,
         redone = sorted({int(line.split()[2]) for line in f
                          if line[0] == "1"})
     assert redone == list(range(resumed, STEPS)), redone
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                    reason="TensorFlow is not installed")
+def test_lost_host_sharded_v1_tables_come_back_resharded_row_by_row():
+    # A v1 graph in hb.scope with a sharded table and Adagrad: host hB
+    # (rank 1, its store with it) is lost at step 3. The state finds the
+    # table and its slot itself; after the restore at 2 ranks the whole
+    # table, kernel and slots equal the last commit at 3 ranks, row by
+    # row (hB's rows come from their copy on hC), and training ends with
+    # the same values on both ranks.
+    run = run_ranks(SCRIPT, 3, timeout=180, args=["sharded_v1"],
+                    env={"HB_TEST_EVENTS": "killhost:hB:3"},
+                    hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
+                                "2"])
+    assert run.returncode == 0 and not run.timed_out, run.describe()
+    assert step_sizes(run.out_dir) == [3, 3] + [2] * 8, run.describe()
+    with open(os.path.join(run.out_dir, "commit.0.json")) as f:
+        committed = json.load(f)
+    with open(os.path.join(run.out_dir, "restored.1.json")) as f:
+        restored = json.load(f)
+    assert len(committed["emb"]) == 7 and len(committed["emb/Adagrad"]) == 7
+    assert restored == committed
+    results = [r for r in run.results.values() if r["generation"] == 1]
+    assert len(results) == 2 and results[0] == results[1], run.results
+    assert results[0]["emb"] != committed["emb"]  # it trained on
 
 
 def _discovery_script(directory: str) -> str:

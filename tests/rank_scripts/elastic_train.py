@@ -38,6 +38,7 @@ The ranks then also report the kernel ("kernel") and the momentum.
 TensorFlowState(session=...), ``fit`` by model.fit with KerasState and
 the three callbacks (the classes say how).
 """
+import json
 import os
 import shutil
 import signal
@@ -204,6 +205,73 @@ class V1Trainer:
                 "momentum": (-accum).ravel().tolist()}
 
 
+class ShardedV1Trainer:
+    """A tf.compat.v1 graph inside hb.scope: a ROWS x 2 embedding table
+    (sharded by hb.embedding_scope) times a dense (2, 1) kernel, mean
+    squared error, Adagrad (slots for both), in a TensorFlowState that
+    is not told which variables are sharded.  After every commit, and
+    once after the restore of a later generation, the ranks gather the
+    whole table, kernel and slots (rank 0 writes them to
+    ``commit.<generation>.json`` / ``restored.<generation>.json``)."""
+
+    NAMES = ["emb", "emb/Adagrad", "w", "w/Adagrad"]
+
+    def __init__(self) -> None:
+        import tensorflow as tf
+        import hbcore_tf as hb
+        from hbcore_tf._base.rank_local import is_rank_local
+        tf1 = tf.compat.v1
+        tf1.disable_eager_execution()
+        table = (np.arange(ROWS * 2, dtype=np.float32).reshape(ROWS, 2)
+                 - 6.0) / 8.0
+        with hb.scope():
+            with hb.embedding_scope():
+                emb = tf1.get_variable(
+                    "emb", shape=[ROWS, 2],
+                    initializer=tf1.constant_initializer(table))
+            w = tf1.get_variable("w", initializer=tf.constant(
+                [[0.5], [-0.25]]))
+            self.ids = tf1.placeholder(tf.int64, [None])
+            self.y = tf1.placeholder(tf.float32, [None, 1])
+            pred = tf.matmul(tf.nn.embedding_lookup(emb, self.ids), w)
+            self.train_op = tf1.train.AdagradOptimizer(0.5).minimize(
+                tf.reduce_mean(tf.square(pred - self.y)))
+        by_name = {v.op.name: v for v in tf1.global_variables()}
+        # The whole values: blocks of rows in rank order are id order.
+        self.gathered = [
+            hb.allgather(tf.convert_to_tensor(by_name[n]), name="whole_" + n)
+            if is_rank_local(by_name[n]) else tf.convert_to_tensor(by_name[n])
+            for n in self.NAMES]
+        self.sess = tf1.Session()
+        self.sess.run(tf1.global_variables_initializer())
+        self.state = hb.elastic.TensorFlowState(session=self.sess, step=0)
+
+    def step(self, s: int) -> None:
+        r = hvd.rank()
+        self.sess.run(self.train_op, {
+            self.ids: [(s + r) % ROWS, (2 * s + r + 3) % ROWS],
+            self.y: [[1.0], [-1.0]]})
+
+    def whole(self) -> dict:
+        # Collective: every rank runs the same gathers.
+        return {n: value.tolist() for n, value in
+                zip(self.NAMES, self.sess.run(self.gathered))}
+
+    def dump(self, name: str) -> None:
+        values = self.whole()
+        if hvd.rank() == 0:
+            with open(os.path.join(OUT_DIR, name + ".tmp"), "w") as f:
+                json.dump(values, f)
+            os.replace(os.path.join(OUT_DIR, name + ".tmp"),
+                       os.path.join(OUT_DIR, name))
+
+    def after_commit(self) -> None:
+        self.dump("commit.%s.json" % os.environ["HB_ELASTIC_GENERATION"])
+
+    def result(self) -> dict:
+        return self.whole()
+
+
 class FitTrainer(KerasTrainer):
     """KerasTrainer's model trained by model.fit in EPOCHS epochs of
     STEPS // EPOCHS batches, with KerasState and the three callbacks
@@ -272,6 +340,10 @@ def log_step(s: int) -> None:
 
 def train_loop(trainer, state, events: list, host: str) -> None:
     """The custom loop of the numpy, Keras and v1 trainers."""
+    after_commit = getattr(trainer, "after_commit", lambda: None)
+    if int(os.environ["HB_ELASTIC_GENERATION"]) > 0 and hasattr(
+            trainer, "dump"):
+        trainer.dump("restored.%s.json" % os.environ["HB_ELASTIC_GENERATION"])
     for state.step in range(state.step, STEPS):
         s = state.step
         before_step(events, host, s)
@@ -280,6 +352,7 @@ def train_loop(trainer, state, events: list, host: str) -> None:
         if s % 2 == 1:
             state.step = s + 1
             state.commit()
+            after_commit()
         for kind, where, at in events:
             if kind in ("add", "remove") and int(at) == s and (
                     (where in names(os.environ["HB_ELASTIC_HOSTS"]))
@@ -297,7 +370,7 @@ def train_loop(trainer, state, events: list, host: str) -> None:
 
 
 TRAINERS = {"numpy": NumpyTrainer, "keras": KerasTrainer, "v1": V1Trainer,
-            "fit": FitTrainer}
+            "fit": FitTrainer, "sharded_v1": ShardedV1Trainer}
 
 
 def job(mode: str = "numpy") -> dict:
