@@ -245,14 +245,18 @@ class ObjectState(State):
     def __init__(self, bcast_object: Optional[Callable] = None,
                  get_rank: Optional[Callable[[], int]] = None,
                  **kwargs: Any) -> None:
-        self._saved_state: Dict[str, Any] = dict(kwargs)
+        # The commit is kept pickled: one pickle per save is both the copy
+        # (later in-place changes of an attribute never reach it) and the
+        # store's payload.
+        self._names = list(kwargs)
+        self._saved_bytes = _pickle(dict(kwargs))
         self._set_attrs()
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
     def save(self) -> None:
         """Makes the current attribute values the commit (copied)."""
-        self._saved_state = pickle.loads(pickle.dumps(
-            {name: getattr(self, name) for name in self._saved_state}))
+        self._saved_bytes = _pickle({name: getattr(self, name)
+                                     for name in self._names})
         super().save()
 
     def restore(self) -> None:
@@ -260,18 +264,21 @@ class ObjectState(State):
         self._set_attrs()
 
     def _payload(self) -> bytes:
-        return pickle.dumps(self._saved_state)
+        return self._saved_bytes
 
     def _load(self, payload: bytes) -> None:
-        self._saved_state = pickle.loads(payload)
+        self._saved_bytes = payload
         self._set_attrs()
 
     def _set_attrs(self) -> None:
-        # Copies, so that changing an attribute in place (a list) never
-        # changes the commit.
-        for name, value in pickle.loads(pickle.dumps(
-                self._saved_state)).items():
+        # Fresh copies each time, so changing an attribute in place (a
+        # list, an array) never changes the commit.
+        for name, value in pickle.loads(self._saved_bytes).items():
             setattr(self, name, value)
+
+
+def _pickle(values: Dict[str, Any]) -> bytes:
+    return pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class RowShardedState(ObjectState):
