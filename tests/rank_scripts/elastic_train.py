@@ -205,14 +205,80 @@ class V1Trainer:
                 "momentum": (-accum).ravel().tolist()}
 
 
-class ShardedV1Trainer:
+class WholeDumps:
+    """After every commit, and once after the restore of a later
+    generation, the ranks gather the whole tables, dense variables and
+    slots (``whole()``); rank 0 writes them to ``commit.<generation>.json``
+    / ``restored.<generation>.json``."""
+
+    def dump(self, name: str) -> None:
+        values = self.whole()
+        if hvd.rank() == 0:
+            with open(os.path.join(OUT_DIR, name + ".tmp"), "w") as f:
+                json.dump(values, f)
+            os.replace(os.path.join(OUT_DIR, name + ".tmp"),
+                       os.path.join(OUT_DIR, name))
+
+    def after_commit(self) -> None:
+        self.dump("commit.%s.json" % os.environ["HB_ELASTIC_GENERATION"])
+
+    def result(self) -> dict:
+        return self.whole()
+
+
+class ShardedKerasTrainer(WholeDumps):
+    """Keras in hb.scope: ShardedEmbedding(ROWS, 2) of two ids, flattened,
+    into Dense(1), Adagrad, trained by train_on_batch, in a
+    TensorFlowKerasState that is not told which variables are sharded."""
+
+    def __init__(self) -> None:
+        import tensorflow as tf
+        import hbcore_tf as hb
+        from hbcore_tf._base import compat as _compat
+        from hbcore_tf._base.rank_local import is_rank_local
+        keras = _compat.keras_module()
+        self.tf, self.hb, self.is_rank_local = tf, hb, is_rank_local
+        table = (np.arange(ROWS * 2, dtype=np.float32).reshape(ROWS, 2)
+                 - 6.0) / 8.0
+        with hb.scope():
+            ids = keras.Input((2,), dtype="int64")
+            emb = hb.keras.layers.ShardedEmbedding(
+                ROWS, 2, embeddings_initializer=keras.initializers.Constant(
+                    table), name="emb")
+            out = keras.layers.Dense(
+                1, kernel_initializer=keras.initializers.Constant(
+                    [[0.5], [-0.25], [0.25], [0.5]]))(
+                        keras.layers.Flatten()(emb(ids)))
+            self.model = keras.Model(ids, out)
+            self.opt = keras.optimizers.Adagrad(0.5)
+            self.model.compile(optimizer=self.opt, loss="mse")
+        self.state = hb.elastic.TensorFlowKerasState(self.model, self.opt,
+                                                     step=0)
+
+    def step(self, s: int) -> None:
+        r = hvd.rank()
+        with self.hb.scope():
+            self.model.train_on_batch(
+                np.array([[(s + r) % ROWS, (2 * s + r + 3) % ROWS]]),
+                np.array([[1.0]], np.float32))
+
+    def whole(self) -> dict:
+        # Collective: every rank gathers the same variables in one order.
+        from hbcore_tf.elastic import _optimizer_variables
+        variables = list(self.model.weights) + _optimizer_variables(self.opt)
+        return {"%d" % i: (self.hb.allgather(
+            self.tf.convert_to_tensor(v), name="whole%d" % i)
+            if self.is_rank_local(v) else self.tf.convert_to_tensor(v)
+        ).numpy().tolist() for i, v in enumerate(variables)
+            if len(v.shape)}
+
+
+class ShardedV1Trainer(WholeDumps):
     """A tf.compat.v1 graph inside hb.scope: a ROWS x 2 embedding table
     (sharded by hb.embedding_scope) times a dense (2, 1) kernel, mean
     squared error, Adagrad (slots for both), in a TensorFlowState that
-    is not told which variables are sharded.  After every commit, and
-    once after the restore of a later generation, the ranks gather the
-    whole table, kernel and slots (rank 0 writes them to
-    ``commit.<generation>.json`` / ``restored.<generation>.json``)."""
+    is not told which variables are sharded (WholeDumps for the
+    checks)."""
 
     NAMES = ["emb", "emb/Adagrad", "w", "w/Adagrad"]
 
@@ -256,20 +322,6 @@ class ShardedV1Trainer:
         # Collective: every rank runs the same gathers.
         return {n: value.tolist() for n, value in
                 zip(self.NAMES, self.sess.run(self.gathered))}
-
-    def dump(self, name: str) -> None:
-        values = self.whole()
-        if hvd.rank() == 0:
-            with open(os.path.join(OUT_DIR, name + ".tmp"), "w") as f:
-                json.dump(values, f)
-            os.replace(os.path.join(OUT_DIR, name + ".tmp"),
-                       os.path.join(OUT_DIR, name))
-
-    def after_commit(self) -> None:
-        self.dump("commit.%s.json" % os.environ["HB_ELASTIC_GENERATION"])
-
-    def result(self) -> dict:
-        return self.whole()
 
 
 class FitTrainer(KerasTrainer):
@@ -370,7 +422,8 @@ def train_loop(trainer, state, events: list, host: str) -> None:
 
 
 TRAINERS = {"numpy": NumpyTrainer, "keras": KerasTrainer, "v1": V1Trainer,
-            "fit": FitTrainer, "sharded_v1": ShardedV1Trainer}
+            "fit": FitTrainer, "sharded_v1": ShardedV1Trainer,
+            "sharded_keras": ShardedKerasTrainer}
 
 
 def job(mode: str = "numpy") -> dict:
