@@ -42,7 +42,6 @@ from hbcore_tf.data.detect_end import DetectEndHook
 from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
 from hbcore_tf.embedding.saving import (CollectiveCheckpointSaverHook,
                                         graph_has_sharded_tables)
-from hbcore_tf.train.evaluation import EvaluationHook
 
 _USE_DEFAULT = object()
 
@@ -204,6 +203,10 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
                 scaffold=scaffold, listeners=context.saving_listeners,
                 save_graph_def=save_graph_def))
     if eval_fn is not None:
+        # Looked up at use, as hb.train.EvaluationHook (hbcore_tf/train/
+        # __init__.py): the session's tests stand a stub module in for it.
+        from hbcore_tf.train.evaluation import EvaluationHook
+
         all_hooks.append(EvaluationHook(
             eval_fn, steps=eval_steps,
             every_n_iter=1000 if eval_every_n_iter is None
