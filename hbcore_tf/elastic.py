@@ -5,24 +5,38 @@ variables, on hbcore's elastic machinery (hbcore/elastic/, docs/elastic.md).
   a Keras model's weights and its optimizer's variables, plus ObjectState
   values.
 - ``TensorFlowState(variables=None, session=None, **kwargs)``: a list of
-  variables (eager; a tf.compat.v1 session is not supported yet).
+  variables, eager or in a tf.compat.v1 graph run by ``session`` (then
+  the variables default to the graph's global variables, optimizer slots
+  included, as Horovod's; the state builds its assign ops at
+  construction, so every rank builds the same graph).
 
 Both keep a copy of the values (numpy arrays) as the last commit, taken at
-construction and by every ``save()``; the commit goes to the per-host
-store as one pickle, and ``sync()`` broadcasts the newest one from a rank
-that has it (hbcore/elastic/state.py).  An optimizer whose variables are
-not created yet (Keras builds them at its first step) is built for the
-model's trainable variables before a commit of its variables is loaded.
-Sharded tables are not part of a commit yet.
+construction and by every ``save()``; the replicated variables go to the
+per-host store as one pickle, and ``sync()`` broadcasts the newest one
+from a rank that has it (hbcore/elastic/state.py).  The rank-local
+variables -- sharded embedding tables and their optimizer slots, found
+among the state's variables by hbcore_tf._base.rank_local (v1 tables made
+inside ``hb.scope``, Keras ShardedEmbedding, and the slots an optimizer
+made for them) -- go to this rank's part of the commit instead, which is
+also kept on a second host; a world of another size reshards them from
+the commit's parts, in id order (hbcore/elastic/reshard.py: the row
+blocks of hbcore_tf/embedding/partition.py).  An optimizer whose
+variables are not created yet (Keras builds them at its first step) is
+built for the model's trainable variables before a commit of its
+variables is loaded.
 """
 
 import pickle
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+import tensorflow as tf
 
+from hbcore.basics import rank as hb_rank
+from hbcore.basics import size as hb_size
 from hbcore.elastic import (HorovodInternalError, HostsUpdatedInterrupt,
-                            ObjectState, State, run)
+                            ObjectState, State, reshard, run)
+from hbcore_tf._base.rank_local import is_rank_local, shard_info
 
 __all__ = ["run", "State", "ObjectState", "TensorFlowKerasState",
            "TensorFlowState", "HorovodInternalError", "HostsUpdatedInterrupt"]
@@ -34,13 +48,30 @@ def _optimizer_variables(optimizer: Any) -> List[Any]:
     return list(variables() if callable(variables) else variables)
 
 
+def _num_rows(variable: Any) -> int:
+    """Rows of the whole table that a rank-local variable (a sharded
+    table, or an optimizer slot of one) holds a block of."""
+    info = shard_info(variable)
+    if info is not None:
+        return info.partition.num_rows
+    inner = getattr(variable, "value", None)
+    for v in (variable, inner):
+        sliced = getattr(v, "_save_slice_info", None)
+        if sliced is not None:
+            return int(sliced.full_shape[0])
+    raise ValueError("%s is rank-local but names no table"
+                     % getattr(variable, "name", variable))
+
+
 class _VariablesState(ObjectState):
-    """ObjectState plus a list of TF variables copied at each save."""
+    """ObjectState plus a list of TF variables copied at each save: the
+    replicated ones in the commit's values, the rank-local ones (sharded
+    tables and their slots) in this rank's part (module comment)."""
 
     def __init__(self, bcast_object: Optional[Callable], **kwargs: Any
                  ) -> None:
         super().__init__(bcast_object=bcast_object, **kwargs)
-        self._saved_values = self._read()
+        self._saved_values, self._saved_local = self._split(self._read())
 
     def _variables(self) -> List[Any]:
         raise NotImplementedError()
@@ -51,23 +82,42 @@ class _VariablesState(ObjectState):
     def _read(self) -> List[np.ndarray]:
         return [np.array(v.numpy()) for v in self._variables()]
 
+    def _assign(self, values: List[np.ndarray]) -> None:
+        for variable, value in zip(self._variables(), values):
+            variable.assign(value)
+
+    def _split(self, values: List[Any]) -> Tuple[List[Any], List[Any]]:
+        """``values`` (one per variable) as (replicated, rank-local)."""
+        local = [is_rank_local(v) for v in self._variables()]
+        return ([x for x, own in zip(values, local) if not own],
+                [x for x, own in zip(values, local) if own])
+
+    @property
+    def _has_parts(self) -> bool:  # type: ignore[override]
+        return any(is_rank_local(v) for v in self._variables())
+
     def save(self) -> None:
         """Copies the variables' values and the objects as the commit."""
-        self._saved_values = self._read()
+        self._saved_values, self._saved_local = self._split(self._read())
         super().save()
 
     def restore(self) -> None:
         """Sets the variables and objects back to the last commit."""
-        values = self._saved_values
-        self._prepare(len(values))
+        replicated, local = self._saved_values, self._saved_local
+        self._prepare(len(replicated) + len(local))
         variables = self._variables()
-        if len(variables) != len(values):
+        mine = [is_rank_local(v) for v in variables]
+        if (len(variables) - sum(mine), sum(mine)) != (len(replicated),
+                                                       len(local)):
             raise ValueError(
-                "%s: the commit holds %d variables, this process has %d "
-                "(every rank must build the same model and optimizer)"
-                % (type(self).__name__, len(values), len(variables)))
-        for variable, value in zip(variables, values):
-            variable.assign(value)
+                "%s: the commit holds %d replicated and %d rank-local "
+                "variables, this process has %d and %d (every rank must "
+                "build the same model and optimizer)"
+                % (type(self).__name__, len(replicated), len(local),
+                   len(variables) - sum(mine), sum(mine)))
+        replicated_left, local_left = iter(replicated), iter(local)
+        self._assign([next(local_left) if own else next(replicated_left)
+                      for own in mine])
         super().restore()
 
     def _payload(self) -> bytes:
@@ -76,7 +126,31 @@ class _VariablesState(ObjectState):
     def _load(self, payload: bytes) -> None:
         self._saved_values, objects = pickle.loads(payload)
         super()._load(objects)
-        self.restore()
+        if not self._has_parts:
+            self.restore()
+
+    def _part_payload(self) -> Optional[bytes]:
+        if not self._saved_local:
+            return None
+        local = [v for v in self._variables() if is_rank_local(v)]
+        return reshard.pack_part(
+            {str(i): (_num_rows(v), value)
+             for i, (v, value) in enumerate(zip(local, self._saved_local))},
+            hb_size(), hb_rank())
+
+    def _load_parts(self, parts: Iterable[bytes]) -> None:
+        resharder = reshard.Resharder(hb_size(), hb_rank())
+        for part in parts:
+            resharder.take(part)
+        blocks = resharder.blocks()
+        self._saved_local = [blocks[str(i)] for i in range(len(blocks))]
+
+    def sync(self) -> None:
+        """State.sync; with rank-local variables the variables are
+        assigned once, after both the values and the parts are in."""
+        super().sync()
+        if self._has_parts:
+            self.restore()
 
 
 class TensorFlowKerasState(_VariablesState):
@@ -110,27 +184,59 @@ class TensorFlowKerasState(_VariablesState):
 
 
 class TensorFlowState(_VariablesState):
-    """Horovod's TensorFlowState: a list of variables (eager mode).
+    """Horovod's TensorFlowState: a list of variables, eager or in a
+    tf.compat.v1 graph.
 
     Args:
-        variables: The variables (default: none; Horovod's default of the
-            graph's global variables needs a session).
-        session: Not supported yet (tf.compat.v1 graphs).
+        variables: The variables (default: in a graph, its global
+            variables; eager, none).
+        session: The tf.compat.v1 Session that runs the graph (default:
+            the default session); unused in eager mode.
         **kwargs: ObjectState values.
 
     Raises:
-        ValueError: If ``session`` is given.
+        ValueError: In graph mode without a session.
     """
 
     def __init__(self, variables: Optional[Sequence[Any]] = None,
                  session: Any = None, **kwargs: Any) -> None:
-        if session is not None:
-            raise ValueError("hbcore_tf.elastic.TensorFlowState: "
-                             "tf.compat.v1 sessions are not supported yet; "
-                             "run eagerly and pass the variables")
+        self.session = None
+        if session is not None or not tf.executing_eagerly():
+            self.session = session or tf.compat.v1.get_default_session()
+            if self.session is None:
+                raise ValueError(
+                    "hbcore_tf.elastic.TensorFlowState: a tf.compat.v1 "
+                    "graph needs its session (session=...)")
+        if variables is None and self.session is not None:
+            with self.session.graph.as_default():
+                variables = tf.compat.v1.global_variables()
         self.variables = list(variables or [])
+        if self.session is not None:
+            self._build_assign()
         super().__init__(bcast_object=None, **kwargs)
+
+    def _build_assign(self) -> None:
+        # One placeholder and assign op per variable, made once (graph
+        # ops are created identically on every rank).
+        with self.session.graph.as_default():
+            self._feeds = [tf.compat.v1.placeholder(v.dtype.base_dtype,
+                                                    v.shape)
+                           for v in self.variables]
+            self._assign_op = tf.group(*[
+                tf.compat.v1.assign(v, feed)
+                for v, feed in zip(self.variables, self._feeds)])
 
     def _variables(self) -> List[Any]:
         return self.variables
 
+    def _read(self) -> List[np.ndarray]:
+        if self.session is None:
+            return super()._read()
+        return [np.array(v) for v in self.session.run(self.variables)]
+
+    def _assign(self, values: List[np.ndarray]) -> None:
+        if self.session is None:
+            super()._assign(values)
+            return
+        self.session.run(self._assign_op, feed_dict=dict(zip(self._feeds,
+                                                             values)))

@@ -1,11 +1,13 @@
 """Elastic training under hbrun's driver (docs/elastic.md), with real
 processes on hosts emulated by hydra's fork launcher.
 
-The rank script (rank_scripts/elastic_train.py) sums integers, so the
-final total is checked against an exact replay of the steps with the
-world size of the last generation that ran each one (from its log).
+The rank script (rank_scripts/elastic_train.py) sums integers, into a
+replicated total and into a table sharded by rows, so the final values
+are checked against an exact replay of the steps with the world size of
+the last generation that ran each one (from its log).
 """
 import importlib.util
+import json
 import os
 import stat
 import subprocess
@@ -46,11 +48,16 @@ def step_sizes(out_dir: str) -> list:
     return [size_of[s][1] for s in range(STEPS)]
 
 
-def replay(out_dir: str) -> int:
-    """The total of elastic_train.py's steps: step s adds the sum over
-    ranks of (rank + 1) * (s + 1)."""
-    return sum((s + 1) * n * (n + 1) // 2
-               for s, n in enumerate(step_sizes(out_dir)))
+def replay(out_dir: str) -> dict:
+    """The total and table of elastic_train.py's steps: step s adds the
+    sum over ranks of (rank + 1) * (s + 1) to the total, and
+    (i + 1) * (s + 1) * n to both columns of row i."""
+    sizes = step_sizes(out_dir)
+    rows = np.arange(1, 8)[:, None] * np.ones((1, 2), np.int64)
+    return {"total": sum((s + 1) * n * (n + 1) // 2
+                         for s, n in enumerate(sizes)),
+            "table": sum(rows * (s + 1) * n
+                         for s, n in enumerate(sizes)).tolist()}
 
 
 def replay_keras(out_dir: str) -> dict:
@@ -78,7 +85,7 @@ def assert_finished(run, np_final=None, expected=None) -> dict:
     """The job succeeded and every rank of its last world holds the
     replay's values (default: replay's total)."""
     assert run.returncode == 0 and not run.timed_out, run.describe()
-    expected = expected or {"total": replay(run.out_dir)}
+    expected = expected or replay(run.out_dir)
     results = list(run.results.values())
     final = max(r["generation"] for r in results)
     results = [r for r in results if r["generation"] == final]
@@ -92,17 +99,18 @@ def assert_finished(run, np_final=None, expected=None) -> dict:
     return results[0]
 
 
-def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
-    # 3 hosts x 1 rank; the rank on hB (rank 1) is killed at step 3, then
-    # the rank on hA at step 6 (rank 0 wherever hA runs); blacklisted
-    # hosts come back after 1 s and join at a commit.
+def test_kill_9_of_hosts_of_ranks_0_and_1_recovers_from_the_last_commit():
+    # 3 hosts x 1 rank; host hB (rank 1) is lost at step 3, its store
+    # with it, then host hA at step 6 (rank 0 wherever hA runs): the
+    # sharded table's rows of the lost hosts come from their second
+    # copies; blacklisted hosts come back after 1 s and join at a commit.
     run = run_ranks(SCRIPT, 3, timeout=180,
-                    env={"HB_TEST_EVENTS": "kill:hB:3,kill:hA:6"},
+                    env={"HB_TEST_EVENTS": "killhost:hB:3,killhost:hA:6"},
                     hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
                                 "1", "--blacklist-cooldown-range", "1",
                                 "1"])
     assert_finished(run)
-    for event in ("kill_hB_3", "kill_hA_6"):
+    for event in ("killhost_hB_3", "killhost_hA_6"):
         assert os.path.exists(os.path.join(run.out_dir, "done." + event))
     sizes = logged_sizes(run.out_dir)
     assert sizes[0] == 3 and 2 in sizes, sizes
@@ -112,11 +120,12 @@ def test_kill_9_of_ranks_0_and_1_recovers_from_the_last_commit():
     assert stores() <= STORES_BEFORE, "the job's store was left behind"
 
 
-def test_kill_9_at_2_hosts_x_2_blacklists_the_whole_host():
-    # One of hB's two ranks is killed at step 3: hB leaves with both its
-    # slots and hA's two ranks finish from the last commit.
+def test_kill_9_of_a_whole_host_of_2_x_2_keeps_its_sharded_rows():
+    # Host hB is lost at step 3 (both its ranks SIGKILLed, its store
+    # removed): hA's two ranks finish from the last commit, with hB's
+    # rows of the sharded table from the copies hB's ranks sent to hA.
     run = run_ranks(SCRIPT, 4, timeout=180,
-                    env={"HB_TEST_EVENTS": "kill:hB:3"},
+                    env={"HB_TEST_EVENTS": "killhost:hB:3"},
                     hbrun_args=["-H", "hA:2,hB:2", FORK, "--min-np", "2"])
     assert_finished(run, np_final=2)
     assert step_sizes(run.out_dir) == [4, 4] + [2] * 8, run.describe()
@@ -133,19 +142,76 @@ KERAS_FLAVORS = [
 ]
 
 
+# (trainer, kill event, hosts, world sizes of the steps, first step of
+# generation 1: the step after the last commit).
+TF_KILLS = {
+    # A custom TF2 loop with TensorFlowKerasState: rank 0 (hA) is killed
+    # at step 3, two steps after the last commit.
+    "keras": ("kill:hA:3", "hA:1,hB:1,hC:1", [3, 3] + [2] * 8, 2),
+    # model.fit in 2 epochs of 5 batches with KerasState and the three
+    # callbacks, a commit every 2 batches and at epoch end: rank 0 is
+    # killed at global step 7 (epoch 1, batch 2); hB and hC resume epoch
+    # 1 at batch 2 with a fit of its 3 remaining batches.
+    "fit": ("kill:hA:7", "hA:1,hB:1,hC:1", [3] * 7 + [2] * 3, 7),
+    # A tf.compat.v1 graph with TensorFlowState(session=...).
+    "v1": ("kill:hB:3", "hA:1,hB:1", [2, 2] + [1] * 8, 2),
+}
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                     reason="TensorFlow is not installed")
-@pytest.mark.parametrize("flavor", KERAS_FLAVORS)
-def test_kill_9_keras_state_restores_weights_and_optimizer_slots(flavor):
-    # A custom TF2 loop with TensorFlowKerasState: the rank on hA (rank 0)
-    # is killed at step 3, two steps after the last commit; hB and hC
-    # redo them from the committed kernel and momentum.
-    run = run_ranks(SCRIPT, 3, timeout=180, args=["--keras"],
-                    env=dict(flavor, HB_TEST_EVENTS="kill:hA:3"),
+@pytest.mark.parametrize("trainer, flavor", [
+    pytest.param(trainer, flavor.values[0], marks=flavor.marks,
+                 id="%s-%s" % (trainer, flavor.id))
+    for trainer in ("keras", "fit") for flavor in KERAS_FLAVORS]
+    + [pytest.param("v1", {}, id="v1")])
+def test_kill_9_tf_states_restore_weights_and_optimizer_slots(trainer,
+                                                              flavor):
+    # The survivors redo the steps since the last commit from the
+    # committed kernel and momentum, and match the numpy replay.
+    event, hosts, sizes, resumed = TF_KILLS[trainer]
+    np_ = len(hosts.split(","))
+    run = run_ranks(SCRIPT, np_, timeout=180, args=[trainer],
+                    env=dict(flavor, HB_TEST_EVENTS=event),
+                    hbrun_args=["-H", hosts, FORK, "--min-np",
+                                str(np_ - 1)])
+    assert_finished(run, np_final=np_ - 1,
+                    expected=replay_keras(run.out_dir))
+    assert step_sizes(run.out_dir) == sizes, run.describe()
+    with open(os.path.join(run.out_dir, "steps.log")) as f:
+        redone = sorted({int(line.split()[2]) for line in f
+                         if line[0] == "1"})
+    assert redone == list(range(resumed, STEPS)), redone
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
+                    reason="TensorFlow is not installed")
+@pytest.mark.parametrize("trainer", ["sharded_v1", "sharded_keras"])
+def test_lost_host_sharded_tables_come_back_resharded_row_by_row(trainer):
+    # A v1 graph in hb.scope, or a Keras 3 model with ShardedEmbedding in
+    # hb.scope, with a sharded table and Adagrad: host hB (rank 1, its
+    # store with it) is lost at step 3. The state finds the table and its
+    # slot itself; after the restore at 2 ranks the whole table, dense
+    # variables and slots equal the last commit at 3 ranks, row by row
+    # (hB's rows come from their copy on hC), and training ends with the
+    # same values on both ranks.
+    run = run_ranks(SCRIPT, 3, timeout=180, args=[trainer],
+                    env={"HB_TEST_EVENTS": "killhost:hB:3"},
                     hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
                                 "2"])
-    assert_finished(run, np_final=2, expected=replay_keras(run.out_dir))
+    assert run.returncode == 0 and not run.timed_out, run.describe()
     assert step_sizes(run.out_dir) == [3, 3] + [2] * 8, run.describe()
+    with open(os.path.join(run.out_dir, "commit.0.json")) as f:
+        committed = json.load(f)
+    with open(os.path.join(run.out_dir, "restored.1.json")) as f:
+        restored = json.load(f)
+    # The table and its Adagrad slot: 7 rows each, whole.
+    assert sorted(len(v) for v in committed.values()).count(7) == 2, (
+        committed)
+    assert restored == committed
+    results = [r for r in run.results.values() if r["generation"] == 1]
+    assert len(results) == 2 and results[0] == results[1], run.results
+    assert {k: results[0][k] for k in committed} != committed  # trained on
 
 
 def _discovery_script(directory: str) -> str:
@@ -287,3 +353,62 @@ def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
     hosts.blacklist.add("hA")
     assert hosts.usable([Host("hA", 1), Host("hB", 2), Host("hC", 3)]) == [
         Host("hB", 1), Host("hC", 3)]
+
+
+def test_buddies_are_on_the_next_host_and_parts_reshard_in_id_order():
+    from hbcore.elastic.replicas import buddy_rank
+    from hbcore.elastic.reshard import Resharder, pack_part, row_block
+    from hbcore.elastic.state import newest_whole
+    hosts = [("hA", 2), ("hB", 3), ("hC", 1)]
+    assert [buddy_rank(hosts, r) for r in range(6)] == [2, 3, 5, 5, 5, 0]
+    assert buddy_rank([("hA", 4)], 3) is None
+    # 10 rows over 3 then 4 ranks, as np.array_split splits them.
+    table = np.arange(20).reshape(10, 2)
+    old = np.array_split(table, 3)
+    assert [row_block(10, 3, r) for r in range(3)] == [(0, 4), (4, 7),
+                                                       (7, 10)]
+    parts = [pack_part({"t": (10, old[r])}, 3, r) for r in range(3)]
+    for rank, expected in enumerate(np.array_split(table, 4)):
+        resharder = Resharder(4, rank)
+        for part in parts:
+            resharder.take(part)
+        np.testing.assert_array_equal(resharder.blocks()["t"], expected)
+    missing = Resharder(2, 1)
+    missing.take(parts[1])
+    with pytest.raises(ValueError, match="table 't': 2 of this rank's 5 "
+                       "rows were in the parts read"):
+        missing.blocks()
+    # Commit 4 lacks part 1 of 2 everywhere: commit 3 is the newest whole.
+    held = [{(4, 0, 0), (4, 2, 0), (3, 0, 0), (3, 2, 0)},
+            {(3, 2, 1), (3, 3, 2)}]
+    assert newest_whole(held, True) == (3, 2)
+    assert newest_whole(held, False) == (4, 0)
+    assert newest_whole([{(3, 2, 0)}], True) is None
+
+
+def test_hbcore_run_with_min_np_goes_on_after_a_host_is_lost(tmp_path):
+    # hbcore.run(fn, min_np=...) with horovod.run's names: host hB is lost
+    # at step 3; the results are the last world's, from the commit.
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    sys.path.insert(0, os.path.join(os.path.dirname(SCRIPT), os.pardir,
+                                    "launcher_scripts"))
+    import elastic_train
+    from procs import Watchdog
+    from hbcore.launcher.run_fn import run
+    with Watchdog(120):
+        results = run(elastic_train.job, num_proc=2, min_num_proc=1,
+                      hosts="hA:1,hB:1", mpi_args="-launcher fork",
+                      env={"HB_TEST_OUT": str(tmp_path),
+                           "HB_TEST_EVENTS": "killhost:hB:3"})
+    assert step_sizes(str(tmp_path)) == [2, 2] + [1] * 8
+    assert results == [dict(replay(str(tmp_path)), size=1, generation=1,
+                            resets=[1])]
+    with pytest.raises(ValueError, match="min_np 3 is more than np 2"):
+        run(elastic_train.job, np=2, min_np=3)
+    with pytest.raises(ValueError, match="host_discovery_script: not with "
+                       "hosts or hostfile"):
+        run(elastic_train.job, hosts="hA:1", host_discovery_script="true",
+            min_np=1)
+    with pytest.raises(ValueError, match="reset_limit and cooldown_range "
+                       "are for an elastic job"):
+        run(elastic_train.job, np=1, reset_limit=2)

@@ -4,30 +4,48 @@ Cross-rank contract: every rank creates the same state objects in the
 same order and calls commit / check_host_updates / sync at the same
 points of its program (each holds one collective).
 
-- ``commit()``: ``save()`` (the state's values pickled, written to this
-  host's store under the next commit number: store.py), then
-  ``check_host_updates()``.
-- ``check_host_updates()``: every rank looks for the driver's host-change
-  notice; the answers are all-gathered, so if any rank saw it, every rank
-  raises HostsUpdatedInterrupt from the same call.  All-gathering also
-  means no rank leaves a commit before every rank has written its own.
-- ``sync()``: 1. every rank reads its host's newest commit number (-1:
-  none); 2. the numbers are all-gathered; 3. the lowest rank holding the
-  highest number broadcasts its commit; 4. every rank takes it and writes
-  it to its own host's store (a new host then holds it too).  With no
+- ``commit()``: ``save()``, then ``check_host_updates()``.
+- ``save()``: the state's replicated values (pickled) go to this host's
+  store under the next commit number; a state with per-rank parts
+  (sharded rows: ``_part_payload``) also writes its part there and sends
+  it to its buddy on another host (replicas.py), which writes it to its
+  own host's store.  Then commits older than the previous one are removed
+  from this host (store.py says why the previous one is still whole).
+- ``check_host_updates()``: rank 0 asks the driver for the host-change
+  notice (hbcore/launcher/elastic_notice.py); the answer is all-gathered,
+  so every rank raises HostsUpdatedInterrupt from the same call.  The
+  all-gather also means no rank leaves a commit before every rank has
+  written its files of it.
+- ``sync()``: 1. every rank lists the files its host holds; 2. the lists
+  are all-gathered; 3. the newest commit that is whole among the live
+  hosts is chosen (its replicated values somewhere and, for a state with
+  parts, every part of one world size); 4. the lowest rank holding the
+  values broadcasts them, and for each part the lowest rank holding it
+  broadcasts it, every rank keeping the rows it holds now (reshard.py);
+  5. every rank writes the commit again in the new world's layout (so a
+  new host holds it too, and each part has its second copy).  With no
   commit anywhere (a fresh job) rank 0's current values are broadcast, as
-  Horovod does.
+  Horovod does, and each rank keeps its own parts; with commits but none
+  whole (two hosts lost at once) sync raises RuntimeError rather than
+  start over.
 - ``restore()``: back to the last commit this process made or received.
 Outside an elastic job (no HB_ELASTIC_STORE) the objects behave as
 Horovod's, in memory only.
 """
 
+import os
 import pickle
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
+                    Set, Tuple)
+
+import numpy as np
 
 from hbcore.basics import rank as hb_rank
-from hbcore.elastic.store import Store
+from hbcore.basics import size as hb_size
+from hbcore.elastic import replicas, reshard
+from hbcore.elastic.store import Entry, Store
 from hbcore.exceptions import HostsUpdatedInterrupt
+from hbcore.launcher import elastic_notice
 from hbcore.objects import allgather_object, broadcast_object
 
 # Creation counters per class: the store key of each state object.
@@ -98,35 +116,64 @@ class State:
         store = self._elastic_store()
         if store is None:
             return
-        if any(allgather_object(store.hosts_updated(),
-                                name="elastic.hosts_updated")):
+        address = os.environ.get(elastic_notice.NOTICE_VAR)
+        seen = bool(address) and self._rank() == 0 and (
+            elastic_notice.hosts_updated(address, store.generation))
+        if any(allgather_object(seen, name="elastic.hosts_updated")):
             raise HostsUpdatedInterrupt(False)
 
     def save(self) -> None:
         """Saves the state as the new commit."""
-        payload = self._payload()
         self._commit += 1
         store = self._elastic_store()
         if store is not None:
-            store.write(self._key, self._commit, payload)
+            self._write(store, self._payload(), self._part_payload())
+
+    def _write(self, store: Store, payload: bytes,
+               part: Optional[bytes]) -> None:
+        """Writes commit ``self._commit`` (module comment, ``save``)."""
+        key, commit = self._key, self._commit
+        store.write(key, commit, payload)
+        if part is not None:
+            rank, size = self._rank(), hb_size()
+            store.write(key, commit, part, size, rank)
+            for sender, data in replicas.exchange(
+                    part, store.hosts, rank, name="elastic.replica." + key):
+                store.write(key, commit, data, size, sender)
+        store.prune(key, commit - 1)
 
     def sync(self) -> None:
         """Brings every rank to the newest commit (module comment)."""
         store = self._elastic_store()
-        held = store.latest(self._key) if store is not None else None
-        if held is not None and held[0] >= self._commit:
-            self._commit = held[0]
-            self._load(held[1])
-        numbers = allgather_object(self._commit, name="elastic.sync.commits")
-        newest = max(numbers)
-        if newest < 0:
+        held = sorted(store.entries(self._key)) if store is not None else []
+        everyone = [{tuple(entry) for entry in files} for files in
+                    allgather_object(held, name="elastic.sync.held")]
+        chosen = newest_whole(everyone, self._has_parts)
+        if chosen is None and any(everyone):
+            raise RuntimeError(
+                "hbcore.elastic: no commit of %s is whole on the hosts left "
+                "(%d live ranks hold commits %s): more than one host that "
+                "held it was lost" % (self._key, len(everyone), sorted(
+                    {entry[0] for files in everyone for entry in files})))
+        if chosen is None:
             self._load(self._bcast(self._payload(), 0))
             return
-        root = numbers.index(newest)
-        self._load(self._bcast(self._payload(), root))
-        self._commit = newest
+        commit, parts = chosen
+        rank = self._rank()
+
+        def from_holder(entry: Entry) -> bytes:
+            holder = min(r for r, files in enumerate(everyone)
+                         if entry in files)
+            mine = store.read(self._key, *entry) if rank == holder else None
+            return self._bcast(mine, holder)
+
+        self._load(from_holder((commit, 0, 0)))
+        if parts:
+            self._load_parts(from_holder((commit, parts, p))
+                             for p in range(parts))
+        self._commit = commit
         if store is not None:
-            store.write(self._key, self._commit, self._payload())
+            self._write(store, self._payload(), self._part_payload())
 
     def _bcast(self, payload: bytes, root: int) -> bytes:
         if root == 0:
@@ -141,12 +188,48 @@ class State:
         """Rebuilds what depends on the world after a reset (before sync)."""
 
     def _payload(self) -> bytes:
-        """The committed state as bytes."""
+        """The committed replicated state as bytes."""
         raise NotImplementedError()
+
+    # Whether the state has per-rank parts (subclasses with sharded rows).
+    _has_parts = False
+
+    def _part_payload(self) -> Optional[bytes]:
+        """This rank's committed part, or None (no per-rank state)."""
+        return None
+
+    def _load_parts(self, parts: Iterable[bytes]) -> None:
+        """Makes the committed parts of an old world (given one at a time,
+        in rank order) this rank's committed and current part."""
 
     def _load(self, payload: bytes) -> None:
         """Makes ``payload`` the committed and current state."""
         raise NotImplementedError()
+
+
+def newest_whole(held: Sequence[Iterable[Entry]], has_parts: bool
+                 ) -> Optional[Tuple[int, int]]:
+    """The newest commit that the live ranks hold whole.
+
+    Args:
+        held: Per rank, the (commit, parts, part) entries of its host
+            (store.py; parts 0 is the replicated values).
+        has_parts: Whether the state has per-rank parts.
+
+    Returns:
+        ``(commit, parts)`` (parts 0 without per-rank parts), or None.
+    """
+    entries: Set[Entry] = {tuple(entry) for files in held
+                           for entry in files}  # type: ignore[misc]
+    for commit in sorted({c for c, _, _ in entries}, reverse=True):
+        if (commit, 0, 0) not in entries:
+            continue
+        if not has_parts:
+            return commit, 0
+        for parts in sorted({n for c, n, _ in entries if c == commit and n}):
+            if all((commit, parts, p) in entries for p in range(parts)):
+                return commit, parts
+    return None
 
 
 class ObjectState(State):
@@ -162,14 +245,18 @@ class ObjectState(State):
     def __init__(self, bcast_object: Optional[Callable] = None,
                  get_rank: Optional[Callable[[], int]] = None,
                  **kwargs: Any) -> None:
-        self._saved_state: Dict[str, Any] = dict(kwargs)
+        # The commit is kept pickled: one pickle per save is both the copy
+        # (later in-place changes of an attribute never reach it) and the
+        # store's payload.
+        self._names = list(kwargs)
+        self._saved_bytes = _pickle(dict(kwargs))
         self._set_attrs()
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
     def save(self) -> None:
         """Makes the current attribute values the commit (copied)."""
-        self._saved_state = pickle.loads(pickle.dumps(
-            {name: getattr(self, name) for name in self._saved_state}))
+        self._saved_bytes = _pickle({name: getattr(self, name)
+                                     for name in self._names})
         super().save()
 
     def restore(self) -> None:
@@ -177,15 +264,79 @@ class ObjectState(State):
         self._set_attrs()
 
     def _payload(self) -> bytes:
-        return pickle.dumps(self._saved_state)
+        return self._saved_bytes
 
     def _load(self, payload: bytes) -> None:
-        self._saved_state = pickle.loads(payload)
+        self._saved_bytes = payload
         self._set_attrs()
 
     def _set_attrs(self) -> None:
-        # Copies, so that changing an attribute in place (a list) never
-        # changes the commit.
-        for name, value in pickle.loads(pickle.dumps(
-                self._saved_state)).items():
+        # Fresh copies each time, so changing an attribute in place (a
+        # list, an array) never changes the commit.
+        for name, value in pickle.loads(self._saved_bytes).items():
             setattr(self, name, value)
+
+
+def _pickle(values: Dict[str, Any]) -> bytes:
+    return pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+class RowShardedState(ObjectState):
+    """ObjectState plus tables sharded by rows over the ranks (an hbcore
+    extension; Horovod's states hold replicated values only).
+
+    Each rank holds one block of rows of each table, contiguous in id
+    order (reshard.py).  A commit writes each rank's blocks on its host
+    and on a second host (the module comment), and a world of another
+    size reshards them from the commit.
+
+    Args:
+        tables: ``{name: the whole table}`` to start from (the same on
+            every rank); each rank keeps its block.
+        bcast_object: As State's.
+        get_rank: As State's.
+        **kwargs: ObjectState values.
+
+    Attributes:
+        shards: ``{name: this rank's block}`` (numpy arrays; change them
+            in place or assign new blocks of the same rows).
+    """
+
+    _has_parts = True
+
+    def __init__(self, tables: Dict[str, Any],
+                 bcast_object: Optional[Callable] = None,
+                 get_rank: Optional[Callable[[], int]] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank,
+                         **kwargs)
+        self._num_rows = {name: len(table) for name, table in tables.items()}
+        rank, size = self._rank(), hb_size()
+        self._saved_shards = {}
+        for name, table in tables.items():
+            start, stop = reshard.row_block(len(table), size, rank)
+            self._saved_shards[name] = np.array(table[start:stop])
+        self.shards = {n: b.copy() for n, b in self._saved_shards.items()}
+
+    def save(self) -> None:
+        """Makes the current values and blocks the commit (copied)."""
+        self._saved_shards = {n: np.array(b) for n, b in self.shards.items()}
+        super().save()
+
+    def restore(self) -> None:
+        """Sets the values and blocks back to the last commit."""
+        self.shards = {n: b.copy() for n, b in self._saved_shards.items()}
+        super().restore()
+
+    def _part_payload(self) -> Optional[bytes]:
+        return reshard.pack_part(
+            {name: (self._num_rows[name], block)
+             for name, block in self._saved_shards.items()},
+            hb_size(), self._rank())
+
+    def _load_parts(self, parts: Iterable[bytes]) -> None:
+        resharder = reshard.Resharder(hb_size(), self._rank())
+        for part in parts:
+            resharder.take(part)
+        self._saved_shards = resharder.blocks()
+        self.shards = {n: b.copy() for n, b in self._saved_shards.items()}

@@ -28,6 +28,7 @@ Modules, one job each:
                  (protocol in its module comment; docs/elastic.md)
     elastic_protocol  the variables, exit code and files the elastic
                  driver and the ranks' hbcore.elastic share
+    elastic_notice  the host-change notice, driver -> rank 0, over TCP
     discovery    --host-discovery-script and the host blacklist
 
 Nothing here imports the native core: the launcher must work (and

@@ -18,8 +18,9 @@ The driver's loop, one turn per generation g:
 2. Launch: the generation's ranks get HB_ELASTIC_GENERATION=g,
    HB_ELASTIC_HOSTS and HB_ELASTIC_STORE (elastic_protocol.py).  While it
    runs, a poller asks the discovery script again every second; when the
-   usable hosts change it creates the generation's host-change notice,
-   which the ranks see at their next commit (HostsUpdatedInterrupt).  A
+   usable hosts change it posts the generation's host-change notice
+   (elastic_notice.py), which the ranks see at their next commit
+   (HostsUpdatedInterrupt).  A
    discovery error stops the generation and ends the job.
 3. End of the generation, from every rank status read:
    - every rank exited 0 after its elastic function returned (or, a
@@ -55,7 +56,8 @@ import psutil
 from hbcore.launcher.discovery import Blacklist, run_discovery_script
 from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
                                               REFORM_EXIT_CODE, STORE_VAR,
-                                              host_of_rank, notice_path)
+                                              host_of_rank)
+from hbcore.launcher.elastic_notice import NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
 from hbcore.launcher.rank_wrapper import RankStatus
@@ -178,10 +180,12 @@ class _Hosts:
 class _Poller(threading.Thread):
     """Asks for hosts while a generation runs (step 2)."""
 
-    def __init__(self, hosts: _Hosts, current: List[Host], notice: str,
+    def __init__(self, hosts: _Hosts, current: List[Host],
+                 notice: NoticeServer, generation: int,
                  events: "queue.Queue") -> None:
         super().__init__(daemon=True)
         self._hosts, self._current, self._notice = hosts, current, notice
+        self._generation = generation
         self._events = events
         self.stopped = threading.Event()
         self.error: Optional[str] = None
@@ -194,9 +198,8 @@ class _Poller(threading.Thread):
                 self.error = str(exc)
                 self._events.put(("abort", self.error))
                 return
-            if usable != self._current and not os.path.exists(self._notice):
-                with open(self._notice, "w") as f:
-                    f.write(hydra_hosts_arg(usable) + "\n")
+            if usable != self._current:
+                self._notice.post(self._generation)
 
 
 def _store_root() -> str:
@@ -255,6 +258,7 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
         previous = {signum: signal.signal(signum, _raise_interrupted)
                     for signum in _SIGNALS}
     hosts_state = _Hosts(settings)
+    notice = NoticeServer()
     failures: List[str] = []
     resets = 0
     generation = 0
@@ -268,11 +272,10 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
             rank_env = dict(env)
             rank_env.update({GENERATION_VAR: str(generation),
                              HOSTS_VAR: hydra_hosts_arg(hosts),
-                             STORE_VAR: store})
+                             STORE_VAR: store, NOTICE_VAR: notice.address})
             events: "queue.Queue" = queue.Queue()
             seen: List[RankStatus] = []
-            poller = _Poller(hosts_state, hosts,
-                             notice_path(store, generation), events)
+            poller = _Poller(hosts_state, hosts, notice, generation, events)
             poller.start()
             try:
                 result = launch(command, total_slots(hosts), hosts=hosts,
@@ -328,4 +331,5 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        notice.close()
         shutil.rmtree(store, ignore_errors=True)

@@ -24,9 +24,8 @@ creates ``<root>/finished.<gen>.<rank>`` on its host before it exits; its
 rank wrapper, on the same host, reports an exit 0 without that marker to
 the driver as a worker that left early (rank_wrapper.py).
 
-Host-change notice: the driver creates ``<root>/hosts-updated.<gen>``
-when the usable hosts differ from the generation's; ranks look for it at
-every commit.
+Host-change notice: over TCP from the driver, HB_ELASTIC_NOTICE
+(elastic_notice.py).
 """
 
 import os
@@ -38,11 +37,6 @@ STORE_VAR = "HB_ELASTIC_STORE"
 
 # EX_TEMPFAIL: "try again"; no Python or shell error uses it.
 REFORM_EXIT_CODE = 75
-
-
-def notice_path(store: str, generation: int) -> str:
-    """Returns the host-change notice file of a generation."""
-    return os.path.join(store, "hosts-updated.%d" % generation)
 
 
 def finished_path(store: str, generation: int, rank: int) -> str:

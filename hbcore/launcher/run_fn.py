@@ -20,14 +20,14 @@ import pickle
 import signal
 import sys
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Union)
+                    Tuple, Union)
 
 RUN_TASK = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "run_task.py")
 
 
 def run(fn: Callable[..., Any], args: Sequence[Any] = (),
-        kwargs: Optional[Mapping[str, Any]] = None, np: int = 1,
+        kwargs: Optional[Mapping[str, Any]] = None, np: Optional[int] = None,
         hosts: Optional[str] = None, hostfile: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
         mpi_args: Union[str, Sequence[str], None] = None,
@@ -40,7 +40,15 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         start_timeout: Optional[int] = None,
         disable_cache: Optional[bool] = None,
         use_gloo: Optional[bool] = None,
-        use_mpi: Optional[bool] = None) -> List[Any]:
+        use_mpi: Optional[bool] = None,
+        min_np: Optional[int] = None,
+        max_np: Optional[int] = None,
+        min_num_proc: Optional[int] = None,
+        max_num_proc: Optional[int] = None,
+        slots: Optional[int] = None,
+        reset_limit: Optional[int] = None,
+        cooldown_range: Optional[Tuple[float, float]] = None,
+        host_discovery_script: Optional[str] = None) -> List[Any]:
     """Runs ``fn(*args, **kwargs)`` on ``np`` ranks and returns the results.
 
     Each rank runs in its own process started by MPI's launcher, with its
@@ -53,7 +61,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         fn: The function to run on every rank.
         args: Positional arguments for ``fn``.
         kwargs: Keyword arguments for ``fn``.
-        np: Number of ranks.
+        np: Number of ranks (default: ``min_np``, else 1).
         hosts: Host list like ``"host1:2,host2:2"``; None for this host.
             Remote hosts must see the temporary directory (set TMPDIR to a
             shared file system).
@@ -76,14 +84,31 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         disable_cache: Accepted for horovod.run compatibility (no cache).
         use_gloo: Must not be true: hbcore has no Gloo controller.
         use_mpi: Accepted; MPI is the only controller.
+        min_np: Elastic: fewest ranks to go on with (hbrun's ``--min-np``;
+            docs/elastic.md).  Any of min_np, max_np and
+            host_discovery_script makes the job elastic: ``fn`` then uses
+            ``hvd.elastic.run`` and state objects.
+        max_np: Elastic: most ranks (``--max-np``).
+        min_num_proc: horovod.run's name for ``min_np``.
+        max_num_proc: horovod.run's name for ``max_np``.
+        slots: Elastic: slots of a discovered host printed without any
+            (``--slots-per-host``).
+        reset_limit: Elastic: most re-formations (``--reset-limit``).
+        cooldown_range: Elastic: ``(MIN, MAX)`` seconds a failed host is
+            blacklisted (``--blacklist-cooldown-range``).
+        host_discovery_script: Elastic: prints the usable hosts
+            (``--host-discovery-script``; not with ``hosts``).
 
     Returns:
-        The return values of ``fn``, in rank order.
+        The return values of ``fn``, in rank order; for an elastic job,
+        those of the last world's first ``min_np`` ranks (as horovod.run).
 
     Raises:
-        ValueError: If ``np`` < 1, ``np`` and ``num_proc`` disagree, both
-            ``hosts`` and ``hostfile`` are given, a host list is malformed
-            or has fewer slots than ``np``, or ``use_gloo`` is true.
+        ValueError: If ``np`` < 1, ``np`` and ``num_proc`` (or an elastic
+            argument and its horovod.run name) disagree, both ``hosts`` and
+            ``hostfile`` are given, a host list is malformed or has fewer
+            slots than ``np``, ``use_gloo`` is true, or the elastic
+            arguments do not fit together (min_np > np, ...).
         RuntimeError: If a rank raised (the message names the rank and
             holds its traceback), was killed, or the launch failed.
         KeyboardInterrupt: If interrupted by Ctrl-C (all ranks are stopped
@@ -96,6 +121,8 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
 
     import cloudpickle
 
+    from hbcore.launcher.elastic_run_fn import (elastic_settings,
+                                                run_elastic_fn)
     from hbcore.launcher.errors import LauncherError
     from hbcore.launcher.hosts import (parse_hostfile, parse_hosts,
                                        total_slots)
@@ -103,13 +130,9 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
     from hbcore.launcher.run_task import FN_FILE
     from hbcore.launcher.supervisor import launch
 
-    if num_proc is not None:
-        if np not in (1, num_proc):
-            raise ValueError("np=%r and num_proc=%r disagree; give one of "
-                             "them" % (np, num_proc))
-        np = num_proc
-    if not isinstance(np, int) or np < 1:
-        raise ValueError("np must be an integer >= 1, got %r" % (np,))
+    np = _one_of("np", np, "num_proc", num_proc)
+    min_np = _one_of("min_np", min_np, "min_num_proc", min_num_proc)
+    max_np = _one_of("max_np", max_np, "max_num_proc", max_num_proc)
     if use_gloo:
         raise ValueError("use_gloo=True: hbcore has no Gloo controller; "
                          "ranks always use MPI")
@@ -117,6 +140,14 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         raise ValueError("give hosts or hostfile, not both")
     host_list = (parse_hosts(hosts) if hosts is not None else
                  parse_hostfile(hostfile) if hostfile is not None else None)
+    elastic = elastic_settings(np, min_np, max_np, host_discovery_script,
+                               host_list, slots, reset_limit, cooldown_range,
+                               os.environ)
+    if elastic is not None:
+        np = elastic.np
+    np = 1 if np is None else np
+    if not isinstance(np, int) or np < 1:
+        raise ValueError("np must be an integer >= 1, got %r" % (np,))
     if host_list is not None and np > total_slots(host_list):
         raise ValueError("np: %d ranks do not fit in the %d slots of the "
                          "host list" % (np, total_slots(host_list)))
@@ -136,14 +167,18 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         environ.update(env or {})
         environ = launcher_environ(environ, ssh_port=ssh_port,
                                    ssh_identity_file=ssh_identity_file)
+        command = [executable or sys.executable, RUN_TASK, workdir]
+        launch_args = dict(
+            mpi_args=list(mpi_args or ()),
+            output_dir=(os.path.abspath(output_filename)
+                        if output_filename else None),
+            verbose=verbose, environ=environ, stdin=subprocess.DEVNULL)
+        if elastic is not None:
+            return run_elastic_fn(command, elastic, workdir,
+                                  nic_env(network_interface), launch_args)
         try:
-            result = launch(
-                [executable or sys.executable, RUN_TASK, workdir], np,
-                hosts=host_list, env=nic_env(network_interface),
-                mpi_args=list(mpi_args or ()),
-                output_dir=(os.path.abspath(output_filename)
-                            if output_filename else None),
-                verbose=verbose, environ=environ, stdin=subprocess.DEVNULL)
+            result = launch(command, np, hosts=host_list,
+                            env=nic_env(network_interface), **launch_args)
         except LauncherError as exc:
             raise RuntimeError("hbcore.run: %s" % exc) from None
         if result.interrupted_by is not None:
@@ -151,6 +186,18 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         return _collect(workdir, np, result)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _one_of(name: str, value: Optional[int], alias: str,
+            alias_value: Optional[int]) -> Optional[int]:
+    """An argument given under its name or horovod.run's (not both, unless
+    equal)."""
+    if alias_value is None:
+        return value
+    if value is not None and value != alias_value:
+        raise ValueError("%s=%r and %s=%r disagree; give one of them"
+                         % (name, value, alias, alias_value))
+    return alias_value
 
 
 def _reraise_signal(signum: int) -> None:

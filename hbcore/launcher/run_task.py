@@ -22,16 +22,21 @@ from typing import Any, List, Optional, Tuple
 FN_FILE = "fn.pkl"
 
 
-def result_file(workdir: str, rank: int) -> str:
+def result_file(workdir: str, rank: int,
+                generation: Optional[str] = None) -> str:
     """Returns the path of a rank's result file.
 
     Args:
         workdir: The work directory of the ``hbcore.run`` call.
         rank: The rank whose result it holds.
+        generation: Under hbrun's elastic driver, the rank's generation
+            (HB_ELASTIC_GENERATION; elastic_run_fn.py).
 
     Returns:
-        ``workdir/result.<rank>.pkl``.
+        ``workdir/result.<rank>.pkl``, or ``result.<generation>.<rank>.pkl``.
     """
+    if generation:
+        return os.path.join(workdir, "result.%s.%d.pkl" % (generation, rank))
     return os.path.join(workdir, "result.%d.pkl" % rank)
 
 
@@ -124,7 +129,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     workdir = argv[0]
     outcome = _run(workdir)
-    _write(result_file(workdir, _rank()), outcome)
+    _write(result_file(workdir, _rank(),
+                       os.environ.get("HB_ELASTIC_GENERATION")), outcome)
     if outcome[0] == "error":
         sys.stderr.write(outcome[1]["traceback"])
         return 1

@@ -6,9 +6,13 @@ as Horovod's do:
 
 - ``CommitStateCallback(state, batches_per_commit=1)``: commits every
   ``batches_per_commit`` batches and at each epoch's end.
-- ``UpdateBatchStateCallback(state)``: ``state.batch`` is the last batch
-  done (0 after an epoch), and an epoch restarted after a reset runs only
-  its remaining steps.
+- ``UpdateBatchStateCallback(state)``: ``state.batch`` counts the batches
+  done in the current epoch (0 after an epoch), across resets.  Keras
+  cannot shorten an epoch once ``fit`` runs (Horovod's callback sets
+  ``params["steps"]``, which neither Keras 3 nor tf_keras reads), so a
+  program resumes a part-done epoch with a ``fit`` of its remaining
+  ``steps_per_epoch - state.batch`` steps (docs/elastic.md); the count
+  then goes on from ``state.batch``.
 - ``UpdateEpochStateCallback(state)``: ``state.epoch`` counts the epochs
   done, across resets.
 
@@ -74,7 +78,8 @@ class CommitStateCallback(_Callback):
 
 
 class UpdateBatchStateCallback(_Callback):
-    """Keeps ``state.batch`` at the last batch done in the epoch.
+    """Keeps ``state.batch`` at the number of batches done in the epoch
+    (the module comment).
 
     Args:
         state: The elastic state (with a ``batch`` value).
@@ -83,23 +88,18 @@ class UpdateBatchStateCallback(_Callback):
     def __init__(self, state: Any) -> None:
         super().__init__()
         self.state = state
-        self.steps_per_epoch: Optional[int] = None
+        self.first_batch = 0
 
     def on_train_begin(self, logs: Optional[Dict] = None) -> None:
-        self.steps_per_epoch = None
-
-    def on_epoch_begin(self, epoch: int, logs: Optional[Dict] = None) -> None:
-        # An epoch restarted after a reset runs only its remaining steps.
-        if self.params.get("steps"):
-            if self.steps_per_epoch is None:
-                self.steps_per_epoch = self.params["steps"]
-            self.params["steps"] = self.steps_per_epoch - self.state.batch
+        # A fit that resumes an epoch goes on counting from the commit.
+        self.first_batch = self.state.batch
 
     def on_batch_end(self, batch: int, logs: Optional[Dict] = None) -> None:
-        self.state.batch = batch
+        self.state.batch = self.first_batch + batch + 1
 
     def on_epoch_end(self, epoch: int, logs: Optional[Dict] = None) -> None:
         self.state.batch = 0
+        self.first_batch = 0
 
 
 class UpdateEpochStateCallback(_Callback):

@@ -1,0 +1,242 @@
+"""Elastic training benchmark: what a commit costs and how long a recovery
+takes (docs/elastic.md).
+
+Run::
+
+    python benchmarks/elastic.py                 # ~2-4 min
+    python benchmarks/elastic.py --quick         # smaller state, ~1 min
+    python benchmarks/elastic.py --json out.json # also write the numbers
+
+Every job runs under hbrun's elastic driver on hosts emulated by hydra's
+fork launcher (one rank per emulated host, each with its own store
+directory), in the numpy front end (no TensorFlow start-up in the
+figures).  Rows:
+
+  commit, dense      an ObjectState holding a 20 MB float32 array:
+                     ms per ``commit()`` (median of the slowest rank per
+                     repetition), and as a share of a step at one commit
+                     per 10 steps; the step is the allreduce of a 20 MB
+                     gradient (what a data-parallel step of that model
+                     communicates).  Target: under 5%.
+  commit, sharded    a RowShardedState of 8M x 16 float32 rows (512 MB,
+                     split over the ranks): ms per ``commit()``, which
+                     writes each rank's rows on its host and sends them
+                     to the second host.
+  recovery           the rank on the second host SIGKILLs itself at step
+                     15 (last commit after step 9, so 5 steps are
+                     redone); time from the kill to the first step after
+                     the restore, split into detection (the kill to
+                     hbrun starting the next generation), re-formation
+                     (that to the new ranks' reset callback: process
+                     start, hbcore.init, the program's set-up) and state
+                     sync (``sync()``: the broadcast of the 20 MB
+                     commit).  Targets: detection under 5 s, recovery
+                     under 15 s at 3 ranks.
+
+At 2 and 3 ranks.  Horovod + Gloo elastic is not measured: no Horovod
+build sits beside this checkout's TensorFlow (docs/benchmarks.md says how
+to make one); its figures would be added as further rows.
+"""
+import argparse
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Dict, List
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _launch import ROOT, hbrun, print_and_save, worker_env  # noqa: E402
+
+DENSE_MB = 20
+KILL_STEP = 15
+TIMEOUT_S = 300
+
+
+# --- rank side ---------------------------------------------------------------
+
+def _slowest(hvd, seconds: float) -> float:
+    return float(hvd.allreduce(np.array([seconds]), op=hvd.Max,
+                               name="bench.slowest")[0])
+
+
+def _median_ms(hvd, fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        hvd.barrier()
+        start = time.perf_counter()
+        fn()
+        times.append(_slowest(hvd, time.perf_counter() - start))
+    return 1000.0 * float(np.median(times))
+
+
+def rank_commit(args) -> None:
+    import hbcore as hvd
+    hvd.init()
+    floats = DENSE_MB * 2 ** 20 // 4 // args.scale
+    dense = hvd.elastic.ObjectState(weights=np.ones(floats, np.float32))
+    grad = np.ones(floats, np.float32)
+    step_ms = _median_ms(hvd, lambda: hvd.allreduce(grad, op=hvd.Sum,
+                                                    name="bench.grad"),
+                         args.reps)
+    dense_ms = _median_ms(hvd, dense.commit, args.reps)
+    rows = args.rows // args.scale
+    sharded = hvd.elastic.RowShardedState(
+        {"emb": np.zeros((rows, args.dim), np.float32)})
+    sharded_ms = _median_ms(hvd, sharded.commit, max(3, args.reps // 3))
+    if hvd.rank() == 0:
+        with open(os.path.join(args.out, "commit.json"), "w") as f:
+            json.dump({"step_ms": step_ms, "dense_ms": dense_ms,
+                       "dense_mb": floats * 4 / 2 ** 20,
+                       "sharded_ms": sharded_ms, "rows": rows,
+                       "dim": args.dim}, f)
+
+
+def rank_recovery(args) -> None:
+    import hbcore as hvd
+    from hbcore.launcher.elastic_protocol import host_of_rank, parse_hosts_var
+    hvd.init()
+    floats = DENSE_MB * 2 ** 20 // 4 // args.scale
+    state = hvd.elastic.ObjectState(step=0, weights=np.ones(floats,
+                                                            np.float32))
+    generation = int(os.environ["HB_ELASTIC_GENERATION"])
+    host = host_of_rank(parse_hosts_var(os.environ["HB_ELASTIC_HOSTS"]),
+                        hvd.rank())[0]
+    marks: Dict[str, float] = {}
+    state.register_reset_callbacks([lambda: marks.setdefault(
+        "reset", time.time())])
+
+    @hvd.elastic.run
+    def train(state) -> None:
+        for state.step in range(state.step, KILL_STEP + 5):
+            if generation > 0 and "first" not in marks:
+                marks["first"] = time.time()
+            if generation == 0 and host == "hB" and state.step == KILL_STEP:
+                with open(os.path.join(args.out, "kill.json"), "w") as f:
+                    json.dump({"kill": time.time()}, f)
+                os.kill(os.getpid(), signal.SIGKILL)
+            state.weights += hvd.allreduce(state.weights, op=hvd.Sum,
+                                           name="bench.grad") * 0
+            if state.step % 10 == 9:
+                state.step += 1
+                state.commit()
+
+    train(state)
+    if generation > 0 and hvd.rank() == 0:
+        with open(os.path.join(args.out, "recovery.json"), "w") as f:
+            json.dump(marks, f)
+
+
+# --- driver side -------------------------------------------------------------
+
+def _job(np_: int, argv: List[str], env: Dict[str, str],
+         lines: "queue.Queue") -> int:
+    """Runs an elastic hbrun job; puts (time, line) of its stderr."""
+    hosts = ",".join("h%s:1" % "ABC"[i] for i in range(np_))
+    command = hbrun(np_, [os.path.abspath(__file__)] + argv,
+                    ["-H", hosts, "--mpi-args=-launcher fork", "--min-np",
+                     str(np_ - 1)])
+    proc = subprocess.Popen(command, env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            errors="replace", start_new_session=True)
+    timer = threading.Timer(TIMEOUT_S, lambda: os.killpg(proc.pid, 9))
+    timer.start()
+    try:
+        for line in proc.stderr:
+            lines.put((time.time(), line))
+        return proc.wait()
+    finally:
+        timer.cancel()
+
+
+def measure(np_: int, args) -> dict:
+    out = tempfile.mkdtemp(prefix="hbcore-bench-elastic-")
+    common = ["--out", out, "--scale", str(args.scale), "--rows",
+              str(args.rows), "--dim", str(args.dim), "--reps",
+              str(args.reps)]
+    env = worker_env()
+    lines: "queue.Queue" = queue.Queue()
+    if _job(np_, ["--rank", "commit"] + common, env, lines) != 0:
+        raise SystemExit("the commit job at %d ranks failed:\n%s" % (
+            np_, "".join(line for _, line in list(lines.queue)[-40:])))
+    with open(os.path.join(out, "commit.json")) as f:
+        result = json.load(f)
+    lines = queue.Queue()
+    if _job(np_, ["--rank", "recovery"] + common, env, lines) != 0:
+        raise SystemExit("the recovery job at %d ranks failed:\n%s" % (
+            np_, "".join(line for _, line in list(lines.queue)[-40:])))
+    started = [t for t, line in lines.queue
+               if "elastic generation 1 on" in line]
+    with open(os.path.join(out, "kill.json")) as f:
+        kill = json.load(f)["kill"]
+    with open(os.path.join(out, "recovery.json")) as f:
+        marks = json.load(f)
+    result.update(detect_s=started[0] - kill,
+                  reform_s=marks["reset"] - started[0],
+                  sync_s=marks["first"] - marks["reset"],
+                  recovery_s=marks["first"] - kill)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", metavar="PATH")
+    parser.add_argument("--rank", choices=["commit", "recovery"],
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--scale", type=int, default=1,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--rows", type=int, default=8 * 2 ** 20,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--dim", type=int, default=16,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--reps", type=int, default=10,
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank == "commit":
+        return rank_commit(args)
+    if args.rank == "recovery":
+        return rank_recovery(args)
+    if args.quick:
+        args.scale, args.reps = 8, 5
+    results = {np_: measure(np_, args) for np_ in (2, 3)}
+    lines = ["hbcore elastic (numpy front end; hosts emulated by hydra's "
+             "fork launcher)",
+             "%-8s %-38s %12s %12s" % ("ranks", "row", "value", "target")]
+    for np_, r in results.items():
+        share = r["dense_ms"] / (10 * r["step_ms"]) * 100
+        lines += [
+            "%-8d %-38s %9.1f ms %12s" % (
+                np_, "commit, dense %.0f MB" % r["dense_mb"], r["dense_ms"],
+                ""),
+            "%-8d %-38s %10.1f %% %12s" % (
+                np_, "  share of a step (1 per 10 steps)", share, "< 5 %"),
+            "%-8d %-38s %9.1f ms %12s" % (
+                np_, "  step: allreduce of the gradient", r["step_ms"], ""),
+            "%-8d %-38s %9.1f ms %12s" % (
+                np_, "commit, sharded %d x %d rows" % (r["rows"], r["dim"]),
+                r["sharded_ms"], ""),
+            "%-8d %-38s %10.2f s %12s" % (np_, "recovery: kill -> first step",
+                                         r["recovery_s"],
+                                         "< 15 s" if np_ == 3 else ""),
+            "%-8d %-38s %10.2f s %12s" % (np_, "  detection", r["detect_s"],
+                                         "< 5 s"),
+            "%-8d %-38s %10.2f s %12s" % (np_, "  re-formation",
+                                         r["reform_s"], ""),
+            "%-8d %-38s %10.2f s %12s" % (np_, "  state sync", r["sync_s"],
+                                         "")]
+    lines.append("Horovod + Gloo elastic: not measured (no Horovod build "
+                 "beside this TensorFlow)")
+    print_and_save(lines, results, args.json)
+
+
+if __name__ == "__main__":
+    main()
