@@ -59,15 +59,15 @@ def plot(log_file: str, out_png: str) -> None:
                              figsize=(4.5 * cols, 3.6 * fig_rows))
     flat = [a for row in axes for a in row]
     top = max(float(r["score"]) for r in samples)
-    scale, unit = (1e9, "GB/s") if top >= 1e9 else (1e6, "MB/s")
-    gb = lambda r: float(r["score"]) / scale  # noqa: E731
+    per, unit = (1e9, "GB/s") if top >= 1e9 else (1e6, "MB/s")
+    gb = lambda r: float(r["score"]) / per  # noqa: E731
     ylabel = "score (%s reduced)" % unit
     for ax, name in zip(flat, tuned):
-        column, label, scale = _AXES[name]
+        column, label, xscale = _AXES[name]
         _scatter(ax, samples, column, gb)
         ax.plot([float(chosen[column])], [gb(chosen)], "r*", markersize=16,
                 label="chosen")
-        ax.set_xscale(scale)
+        ax.set_xscale(xscale)
         ax.set_xlabel(label)
         ax.set_ylabel(ylabel)
         ax.legend(loc="best", fontsize="small")

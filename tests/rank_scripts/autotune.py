@@ -26,8 +26,8 @@ from hbcore import exceptions as hx  # noqa: E402
 from hbcore._native import core  # noqa: E402
 
 # Sizes of the "gradients" (float32 elements): small ones, as in a model
-# with many small layers, and one of 1 MiB.
-SIZES = [16, 64, 250, 1000, 4096, 10000, 32, 2048, 128, 262144, 7, 500]
+# with many small layers, and one of 256 KiB.
+SIZES = [16, 64, 250, 1000, 4096, 10000, 32, 2048, 128, 65536, 7, 500]
 # (config key, bad value, fragments of the message)
 BAD = [
     ("autotune_steps_per_sample", "0", ["autotune_steps_per_sample", "'0'"]),
