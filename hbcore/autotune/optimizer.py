@@ -105,7 +105,7 @@ class BayesOptimizer:
                 0.05, 10.0), nu=2.5)
         gp = GaussianProcessRegressor(kernel=kernel, alpha=self.noise,
                                       normalize_y=True,
-                                      n_restarts_optimizer=2,
+                                      n_restarts_optimizer=1,
                                       random_state=0)
         # A length scale at its bound on a few samples is expected, not a
         # problem to report on every rank 0's stderr.

@@ -21,6 +21,9 @@ from hbcore.exceptions import HbcoreError
 logger = logging.getLogger("hbcore.autotune")
 
 _thread: Optional[threading.Thread] = None
+# What status() reports; written by the tuner thread only.
+_status: Dict[str, object] = {"active": False, "samples": 0,
+                              "converged": False, "params": None}
 # How long one wait for a sample lasts before the thread checks again that
 # the runtime still runs (the core's channel also wakes it at shutdown).
 _POLL_SECONDS = 0.5
@@ -59,6 +62,7 @@ def start() -> None:
             checks, so none is left waiting for the others).
     """
     global _thread
+    _status.update(active=False, samples=0, converged=False, params=None)
     conf = settings()
     if conf.get("HB_AUTOTUNE") != "1":
         return
@@ -73,11 +77,22 @@ def start() -> None:
         int(conf["HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"]),
         float(conf["HB_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"]))
     log = LogWriter(conf.get("HB_AUTOTUNE_LOG") or None, tunable)
+    _status.update(active=True, samples=0, converged=False,
+                   params=dict(start_params))
     logger.info("autotune: tuning %s (fixed: the rest)",
                 ", ".join(tunable) or "nothing")
     _thread = threading.Thread(target=_run, args=(optimizer, log),
                                name="hbcore-autotune", daemon=True)
     _thread.start()
+
+
+def status() -> Dict[str, object]:
+    """Rank 0's view of tuning: ``active`` (the tuner thread runs),
+    ``samples`` (closed so far, warm-up included), ``converged`` and
+    ``params`` (the last parameters proposed, the final ones once
+    converged). Other ranks, and jobs without HB_AUTOTUNE, report
+    inactive."""
+    return dict(_status)
 
 
 def join(timeout: float = 5.0) -> None:
@@ -116,9 +131,11 @@ def _run(optimizer: BayesOptimizer, log: LogWriter) -> None:
                 core.autotune_propose(nxt, final)
             except HbcoreError:
                 return
+            _status.update(samples=sample, converged=final, params=nxt)
             if final:
                 return
     finally:
+        _status["active"] = False
         log.close()
 
 
