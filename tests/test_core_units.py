@@ -1,6 +1,8 @@
 """Runs the C++ unit tests of the core's pure parts (config parsing, request
 matching, response cache, fusion planning, fused layouts, reduction
-kernels, serialization, half-precision conversion, the CPU binding rule) and of negotiation at 2-3 ranks over an in-process fake
+kernels, serialization, half-precision conversion, the CPU binding rule,
+autotune's parameter text and sampler) and of negotiation at 2-3 ranks
+(with autotune's proposal and cache switch) over an in-process fake
 communicator (csrc/core/tests). They need no MPI and run in about a second
 once compiled."""
 import glob
@@ -15,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PURE_SOURCES = ["types", "config", "logging", "message", "coordinator",
                 "response_cache", "controller", "stall_inspector", "fusion",
                 "process_set", "rank_binding", "thread_affinity",
-                "scaling", "fused_layout", "reduce_kernels"]
+                "scaling", "fused_layout", "reduce_kernels", "autotune"]
 
 
 @pytest.fixture(scope="module")
