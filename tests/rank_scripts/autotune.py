@@ -72,18 +72,19 @@ def main() -> None:
     checker = Checker()
     check_bad_values(checker)
     hb.init()
+    rank = hb.rank()
     results_ok = all([step(i, hb.size()) for i in range(steps)])
-    # Every rank's last cycle is the same; the history is complete once
-    # every rank passed the barrier (a proposal applies within a cycle).
-    hb.barrier()
+    # After shutdown every rank's loop has ended after the same cycle, so
+    # the record of applied parameters is complete (the core keeps it), and
+    # rank 0's tuner thread has ended: the log is complete too.
+    hb.shutdown()
     history = [[cycle, params] for cycle, params in core.autotune_history()]
     current, mask = core.autotune_state()
-    out = {"rank": hb.rank(), "results_ok": results_ok, "history": history,
+    out = {"rank": rank, "results_ok": results_ok, "history": history,
            "current": current, "mask": mask,
            "tune_bits": dict(core.TUNE_BITS), "cases": checker.results}
     log = os.environ.get("HB_AUTOTUNE_LOG")
-    hb.shutdown()  # ends the tuner thread: the log is complete
-    if hb_rank_is_zero(out) and log:
+    if rank == 0 and log:
         from hbcore.autotune import plot, read_log
         out["log_header"] = open(log).readline().strip()
         out["log_rows"] = read_log(log)
@@ -93,10 +94,6 @@ def main() -> None:
             out["png_head"] = list(f.read(8))
         out["png_bytes"] = os.path.getsize(png)
     report(out)
-
-
-def hb_rank_is_zero(out: dict) -> bool:
-    return out["rank"] == 0
 
 
 if __name__ == "__main__":

@@ -27,6 +27,17 @@ namespace {
 std::mutex g_mu;
 std::unique_ptr<hbcore::Runtime> g_runtime;
 
+// Autotune's record of the last runtime, kept at hb_shutdown (its loop has
+// ended, so the record is complete and the same on every rank), for
+// hb_autotune_state / hb_autotune_history until the next hb_init.
+struct TuningRecord {
+  std::vector<std::pair<uint64_t, hbcore::Tuning>> history;
+  hbcore::Tuning current;
+  unsigned tunable = 0;
+  bool valid = false;
+};
+TuningRecord g_last_tuning;
+
 void CopyError(const std::string& text, char* err, size_t err_len) {
   if (err == nullptr || err_len == 0) return;
   size_t n = std::min(text.size(), err_len - 1);
@@ -206,7 +217,16 @@ int hb_shutdown(void) {
     std::lock_guard<std::mutex> lock(g_mu);
     runtime.swap(g_runtime);
   }
-  // Destroyed outside the lock: the negotiated shutdown waits for peers.
+  // Stopped and destroyed outside the lock: the negotiated shutdown waits
+  // for peers.
+  if (runtime) {
+    runtime->Shutdown();
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_last_tuning.history = runtime->TuningHistory();
+    g_last_tuning.current = runtime->CurrentTuning();
+    g_last_tuning.tunable = runtime->TunableMask();
+    g_last_tuning.valid = true;
+  }
   runtime.reset();
   return HB_OK;
 }
@@ -391,9 +411,14 @@ void hb_host_free(void* ptr) { hbcore::FreeHost(ptr); }
 
 int hb_autotune_state(hb_tuning* current, unsigned* tunable) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_runtime) return HB_ERR_NOT_INITIALIZED;
-  if (current != nullptr) *current = ToCTuning(g_runtime->CurrentTuning());
-  if (tunable != nullptr) *tunable = g_runtime->TunableMask();
+  if (!g_runtime && !g_last_tuning.valid) return HB_ERR_NOT_INITIALIZED;
+  if (current != nullptr) {
+    *current = ToCTuning(g_runtime ? g_runtime->CurrentTuning()
+                                   : g_last_tuning.current);
+  }
+  if (tunable != nullptr) {
+    *tunable = g_runtime ? g_runtime->TunableMask() : g_last_tuning.tunable;
+  }
   return HB_OK;
 }
 
@@ -455,8 +480,9 @@ int hb_autotune_propose(const hb_tuning* next, int final, char* err,
 
 int hb_autotune_history(int64_t* cycles, hb_tuning* applied, int max) {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_runtime) return 0;
-  const auto history = g_runtime->TuningHistory();
+  if (!g_runtime && !g_last_tuning.valid) return 0;
+  const auto history =
+      g_runtime ? g_runtime->TuningHistory() : g_last_tuning.history;
   for (int i = 0; i < max && i < static_cast<int>(history.size()); ++i) {
     cycles[i] = static_cast<int64_t>(history[i].first);
     applied[i] = ToCTuning(history[i].second);

@@ -335,7 +335,10 @@ enum {
 };
 
 /* The parameters in force on this rank, and which ones the tuner may
- * change (they apply to the job's layout and were not set explicitly). */
+ * change (they apply to the job's layout and were not set explicitly).
+ * After hb_shutdown, until the next hb_init, this and hb_autotune_history
+ * report the last runtime's final record (complete: its loop has ended,
+ * after the same cycle on every rank). */
 HB_API int hb_autotune_state(hb_tuning* current, unsigned* tunable);
 /* Rank 0 with HB_AUTOTUNE=1: waits at most `timeout_s` for the next
  * closed sample. HB_OK with *got = 1 and the sample (its parameters, its
