@@ -64,7 +64,7 @@ def mpi_link_arg(lib_dir):
 # compiler vectorise them with a remainder loop, which -O2's cost model does
 # not (about 2x on float32 sums here). Code for the baseline x86-64 ISA, so
 # the wheel runs on any x86-64 machine.
-HOT_LOOPS = {"reduce_kernels.cc", "scaling.cc"}
+HOT_LOOPS = {"backends/reduce_kernels.cc", "backends/scaling.cc"}
 HOT_LOOP_FLAGS = ["-O3"]
 
 
@@ -104,17 +104,25 @@ class BuildNative(build_ext):
         # cross. With the usual shared libstdc++ this changes nothing.
         link_flags = ["-Wl,--exclude-libs,ALL"]
         core_inc = os.path.join(ROOT, "csrc", "core", "include")
+        # The core's sources, grouped by concern in subfolders of src/ (see
+        # docs/architecture.md, "csrc/core/src by concern"); they include
+        # each other by their path under src/ ("common/status.h").
+        core_src = os.path.join(ROOT, "csrc", "core", "src")
 
-        sources = sorted(glob.glob(os.path.join(ROOT, "csrc", "core", "src", "*.cc")))
+        sources = sorted(glob.glob(os.path.join(core_src, "**", "*.cc"),
+                                   recursive=True))
         headers = glob.glob(os.path.join(ROOT, "csrc", "core", "**", "*.h"),
                             recursive=True)
         def compile_one(src):
-            obj = os.path.join(tmp, os.path.basename(src) + ".o")
+            name = os.path.relpath(src, core_src)
+            obj = os.path.join(tmp, name + ".o")
             if _up_to_date(obj, [src] + headers):
                 return obj
-            extra = HOT_LOOP_FLAGS if os.path.basename(src) in HOT_LOOPS else []
+            os.makedirs(os.path.dirname(obj), exist_ok=True)
+            extra = HOT_LOOP_FLAGS if name.replace(os.sep, "/") in HOT_LOOPS else []
             cmd = cxx + flags + extra + ["-fvisibility=hidden", "-I", core_inc,
-                                 "-I", mpi_inc, "-c", src, "-o", obj]
+                                 "-I", core_src, "-I", mpi_inc, "-c", src,
+                                 "-o", obj]
             subprocess.check_call(cmd)
             return obj
 

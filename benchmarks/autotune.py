@@ -235,7 +235,7 @@ GRID_FUSION = {False: (64 << 10, 1 << 20, 8 << 20, 128 << 20),
 GRID_CYCLE = {False: (0.5, 1.0, 5.0), True: (1.0,)}
 
 
-# --- the driver ----------------------------------------------------------------
+# --- the driver ------------------------------------------------------------
 
 def ratio(a: float, b: float) -> float:
     return a / b if b > 0 else float("nan")
@@ -350,7 +350,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     here = os.path.abspath(__file__)
     for job in [j for j in args.jobs.split(",") if j]:
         if job not in JOBS:
-            raise SystemExit("unknown job %r (jobs: %s)" % (job, ", ".join(JOBS)))
+            raise SystemExit("unknown job %r (jobs: %s)"
+                             % (job, ", ".join(JOBS)))
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "out.json")
             argv_ = [here, "--worker", job, "--out", out] + (

@@ -1,6 +1,6 @@
 """The runtime's configuration knobs, for the Python side.
 
-The core's parser (csrc/core/src/config.cc) defines the knobs and exports
+The core's parser (csrc/core/src/common/config.cc) defines the knobs and exports
 its table (``hbcore._native.core.knobs()``). This module mirrors that table
 in pure Python because ``hbrun`` builds its tuning flags from it and must
 start without loading the core; tests/test_knobs.py checks that the two

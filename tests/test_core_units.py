@@ -7,17 +7,30 @@ communicator (csrc/core/tests). They need no MPI and run in about a second
 once compiled."""
 import glob
 import os
+import re
 import shlex
 import subprocess
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The core files that do not touch MPI (transport, backend, runtime do).
-PURE_SOURCES = ["types", "config", "logging", "message", "coordinator",
-                "response_cache", "controller", "stall_inspector", "fusion",
-                "process_set", "rank_binding", "thread_affinity",
-                "scaling", "fused_layout", "reduce_kernels", "autotune"]
+# The core files that do not touch MPI (transport, backend, runtime do), by
+# their path under csrc/core/src.
+PURE_SOURCES = ["common/types", "common/config", "common/logging",
+                "negotiation/message", "negotiation/coordinator",
+                "negotiation/response_cache", "negotiation/controller",
+                "negotiation/stall_inspector", "negotiation/fusion",
+                "negotiation/process_set", "runtime/rank_binding",
+                "transport/thread_affinity", "backends/scaling",
+                "backends/fused_layout", "backends/reduce_kernels",
+                "runtime/autotune"]
+
+# The folders of csrc/core/src from the bottom up (docs/architecture.md,
+# "csrc/core/src by concern"): a file includes only from its own folder and
+# the folders before it.
+FOLDER_ORDER = ["common", "gpu", "negotiation", "backends", "transport",
+                "runtime"]
+INCLUDE = re.compile(r'^#include "([a-z_]+)/([a-z_0-9]+\.h)"', re.M)
 
 
 @pytest.fixture(scope="module")
@@ -41,3 +54,25 @@ def test_cpp_units(unit_binary):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 failed checks" in proc.stdout
     assert "FAIL" not in proc.stdout
+
+
+def test_src_folders_include_downward():
+    src = os.path.join(ROOT, "csrc", "core", "src")
+    folders = sorted(d for d in os.listdir(src)
+                     if os.path.isdir(os.path.join(src, d)))
+    assert folders == sorted(FOLDER_ORDER)
+    assert not glob.glob(os.path.join(src, "*.*")), "a file outside a folder"
+    upward = []
+    for folder in FOLDER_ORDER:
+        for path in sorted(glob.glob(os.path.join(src, folder, "*"))):
+            with open(path) as f:
+                text = f.read()
+            for target, header in INCLUDE.findall(text):
+                if target == "hbcore":  # the public C API (csrc/core/include)
+                    continue
+                assert os.path.exists(os.path.join(src, target, header)), (
+                    path, target, header)
+                if FOLDER_ORDER.index(target) > FOLDER_ORDER.index(folder):
+                    upward.append("%s/%s includes %s/%s" % (
+                        folder, os.path.basename(path), target, header))
+    assert upward == []

@@ -2,7 +2,7 @@
 ``HOROVOD_AUTOTUNE``): the runtime finds its fusion threshold, cycle time,
 response cache and data-plane switches while the job trains.
 
-The core (csrc/core/src/autotune.h) measures each sample on rank 0 and
+The core (csrc/core/src/runtime/autotune.h) measures each sample on rank 0 and
 applies the parameters on every rank at the same cycle; rank 0's tuner
 thread (:mod:`hbcore.autotune.runner`, started by :func:`hbcore.init`)
 chooses them with scikit-learn's Gaussian process

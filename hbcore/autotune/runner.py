@@ -1,8 +1,8 @@
 """Rank 0's tuner thread: reads each closed sample from the core, asks the
 optimiser for the next parameters, proposes them, and logs.
 
-The core measures and applies (csrc/core/src/autotune.h has the protocol:
-rank 0 decides, one broadcast per sample carries the choice, every rank
+The core measures and applies (csrc/core/src/runtime/autotune.h has the
+protocol: rank 0 decides, one broadcast per sample carries the choice, every rank
 applies it at the same cycle); this thread only decides, so the front end
 that started the runtime (numpy hbcore, hbcore_tf) makes no difference.
 It runs from :func:`hbcore.init` on rank 0 when ``HB_AUTOTUNE=1`` and ends

@@ -26,6 +26,7 @@ from typing import Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+# gpu/gpu_abi.h, included by its path under the core's src/.
 ABI_DIR = os.path.join(ROOT, "csrc", "core", "src")
 BUILD_DIR = os.path.join(HERE, "_build")
 
@@ -84,7 +85,7 @@ def build() -> Dict[str, str]:
     os.makedirs(BUILD_DIR, exist_ok=True)
     cudart = os.path.join(BUILD_DIR, "libfakecudart.so")
     nccl = os.path.join(BUILD_DIR, "libfakenccl.so")
-    abi = [os.path.join(ABI_DIR, "gpu_abi.h"), os.path.abspath(__file__)]
+    abi = [os.path.join(ABI_DIR, "gpu", "gpu_abi.h"), os.path.abspath(__file__)]
     with open(os.path.join(BUILD_DIR, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

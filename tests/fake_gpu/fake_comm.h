@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fake_reduce.h"
-#include "gpu_abi.h"
+#include "gpu/gpu_abi.h"
 
 namespace fakegpu {
 

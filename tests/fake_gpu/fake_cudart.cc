@@ -1,5 +1,5 @@
 // libfakecudart.so: a fake of the CUDA runtime entry points hbcore loads
-// (csrc/core/src/gpu_abi.h), working on host memory, so the NCCL path can
+// (csrc/core/src/gpu/gpu_abi.h), working on host memory, so the NCCL path can
 // run in CI without a GPU. Built by tests/fake_gpu/build.py.
 //
 // Model:
@@ -43,7 +43,7 @@
 #include "fake_handles.h"
 #include "fake_stream.h"
 #include "fake_worker.h"
-#include "gpu_abi.h"
+#include "gpu/gpu_abi.h"
 
 using hbcore::cudaError_t;
 using hbcore::cudaEvent_t;

@@ -1,5 +1,5 @@
 // libfakenccl.so: a fake of the NCCL entry points hbcore loads
-// (csrc/core/src/gpu_abi.h) for the processes of one machine, on host
+// (csrc/core/src/gpu/gpu_abi.h) for the processes of one machine, on host
 // memory and the fake CUDA runtime's streams (libfakecudart.so, a NEEDED
 // library found through rpath $ORIGIN, so a process has one instance of
 // it). Built by tests/fake_gpu/build.py. This file holds the entry points
@@ -101,7 +101,7 @@
 #include "fake_reduce.h"
 #include "fake_shm.h"
 #include "fake_stream.h"
-#include "gpu_abi.h"
+#include "gpu/gpu_abi.h"
 
 using hbcore::cudaStream_t;
 using hbcore::ncclComm_t;

@@ -1,5 +1,5 @@
 // The fake-only C entry points that libfakecudart exports besides the CUDA
-// runtime ABI of csrc/core/src/gpu_abi.h. libfakenccl uses
+// runtime ABI of csrc/core/src/gpu/gpu_abi.h. libfakenccl uses
 // fakeCudaLaunchHostFunc to put its collectives on a stream; tests use the
 // others (through ctypes, see fake_array.py) to delay streams and to check
 // for leaks and for device pointers.
@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "gpu_abi.h"
+#include "gpu/gpu_abi.h"
 
 #define FAKE_GPU_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -4,10 +4,10 @@
 #include <functional>
 #include <thread>
 
-#include "autotune.h"
 #include "check.h"
-#include "controller.h"
 #include "fake_comm.h"
+#include "negotiation/controller.h"
+#include "runtime/autotune.h"
 
 namespace hbcore {
 namespace {

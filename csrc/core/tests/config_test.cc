@@ -4,7 +4,7 @@
 #include <string>
 
 #include "check.h"
-#include "config.h"
+#include "common/config.h"
 
 namespace hbcore {
 namespace {

@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "check.h"
-#include "controller.h"
 #include "fake_comm.h"
+#include "negotiation/controller.h"
 
 namespace hbcore {
 namespace {

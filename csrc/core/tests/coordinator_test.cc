@@ -1,5 +1,5 @@
 #include "check.h"
-#include "coordinator.h"
+#include "negotiation/coordinator.h"
 
 namespace hbcore {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "control_comm.h"
+#include "negotiation/control_comm.h"
 
 namespace hbcore {
 namespace testing {

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "check.h"
-#include "rank_binding.h"
-#include "thread_affinity.h"
+#include "runtime/rank_binding.h"
+#include "transport/thread_affinity.h"
 
 namespace hbcore {
 

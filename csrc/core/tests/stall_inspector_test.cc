@@ -1,5 +1,5 @@
 #include "check.h"
-#include "stall_inspector.h"
+#include "negotiation/stall_inspector.h"
 
 namespace hbcore {
 namespace {

@@ -5,13 +5,13 @@
 #include <numeric>
 #include <vector>
 
+#include "backends/fused_layout.h"
+#include "backends/half.h"
+#include "backends/reduce_kernels.h"
+#include "backends/scaling.h"
 #include "check.h"
-#include "fused_layout.h"
-#include "fusion.h"
-#include "half.h"
-#include "reduce_kernels.h"
-#include "response_cache.h"
-#include "scaling.h"
+#include "negotiation/fusion.h"
+#include "negotiation/response_cache.h"
 
 namespace hbcore {
 namespace {

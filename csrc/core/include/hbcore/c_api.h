@@ -309,7 +309,7 @@ HB_API void hb_gpu_free(int device, void* ptr);
 HB_API void* hb_host_malloc(size_t bytes);
 HB_API void hb_host_free(void* ptr);
 
-/* Autotune (HB_AUTOTUNE; the protocol is in csrc/core/src/autotune.h).
+/* Autotune (HB_AUTOTUNE; the protocol is in csrc/core/src/runtime/autotune.h).
  * The core measures and applies; rank 0's tuner (the Python front end's
  * hbcore.autotune) reads each sample's score and proposes the next
  * parameters, which every rank applies at the same cycle. */

@@ -1,0 +1,234 @@
+#include "negotiation/controller.h"
+
+
+#include "common/logging.h"
+
+namespace hbcore {
+namespace {
+
+constexpr uint64_t kFlagSlowPath = 1;
+constexpr uint64_t kFlagStallCheck = 2;
+constexpr uint64_t kFlagActive = 4;  // this rank has not joined
+
+}  // namespace
+
+Controller::Controller(ControlComm* comm, const Config& config,
+                       ProcessSetInfo set)
+    : comm_(comm), config_(config), cache_(config.cache_capacity),
+      stall_(config, set.Suffix()) {
+  if (set.ranks.empty()) set = ProcessSetInfo::Global(comm_->size());
+  if (comm_->rank() == 0) {
+    coordinator_ = std::make_unique<Coordinator>(std::move(set));
+  }
+}
+
+void Controller::Join() {
+  just_joined_ = !joined_;
+  joined_ = true;
+}
+
+Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
+                            CycleOutput* output) {
+  *output = CycleOutput();
+  const auto now = Clock::now();
+  const bool stall_check = stall_.Due(*pending, now);
+  if (stall_check) stall_.Checked(now);
+  const bool just_joined = just_joined_;
+  just_joined_ = false;
+  const int words_per_set = (cache_.capacity() + 63) / 64;
+  std::vector<uint64_t> words(1 + 2 * words_per_set, 0);
+  uint64_t* hits = words.data() + 1;
+  uint64_t* invalid = hits + words_per_set;  // stored inverted
+
+  // A. Classify.
+  RequestList mine;
+  for (auto& kv : *pending) {
+    TensorEntry& e = kv.second;
+    if (e.announced) continue;
+    e.announced = true;
+    int slot = -1;
+    ResponseCache::Lookup found = ResponseCache::Lookup::kMiss;
+    // Joins and process-set operations are never cached.
+    if (e.request.op != OpType::kJoin &&
+        !IsInternalOpType(static_cast<int>(e.request.op))) {
+      found = cache_.Find(e.request, &slot);
+    }
+    if (found == ResponseCache::Lookup::kHit) {
+      e.cache_slot = slot;
+      continue;
+    }
+    if (found == ResponseCache::Lookup::kInvalid) {
+      invalid[slot / 64] |= uint64_t{1} << (slot % 64);
+    }
+    mine.requests.push_back(e.request);
+  }
+  for (auto& kv : *pending) {
+    int slot = kv.second.cache_slot;
+    if (slot >= 0) hits[slot / 64] |= uint64_t{1} << (slot % 64);
+  }
+  if (joined_) {
+    for (int i = 0; i < words_per_set; ++i) hits[i] = ~uint64_t{0};
+  }
+  if (just_joined) {
+    for (int i = 0; i < words_per_set; ++i) invalid[i] = ~uint64_t{0};
+  }
+  for (int i = 0; i < words_per_set; ++i) invalid[i] = ~invalid[i];
+  uint64_t flags = 0;
+  if (!mine.requests.empty() || input.shutdown || !input.tuning.empty()) {
+    flags |= kFlagSlowPath;
+  }
+  if (stall_check) flags |= kFlagStallCheck;
+  if (!joined_) flags |= kFlagActive;
+  words[0] = ~flags;
+
+  // B. One small collective.
+  Status s = comm_->AllreduceAnd(&words);
+  if (!s.ok()) return s;
+  flags = ~words[0];
+  for (int i = 0; i < words_per_set; ++i) invalid[i] = ~invalid[i];
+
+  // D (first half): ready cache slots, before any slot changes.
+  if (flags & kFlagActive) {
+    for (int slot = 0; slot < cache_.capacity(); ++slot) {
+      const uint64_t ready = hits[slot / 64] & ~invalid[slot / 64];
+      if (ready == 0) {  // skip the rest of an empty word
+        slot |= 63;
+        continue;
+      }
+      if (!(ready >> (slot % 64) & 1)) continue;
+      // All-ones words from joined ranks can name unused slots.
+      const Response& cached = cache_.Get(slot);
+      if (cached.name.empty()) continue;
+      output->responses.push_back(cached);
+      output->from_cache.push_back(true);
+      output->cache_slots.push_back(slot);
+    }
+  }
+  // D (second half): invalid slots go on every rank.
+  for (int slot = 0; slot < cache_.capacity(); ++slot) {
+    if (invalid[slot / 64] == 0) {
+      slot |= 63;
+      continue;
+    }
+    if (!(invalid[slot / 64] >> (slot % 64) & 1)) continue;
+    cache_.Erase(slot);
+    for (auto& kv : *pending) {
+      if (kv.second.cache_slot == slot) {
+        kv.second.cache_slot = -1;
+        kv.second.announced = false;
+        output->reannounce = true;
+      }
+    }
+  }
+
+  // C. Slow path.
+  if (flags & kFlagSlowPath || flags & kFlagStallCheck) {
+    mine.shutdown = input.shutdown;
+    mine.shutdown_reason = input.shutdown_reason;
+    mine.tuning = input.tuning;
+    if (flags & kFlagStallCheck) {
+      mine.stall_check = true;
+      for (const auto& kv : *pending) {
+        if (kv.second.request.op == OpType::kJoin) continue;
+        mine.pending_names.push_back(kv.first);
+        mine.pending_ages.push_back(
+            std::chrono::duration<double>(now - kv.second.enqueued).count());
+      }
+    }
+    s = SlowPath(mine, output);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+Status Controller::SlowPath(const RequestList& mine, CycleOutput* output) {
+  std::vector<std::string> gathered;
+  Status s = comm_->Gather(Serialize(mine), &gathered);
+  if (!s.ok()) return s;
+  std::string bytes;
+  if (comm_->rank() == 0) bytes = Serialize(Coordinate(gathered));
+  s = comm_->Broadcast(&bytes);
+  if (!s.ok()) return s;
+  ResponseList list;
+  HB_CHECK(Deserialize(bytes, &list), "malformed response list");
+  for (Response& r : list.responses) {
+    output->responses.push_back(std::move(r));
+    output->from_cache.push_back(false);
+    output->cache_slots.push_back(-1);
+  }
+  output->shutdown = list.shutdown;
+  output->shutdown_reason = list.shutdown_reason;
+  output->tuning = std::move(list.tuning);
+  return Status::OK();
+}
+
+ResponseList Controller::Coordinate(const std::vector<std::string>& gathered) {
+  ResponseList out;
+  std::vector<RequestList> lists(gathered.size());
+  for (size_t rank = 0; rank < gathered.size(); ++rank) {
+    HB_CHECK(Deserialize(gathered[rank], &lists[rank]),
+             "malformed request list from rank " << rank);
+    coordinator_->Add(lists[rank], static_cast<int>(rank));
+    if (lists[rank].shutdown && !out.shutdown) {
+      out.shutdown = true;
+      out.shutdown_reason = lists[rank].shutdown_reason;
+    }
+  }
+  out.responses = coordinator_->TakeResponses();
+  // Only the coordinator's own rank proposes (autotune.h, item 4).
+  if (!lists.empty()) out.tuning = lists[0].tuning;
+  if (!lists.empty() && lists[0].stall_check) {
+    std::string reason = stall_.Judge(coordinator_->FindStalls(lists));
+    if (!reason.empty() && !out.shutdown) {
+      out.shutdown = true;
+      out.shutdown_reason = reason;
+    }
+  }
+  return out;
+}
+
+void Controller::Commit(const CycleOutput& cycle, size_t i,
+                        const TensorEntry* local) {
+  const Response& r = cycle.responses[i];
+  if (r.op == OpType::kJoin) joined_ = false;  // every rank has joined
+  if (cycle.from_cache[i]) {
+    cache_.Touch(cycle.cache_slots[i]);
+    return;
+  }
+  if (r.is_error() || r.op == OpType::kJoin ||
+      IsInternalOpType(static_cast<int>(r.op)) || cache_.capacity() == 0) {
+    return;
+  }
+  cache_.Put(r, local ? &local->request : nullptr);
+}
+
+bool Controller::SetCacheEnabled(bool enabled, PendingTable* pending) {
+  const int capacity = enabled ? config_.cache_capacity : 0;
+  if (capacity == cache_.capacity()) return false;
+  cache_ = ResponseCache(capacity);
+  bool reannounce = false;
+  for (auto& kv : *pending) {
+    TensorEntry& e = kv.second;
+    if (e.cache_slot >= 0) {
+      e.cache_slot = -1;
+      e.announced = false;
+      reannounce = true;
+    }
+  }
+  return reannounce;
+}
+
+bool Controller::RevalidateSlots(PendingTable* pending) {
+  bool changed = false;
+  for (auto& kv : *pending) {
+    TensorEntry& e = kv.second;
+    if (e.cache_slot >= 0 && cache_.Get(e.cache_slot).name != kv.first) {
+      e.cache_slot = -1;
+      e.announced = false;
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace hbcore
