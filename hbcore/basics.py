@@ -9,6 +9,7 @@ import numpy as np
 from hbcore import _gpu_libs
 from hbcore import process_sets as process_sets_module
 from hbcore._native import MPI_LIBRARY, core
+from hbcore.autotune import runner as autotune_runner
 from hbcore.exceptions import (InvalidArgumentError, NotInitializedError,
                                WorldMismatchError)
 from hbcore.job_environment import lone_process_problem
@@ -167,12 +168,24 @@ def init(comm: Optional[Any] = None, process_sets: Optional[Any] = None,
     if comm is None:  # a communicator the user chose may well be one rank
         _check_not_alone()
     process_sets_module._register_init_sets(process_sets)
+    _start_autotune()
     # Registered (again) last, so it runs before the atexit handler of any
     # library imported earlier that might finalise MPI (mpi4py).
     atexit.unregister(_shutdown_at_exit)
     atexit.register(_shutdown_at_exit)
     if not isinstance(sys.excepthook, _ExitOnUncaught):
         sys.excepthook = _ExitOnUncaught(sys.excepthook)
+
+
+def _start_autotune() -> None:
+    """Starts rank 0's tuner when HB_AUTOTUNE=1 (hbcore.autotune.runner);
+    without its library every rank shuts the runtime down and raises, so
+    no rank is left waiting."""
+    try:
+        autotune_runner.start()
+    except ImportError:
+        core.shutdown()
+        raise
 
 
 def _check_not_alone() -> None:
@@ -239,6 +252,7 @@ def shutdown() -> None:
     :class:`~hbcore.exceptions.ShutdownError` naming this rank. Idempotent;
     ``init()`` may be called again afterwards."""
     core.shutdown()
+    autotune_runner.join()
 
 
 def is_initialized() -> bool:

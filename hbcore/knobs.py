@@ -143,6 +143,33 @@ KNOBS: Tuple[Knob, ...] = (
          "flag",
          "skip init's check that a world of one is not a job that "
          "TF_CONFIG, Slurm or another MPI launcher says has several tasks"),
+    Knob("pipeline_piece_bytes", "HB_PIPELINE_PIECE_BYTES", "integer", "0",
+         0, 2 ** 40, "bytes",
+         "largest piece of a fused allreduce the pipeline sends at once "
+         "(0: the backend's own, 4 MiB on MPI)"),
+    Knob("autotune", "HB_AUTOTUNE", "bool", "0", 0, 0, "flag",
+         "tune fusion threshold, cycle time, response cache and the "
+         "data-plane switches while the job trains (rank 0 decides)",
+         Flag("--autotune", "", const="1")),
+    Knob("autotune_log", "HB_AUTOTUNE_LOG", "string", "", 0, 0, "path",
+         "write every autotune sample to this CSV file (rank 0)",
+         Flag("--autotune-log-file", "FILE")),
+    Knob("autotune_warmup_samples", "HB_AUTOTUNE_WARMUP_SAMPLES", "integer",
+         "3", 0, 1000000, "samples",
+         "autotune samples discarded before scoring",
+         Flag("--autotune-warmup-samples", "N")),
+    Knob("autotune_steps_per_sample", "HB_AUTOTUNE_STEPS_PER_SAMPLE",
+         "integer", "10", 1, 1000000, "steps",
+         "training steps in one autotune sample",
+         Flag("--autotune-steps-per-sample", "N")),
+    Knob("autotune_bayes_opt_max_samples", "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+         "integer", "20", 1, 1000000, "samples",
+         "scored autotune samples before the final choice",
+         Flag("--autotune-bayes-opt-max-samples", "N")),
+    Knob("autotune_gaussian_process_noise",
+         "HB_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "number", "0.8", 0, math.inf,
+         "noise", "autotune's Gaussian-process noise on normalised scores",
+         Flag("--autotune-gaussian-process-noise", "NOISE")),
 )
 
 BY_NAME: Dict[str, Knob] = {k.name: k for k in KNOBS}

@@ -1,6 +1,8 @@
 """Runs the C++ unit tests of the core's pure parts (config parsing, request
 matching, response cache, fusion planning, fused layouts, reduction
-kernels, serialization, half-precision conversion, the CPU binding rule) and of negotiation at 2-3 ranks over an in-process fake
+kernels, serialization, half-precision conversion, the CPU binding rule,
+autotune's parameter text and sampler) and of negotiation at 2-3 ranks
+(with autotune's proposal and cache switch) over an in-process fake
 communicator (csrc/core/tests). They need no MPI and run in about a second
 once compiled."""
 import glob
@@ -20,7 +22,8 @@ PURE_SOURCES = ["common/types", "common/config", "common/logging",
                 "negotiation/stall_inspector", "negotiation/fusion",
                 "negotiation/process_set", "runtime/rank_binding",
                 "transport/thread_affinity", "backends/scaling",
-                "backends/fused_layout", "backends/reduce_kernels"]
+                "backends/fused_layout", "backends/reduce_kernels",
+                "runtime/autotune"]
 
 # The folders of csrc/core/src from the bottom up (docs/architecture.md,
 # "csrc/core/src by concern"): a file includes only from its own folder and

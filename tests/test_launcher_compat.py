@@ -117,6 +117,19 @@ def test_prefix_output_with_timestamp():
     assert "[0]<stdout>:out\n" in plain.stdout.splitlines(True)
 
 
+def test_autotune_flags_set_horovods_knobs():
+    args, _ = cli.parse_args([
+        "-np", "2", "--autotune", "--autotune-log-file", "tune.csv",
+        "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "4",
+        "--autotune-bayes-opt-max-samples", "6",
+        "--autotune-gaussian-process-noise", "0.5", "python", "t.py"])
+    assert cli.flags_to_env(args) == {
+        "HB_AUTOTUNE": "1", "HB_AUTOTUNE_LOG": os.path.abspath("tune.csv"),
+        "HB_AUTOTUNE_WARMUP_SAMPLES": "1", "HB_AUTOTUNE_STEPS_PER_SAMPLE": "4",
+        "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "6",
+        "HB_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.5"}
+
+
 def test_negative_switches_set_their_knob():
     args, _ = cli.parse_args(["-np", "2", "--no-hierarchical-allreduce",
                               "--no-hierarchical-allgather", "--no-stall-check",
@@ -132,7 +145,9 @@ def test_negative_switches_set_their_knob():
     (["--start-timeout", "soon"], "--start-timeout"),
     (["-p", "ssh"], "-p/--ssh-port"),
     (["--gloo"], "--gloo"),
-    (["--autotune"], "--autotune"),
+    (["--autotune-steps-per-sample", "0"], "--autotune-steps-per-sample"),
+    (["--autotune-gaussian-process-noise", "loud"],
+     "--autotune-gaussian-process-noise"),
     (["--config-file", "conf.yaml"], "--config-file"),
     (["--min-np", "3"], "--min-np"),  # more than -np
     (["--reset-limit", "1"], "--reset-limit"),  # not an elastic job

@@ -36,6 +36,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "autotune.h"
 #include "common.h"
 #include "crc32c.h"
 #include "gpu_arrays.h"
@@ -576,6 +577,7 @@ PYBIND11_MODULE(_core, m) {
   hbcore_py::RegisterGpuArrays(m);
   hbcore_py::RegisterCrc32c(m);
   hbcore_py::RegisterHostOutputPool(m);
+  hbcore_py::RegisterAutotune(m);
   m.def("register_dtypes",
         [](const std::vector<std::pair<py::dtype, int>>& codes) {
           hbcore_py::DtypeTable& table = Dtypes();

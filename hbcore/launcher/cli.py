@@ -113,13 +113,6 @@ _UNSUPPORTED = (
     (("--jsrun",), 0, "hbrun launches through hydra's mpiexec only"),
     (("--config-file",), 1, "give the settings as flags or HB_*/HOROVOD_* "
      "variables"),
-    (("--autotune",), 0, "hbcore has no autotuner; set --fusion-threshold-mb "
-     "and --cycle-time-ms"),
-    (("--autotune-log-file",), 1, "hbcore has no autotuner"),
-    (("--autotune-warmup-samples",), 1, "hbcore has no autotuner"),
-    (("--autotune-steps-per-sample",), 1, "hbcore has no autotuner"),
-    (("--autotune-bayes-opt-max-samples",), 1, "hbcore has no autotuner"),
-    (("--autotune-gaussian-process-noise",), 1, "hbcore has no autotuner"),
     (("--log-with-timestamp", "--no-log-hide-timestamp"), 0, "hbcore's log "
      "lines carry no timestamp; --prefix-output-with-timestamp stamps every "
      "output line"),

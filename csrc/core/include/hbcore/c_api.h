@@ -309,6 +309,55 @@ HB_API void hb_gpu_free(int device, void* ptr);
 HB_API void* hb_host_malloc(size_t bytes);
 HB_API void hb_host_free(void* ptr);
 
+/* Autotune (HB_AUTOTUNE; the protocol is in csrc/core/src/runtime/autotune.h).
+ * The core measures and applies; rank 0's tuner (the Python front end's
+ * hbcore.autotune) reads each sample's score and proposes the next
+ * parameters, which every rank applies at the same cycle. */
+typedef struct {
+  int64_t fusion_threshold;     /* bytes (HB_FUSION_THRESHOLD) */
+  double cycle_time;            /* milliseconds (HB_CYCLE_TIME) */
+  int cache_enabled;            /* 0 or 1 (HB_CACHE_CAPACITY's slots or 0) */
+  int hierarchical_allreduce;   /* 0 or 1, where the layout built the path */
+  int hierarchical_allgather;   /* 0 or 1, likewise */
+  int ring_allreduce;           /* 0 or 1, likewise */
+  int64_t pipeline_piece_bytes; /* 0: the backend's own */
+} hb_tuning;
+
+/* One bit per field of hb_tuning, for hb_autotune_state's mask. */
+enum {
+  HB_TUNE_FUSION_THRESHOLD = 1,
+  HB_TUNE_CYCLE_TIME = 2,
+  HB_TUNE_CACHE_ENABLED = 4,
+  HB_TUNE_HIERARCHICAL_ALLREDUCE = 8,
+  HB_TUNE_HIERARCHICAL_ALLGATHER = 16,
+  HB_TUNE_RING_ALLREDUCE = 32,
+  HB_TUNE_PIPELINE_PIECE_BYTES = 64
+};
+
+/* The parameters in force on this rank, and which ones the tuner may
+ * change (they apply to the job's layout and were not set explicitly).
+ * After hb_shutdown, until the next hb_init, this and hb_autotune_history
+ * report the last runtime's final record (complete: its loop has ended,
+ * after the same cycle on every rank). */
+HB_API int hb_autotune_state(hb_tuning* current, unsigned* tunable);
+/* Rank 0 with HB_AUTOTUNE=1: waits at most `timeout_s` for the next
+ * closed sample. HB_OK with *got = 1 and the sample (its parameters, its
+ * score in bytes per second, its wall time in seconds), or *got = 0 on
+ * timeout; HB_ERR_SHUTDOWN once the runtime has stopped (no sample will
+ * come); HB_ERR_INVALID_ARGUMENT elsewhere. Blocks no other API call. */
+HB_API int hb_autotune_wait_sample(double timeout_s, int* got,
+                                   hb_tuning* params, double* score,
+                                   double* seconds, char* err,
+                                   size_t err_len);
+/* Rank 0 with HB_AUTOTUNE=1: the parameters to apply next (every rank,
+ * at the same cycle); `final` != 0 ends tuning with them. */
+HB_API int hb_autotune_propose(const hb_tuning* next, int final, char* err,
+                               size_t err_len);
+/* The proposals this rank applied, in order: fills at most `max` cycle
+ * numbers and parameters and returns how many there are. */
+HB_API int hb_autotune_history(int64_t* cycles, hb_tuning* applied,
+                               int max);
+
 /* Effective configuration as "KEY=value" lines; empty before init. Copies at
  * most buf_len-1 bytes and returns the full length. */
 HB_API size_t hb_config_string(char* buf, size_t buf_len);

@@ -32,9 +32,22 @@ namespace hbcore {
 using PhaseFn = std::function<void(const char* phase,
                                    std::chrono::steady_clock::time_point start)>;
 
+// The data-plane choices autotune may change between cycles (autotune.h),
+// the same on every rank. A switch turns a path off or back on where the
+// backend was built with it; it never builds one.
+struct BackendTuning {
+  bool hierarchical_allreduce = true;
+  bool hierarchical_allgather = true;
+  bool ring_allreduce = true;
+  int64_t piece_bytes = 0;  // 0: the backend's own PieceBytes
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Background thread, between cycles (no collective in flight).
+  void Tune(const BackendTuning& tuning) { tuning_ = tuning; }
 
   virtual const char* name() const = 0;
   virtual bool Serves(int device) const = 0;
@@ -54,7 +67,9 @@ class Backend {
   virtual bool ReducesAverage() const { return false; }
   // The largest piece of a fused batch that the pipeline hands to one
   // StartAllreduce (AllreducePipeline).
-  virtual int64_t PieceBytes() const { return int64_t{4} << 20; }
+  virtual int64_t PieceBytes() const {
+    return tuning_.piece_bytes > 0 ? tuning_.piece_bytes : int64_t{4} << 20;
+  }
 
   // True when this backend reduces fused batches of any size where their
   // tensors are (AllreduceLayout), so that the executor needs no fusion
@@ -119,6 +134,9 @@ class Backend {
                                const std::vector<int64_t>& counts,
                                DataType dtype, ReduceOp op) = 0;
   virtual Status Barrier() = 0;
+
+ protected:
+  BackendTuning tuning_;
 };
 
 }  // namespace hbcore

@@ -117,7 +117,8 @@ MpiBackend::MpiBackend(MPI_Comm comm, std::unique_ptr<MpiShmAllreduce> shm,
       shm_(std::move(shm)),
       cross_(shm_ ? cross : MPI_COMM_NULL),
       hier_allgather_(std::move(allgather)),
-      ring_(std::move(ring)) {
+      ring_(std::move(ring)),
+      ring_across_(cross_ != MPI_COMM_NULL) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   CreateHalfOps<Float16ToFloat, FloatToFloat16>(half_ops_[0]);
@@ -167,14 +168,14 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
     return Status::Unsupported(std::string("reduce op ") + ReduceOpName(op) +
                                " on the MPI backend");
   }
-  if (cross_ != MPI_COMM_NULL && ReduceSupported(dtype, op)) {
+  if (UseCross() && ReduceSupported(dtype, op)) {
     // Across hosts a lone tensor goes hierarchical too: only 1/n of it
     // leaves each host per rank.
     const FusedLayout layout(dtype, {FusedTensor{in, out, count, 1.0, 1.0}});
     return AllreduceAcrossHosts(layout, op, [](const char*, std::chrono::steady_clock::time_point) {});
   }
   const int64_t elem = DataTypeSize(dtype);
-  if (ring_ && ring_->Takes(count, dtype, op)) {
+  if (UseRing(count, dtype, op, false)) {
     std::unique_ptr<Pending> pending;
     Status s = StartAllreduce(in, out, count, dtype, op, &pending);
     return s.ok() ? pending->Wait() : s;
@@ -197,7 +198,7 @@ Status MpiBackend::Allreduce(const void* in, void* out, int64_t count,
 Status MpiBackend::StartAllreduce(const void* in, void* out, int64_t count,
                                   DataType dtype, ReduceOp op,
                                   std::unique_ptr<Pending>* pending) {
-  if (ring_ && ring_->Takes(count, dtype, op)) {
+  if (UseRing(count, dtype, op, false)) {
     if (in != out) {
       std::memcpy(out, in, static_cast<size_t>(count * DataTypeSize(dtype)));
     }
@@ -219,7 +220,7 @@ Status MpiBackend::StartAllreduce(const void* in, void* out, int64_t count,
 
 bool MpiBackend::StartsFromLayout(int64_t count, DataType dtype,
                                   ReduceOp op) const {
-  return ring_ && ring_->Takes(count, dtype, op);
+  return UseRing(count, dtype, op, false);
 }
 
 Status MpiBackend::StartAllreduceFromLayout(
@@ -237,7 +238,7 @@ Status MpiBackend::AllreduceLayout(const FusedLayout& layout, ReduceOp op,
                                " on " + DataTypeName(layout.dtype()) +
                                " in shared memory");
   }
-  if (cross_ != MPI_COMM_NULL) return AllreduceAcrossHosts(layout, op, phase);
+  if (UseCross()) return AllreduceAcrossHosts(layout, op, phase);
   return shm_->Allreduce(layout, op, phase);
 }
 
@@ -246,7 +247,7 @@ Status MpiBackend::AllreduceAcrossHosts(const FusedLayout& layout,
   const MPI_Datatype type = MpiType(layout.dtype());
   const MPI_Op mpi_op = MpiOp(layout.dtype(), op);
   const MpiShmAllreduce::ChunkFn across = [&](void* data, int64_t count) {
-    if (ring_ && ring_->Takes(count, layout.dtype(), op)) {
+    if (UseRing(count, layout.dtype(), op, true)) {
       return ring_->Allreduce(data, count, layout.dtype(), op);
     }
     // A chunk is at most a shared-memory slot, far below MPI's int limit.
@@ -260,7 +261,8 @@ Status MpiBackend::AllreduceAcrossHosts(const FusedLayout& layout,
 Status MpiBackend::Allgatherv(const void* in, void* out,
                               const std::vector<int64_t>& bytes_per_rank) {
   // bytes_per_rank is the same on every rank, so is this choice.
-  if (hier_allgather_ && hier_allgather_->Takes(bytes_per_rank)) {
+  if (hier_allgather_ && tuning_.hierarchical_allgather &&
+      hier_allgather_->Takes(bytes_per_rank)) {
     return hier_allgather_->Allgatherv(in, out, bytes_per_rank);
   }
   bool ok = true;

@@ -38,7 +38,10 @@ class MpiBackend : public Backend {
   bool Serves(int device) const override { return device == HB_DEVICE_CPU; }
   Memory* memory() override { return &memory_; }
 
-  bool AllreducesLayouts() const override { return shm_ != nullptr; }
+  // Not across hosts while autotune turned the hierarchical path off.
+  bool AllreducesLayouts() const override {
+    return shm_ != nullptr && (cross_ == MPI_COMM_NULL || UseCross());
+  }
   Status AllreduceLayout(const FusedLayout& layout, ReduceOp op,
                          const PhaseFn& phase) override;
   Status Allreduce(const void* in, void* out, int64_t count, DataType dtype,
@@ -70,6 +73,19 @@ class MpiBackend : public Backend {
   // Returns MPI_OP_NULL for combinations MPI cannot reduce.
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
 
+  // Whether the built paths are in use under the backend's tuning
+  // (Backend::Tune): the hierarchical allreduce; the ring for a reduction
+  // over `cross_` (`across`) or over `comm_`: it was built over one of
+  // them, and serves only that one.
+  bool UseCross() const {
+    return cross_ != MPI_COMM_NULL && tuning_.hierarchical_allreduce;
+  }
+  bool UseRing(int64_t count, DataType dtype, ReduceOp op,
+               bool across) const {
+    return ring_ && tuning_.ring_allreduce && across == ring_across_ &&
+           ring_->Takes(count, dtype, op);
+  }
+
   // The hierarchical allreduce of a layout (shm_ and cross_ both set).
   Status AllreduceAcrossHosts(const FusedLayout& layout, ReduceOp op,
                               const PhaseFn& phase);
@@ -80,6 +96,7 @@ class MpiBackend : public Backend {
   MPI_Comm cross_;
   std::unique_ptr<MpiHierAllgather> hier_allgather_;
   std::unique_ptr<MpiRingAllreduce> ring_;
+  bool ring_across_ = false;  // ring_ was built over cross_
   int rank_ = 0;
   int size_ = 1;
   // [0]: float16, [1]: bfloat16; by Sum, Min, Max, Product.

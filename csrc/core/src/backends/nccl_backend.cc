@@ -83,7 +83,10 @@ NcclBackend::~NcclBackend() {
 }
 
 int64_t NcclBackend::PieceBytes() const {
-  return std::max<int64_t>(options_.fusion_bytes, 1);
+  // A tuned piece never exceeds the fusion buffers it is packed into.
+  const int64_t buffer = std::max<int64_t>(options_.fusion_bytes, 1);
+  return tuning_.piece_bytes > 0 ? std::min(tuning_.piece_bytes, buffer)
+                                 : buffer;
 }
 
 Status NcclBackend::BeginBatch(int device, const std::vector<void*>& ready) {

@@ -58,6 +58,22 @@ const hb_knob kKnobs[] = {
     // (TF_CONFIG, Slurm, another MPI's launcher) says has several tasks.
     {"ignore_tf_config", "HB_IGNORE_TF_CONFIG", HB_KNOB_BOOL, "0", 0, 0,
      "flag"},
+    // The allreduce pipeline's piece (Backend::PieceBytes); 0: the
+    // backend's own. One of the parameters autotune may change.
+    {"pipeline_piece_bytes", "HB_PIPELINE_PIECE_BYTES", HB_KNOB_INTEGER, "0",
+     0, 1099511627776.0, "bytes"},
+    // Autotune (autotune.h), with Horovod's names and defaults; the tuner
+    // itself is the Python front end's (hbcore/autotune/).
+    {"autotune", "HB_AUTOTUNE", HB_KNOB_BOOL, "0", 0, 0, "flag"},
+    {"autotune_log", "HB_AUTOTUNE_LOG", HB_KNOB_STRING, "", 0, 0, "path"},
+    {"autotune_warmup_samples", "HB_AUTOTUNE_WARMUP_SAMPLES", HB_KNOB_INTEGER,
+     "3", 0, 1000000, "samples"},
+    {"autotune_steps_per_sample", "HB_AUTOTUNE_STEPS_PER_SAMPLE",
+     HB_KNOB_INTEGER, "10", 1, 1000000, "steps"},
+    {"autotune_bayes_opt_max_samples", "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+     HB_KNOB_INTEGER, "20", 1, 1000000, "samples"},
+    {"autotune_gaussian_process_noise", "HB_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+     HB_KNOB_NUMBER, "0.8", 0, kUnbounded, "noise"},
 };
 constexpr int kNumKnobs = sizeof(kKnobs) / sizeof(kKnobs[0]);
 
@@ -98,6 +114,19 @@ const Apply kApply[] = {
     [](const Value& v, Config* c) { c->nccl_library = v.text; },
     [](const Value& v, Config* c) { c->cuda_runtime_library = v.text; },
     [](const Value& v, Config* c) { c->ignore_tf_config = v.flag; },
+    [](const Value& v, Config* c) { c->pipeline_piece_bytes = v.integer; },
+    [](const Value& v, Config* c) { c->autotune = v.flag; },
+    [](const Value& v, Config* c) { c->autotune_log = v.text; },
+    [](const Value& v, Config* c) {
+      c->autotune_warmup_samples = static_cast<int>(v.integer);
+    },
+    [](const Value& v, Config* c) {
+      c->autotune_steps_per_sample = static_cast<int>(v.integer);
+    },
+    [](const Value& v, Config* c) {
+      c->autotune_max_samples = static_cast<int>(v.integer);
+    },
+    [](const Value& v, Config* c) { c->autotune_noise = v.number; },
 };
 static_assert(sizeof(kApply) / sizeof(kApply[0]) == kNumKnobs,
               "one setter per knob");
@@ -277,6 +306,7 @@ Status ParseConfig(const EnvLookup& getenv, const ConfigOverrides& overrides,
   for (int i = 0; i < kNumKnobs; ++i) {
     const hb_knob& knob = kKnobs[i];
     Source source = Find(knob, getenv, overrides);
+    if (source.present) c.explicit_knobs.insert(knob.name);
     if (!source.present && knob.default_value[0] == '\0') continue;
     const std::string text = source.present ? source.value
                                             : knob.default_value;
@@ -319,7 +349,14 @@ std::string Config::ToString() const {
       << "HB_THREAD_AFFINITY=" << thread_affinity << "\n"
       << "HB_NCCL_LIBRARY=" << nccl_library << "\n"
       << "HB_CUDA_RUNTIME_LIBRARY=" << cuda_runtime_library << "\n"
-      << "HB_IGNORE_TF_CONFIG=" << (ignore_tf_config ? 1 : 0) << "\n";
+      << "HB_IGNORE_TF_CONFIG=" << (ignore_tf_config ? 1 : 0) << "\n"
+      << "HB_PIPELINE_PIECE_BYTES=" << pipeline_piece_bytes << "\n"
+      << "HB_AUTOTUNE=" << (autotune ? 1 : 0) << "\n"
+      << "HB_AUTOTUNE_LOG=" << autotune_log << "\n"
+      << "HB_AUTOTUNE_WARMUP_SAMPLES=" << autotune_warmup_samples << "\n"
+      << "HB_AUTOTUNE_STEPS_PER_SAMPLE=" << autotune_steps_per_sample << "\n"
+      << "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES=" << autotune_max_samples << "\n"
+      << "HB_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=" << autotune_noise << "\n";
   return out.str();
 }
 

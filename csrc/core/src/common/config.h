@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,6 +78,20 @@ struct Config {
   // hb_config_string) to skip its check that a world of one is not part of
   // a larger job (TF_CONFIG, Slurm, another MPI launcher's variables).
   bool ignore_tf_config = false;
+  // The allreduce pipeline's piece size; 0: the backend's own.
+  int64_t pipeline_piece_bytes = 0;
+  // Autotune (autotune.h): whether rank 0's tuner runs, its CSV log, and
+  // Horovod's sampling settings. The core measures and applies; the tuner
+  // that chooses lives in the Python front end.
+  bool autotune = false;
+  std::string autotune_log;
+  int autotune_warmup_samples = 3;
+  int autotune_steps_per_sample = 10;
+  int autotune_max_samples = 20;
+  double autotune_noise = 0.8;
+  // The knobs given explicitly (override or variable), by name: autotune
+  // holds them fixed, as Horovod does.
+  std::set<std::string> explicit_knobs;
 
   // "KEY=value" lines, one per knob, for logs and hb_config_string.
   std::string ToString() const;

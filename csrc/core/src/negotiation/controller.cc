@@ -74,7 +74,9 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   }
   for (int i = 0; i < words_per_set; ++i) invalid[i] = ~invalid[i];
   uint64_t flags = 0;
-  if (!mine.requests.empty() || input.shutdown) flags |= kFlagSlowPath;
+  if (!mine.requests.empty() || input.shutdown || !input.tuning.empty()) {
+    flags |= kFlagSlowPath;
+  }
   if (stall_check) flags |= kFlagStallCheck;
   if (!joined_) flags |= kFlagActive;
   words[0] = ~flags;
@@ -123,6 +125,7 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   if (flags & kFlagSlowPath || flags & kFlagStallCheck) {
     mine.shutdown = input.shutdown;
     mine.shutdown_reason = input.shutdown_reason;
+    mine.tuning = input.tuning;
     if (flags & kFlagStallCheck) {
       mine.stall_check = true;
       for (const auto& kv : *pending) {
@@ -155,6 +158,7 @@ Status Controller::SlowPath(const RequestList& mine, CycleOutput* output) {
   }
   output->shutdown = list.shutdown;
   output->shutdown_reason = list.shutdown_reason;
+  output->tuning = std::move(list.tuning);
   return Status::OK();
 }
 
@@ -171,6 +175,8 @@ ResponseList Controller::Coordinate(const std::vector<std::string>& gathered) {
     }
   }
   out.responses = coordinator_->TakeResponses();
+  // Only the coordinator's own rank proposes (autotune.h, item 4).
+  if (!lists.empty()) out.tuning = lists[0].tuning;
   if (!lists.empty() && lists[0].stall_check) {
     std::string reason = stall_.Judge(coordinator_->FindStalls(lists));
     if (!reason.empty() && !out.shutdown) {
@@ -194,6 +200,22 @@ void Controller::Commit(const CycleOutput& cycle, size_t i,
     return;
   }
   cache_.Put(r, local ? &local->request : nullptr);
+}
+
+bool Controller::SetCacheEnabled(bool enabled, PendingTable* pending) {
+  const int capacity = enabled ? config_.cache_capacity : 0;
+  if (capacity == cache_.capacity()) return false;
+  cache_ = ResponseCache(capacity);
+  bool reannounce = false;
+  for (auto& kv : *pending) {
+    TensorEntry& e = kv.second;
+    if (e.cache_slot >= 0) {
+      e.cache_slot = -1;
+      e.announced = false;
+      reannounce = true;
+    }
+  }
+  return reannounce;
 }
 
 bool Controller::RevalidateSlots(PendingTable* pending) {

@@ -57,6 +57,9 @@ using PendingTable = std::map<std::string, TensorEntry>;
 struct CycleInput {
   bool shutdown = false;
   std::string shutdown_reason;
+  // Rank 0 of the global set: autotune's proposal to carry (autotune.h,
+  // item 4); it makes the cycle take the slow path.
+  std::string tuning;
 };
 
 struct CycleOutput {
@@ -66,6 +69,8 @@ struct CycleOutput {
   std::vector<int> cache_slots;
   bool shutdown = false;
   std::string shutdown_reason;
+  // The proposal every rank applies after this cycle (empty: none).
+  std::string tuning;
   // Entries re-queued for announcement: the next cycle must run.
   bool reannounce = false;
 };
@@ -92,6 +97,12 @@ class Controller {
   void Commit(const CycleOutput& cycle, size_t i, const TensorEntry* local);
   // Entries whose slot was reused by Commit go back to the slow path.
   bool RevalidateSlots(PendingTable* pending);
+  // Autotune: turns the response cache on (config's capacity) or off (no
+  // slots). Called by every member at the same point between cycles
+  // (autotune.h, item 5), so the bit-vector keeps one length on every
+  // rank. The cache starts empty; entries that were waiting on a slot go
+  // back to the slow path (returns true when there were any).
+  bool SetCacheEnabled(bool enabled, PendingTable* pending);
 
  private:
   Status SlowPath(const RequestList& mine, CycleOutput* output);

@@ -137,6 +137,7 @@ std::string Serialize(const RequestList& list) {
     w.Str(list.pending_names[i]);
     w.Pod(list.pending_ages[i]);
   }
+  w.Str(list.tuning);
   return w.Take();
 }
 
@@ -146,6 +147,7 @@ std::string Serialize(const ResponseList& list) {
   for (const Response& r : list.responses) Write(&w, r);
   w.Pod<uint8_t>(list.shutdown);
   w.Str(list.shutdown_reason);
+  w.Str(list.tuning);
   return w.Take();
 }
 
@@ -171,6 +173,7 @@ bool Deserialize(const std::string& bytes, RequestList* list) {
       return false;
     }
   }
+  if (!in.Str(&list->tuning)) return false;
   return in.Done();
 }
 
@@ -183,7 +186,10 @@ bool Deserialize(const std::string& bytes, ResponseList* list) {
     if (!Read(&in, &r)) return false;
   }
   uint8_t shutdown = 0;
-  if (!in.Pod(&shutdown) || !in.Str(&list->shutdown_reason)) return false;
+  if (!in.Pod(&shutdown) || !in.Str(&list->shutdown_reason) ||
+      !in.Str(&list->tuning)) {
+    return false;
+  }
   list->shutdown = shutdown != 0;
   return in.Done();
 }

@@ -62,6 +62,8 @@ struct RequestList {
   std::vector<std::string> pending_names;
   std::vector<double> pending_ages;  // seconds since each was enqueued
   bool stall_check = false;
+  // Rank 0 only: autotune's next parameters (EncodeProposal, autotune.h).
+  std::string tuning;
 };
 
 // The coordinator's answer, identical on every rank.
@@ -69,6 +71,9 @@ struct ResponseList {
   std::vector<Response> responses;
   bool shutdown = false;
   std::string shutdown_reason;
+  // Autotune's next parameters, applied by every rank after this cycle
+  // (autotune.h, item 5); empty: none.
+  std::string tuning;
 };
 
 std::string Serialize(const RequestList& list);

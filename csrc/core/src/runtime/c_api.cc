@@ -27,11 +27,34 @@ namespace {
 std::mutex g_mu;
 std::unique_ptr<hbcore::Runtime> g_runtime;
 
+// Autotune's record of the last runtime, kept at hb_shutdown (its loop has
+// ended, so the record is complete and the same on every rank), for
+// hb_autotune_state / hb_autotune_history until the next hb_init.
+struct TuningRecord {
+  std::vector<std::pair<uint64_t, hbcore::Tuning>> history;
+  hbcore::Tuning current;
+  unsigned tunable = 0;
+  bool valid = false;
+};
+TuningRecord g_last_tuning;
+
 void CopyError(const std::string& text, char* err, size_t err_len) {
   if (err == nullptr || err_len == 0) return;
   size_t n = std::min(text.size(), err_len - 1);
   std::memcpy(err, text.data(), n);
   err[n] = '\0';
+}
+
+hb_tuning ToCTuning(const hbcore::Tuning& t) {
+  hb_tuning c;
+  c.fusion_threshold = t.fusion_threshold_bytes;
+  c.cycle_time = t.cycle_time_ms;
+  c.cache_enabled = t.cache_enabled ? 1 : 0;
+  c.hierarchical_allreduce = t.hierarchical_allreduce ? 1 : 0;
+  c.hierarchical_allgather = t.hierarchical_allgather ? 1 : 0;
+  c.ring_allreduce = t.ring_allreduce ? 1 : 0;
+  c.pipeline_piece_bytes = t.pipeline_piece_bytes;
+  return c;
 }
 
 int NotInitialized(char* err, size_t err_len) {
@@ -194,7 +217,16 @@ int hb_shutdown(void) {
     std::lock_guard<std::mutex> lock(g_mu);
     runtime.swap(g_runtime);
   }
-  // Destroyed outside the lock: the negotiated shutdown waits for peers.
+  // Stopped and destroyed outside the lock: the negotiated shutdown waits
+  // for peers.
+  if (runtime) {
+    runtime->Shutdown();
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_last_tuning.history = runtime->TuningHistory();
+    g_last_tuning.current = runtime->CurrentTuning();
+    g_last_tuning.tunable = runtime->TunableMask();
+    g_last_tuning.valid = true;
+  }
   runtime.reset();
   return HB_OK;
 }
@@ -376,6 +408,87 @@ void* hb_host_malloc(size_t bytes) {
 }
 
 void hb_host_free(void* ptr) { hbcore::FreeHost(ptr); }
+
+int hb_autotune_state(hb_tuning* current, unsigned* tunable) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime && !g_last_tuning.valid) return HB_ERR_NOT_INITIALIZED;
+  if (current != nullptr) {
+    *current = ToCTuning(g_runtime ? g_runtime->CurrentTuning()
+                                   : g_last_tuning.current);
+  }
+  if (tunable != nullptr) {
+    *tunable = g_runtime ? g_runtime->TunableMask() : g_last_tuning.tunable;
+  }
+  return HB_OK;
+}
+
+int hb_autotune_wait_sample(double timeout_s, int* got, hb_tuning* params,
+                            double* score, double* seconds, char* err,
+                            size_t err_len) {
+  std::shared_ptr<hbcore::AutotuneChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_runtime) return NotInitialized(err, err_len);
+    channel = g_runtime->autotune_channel();
+  }
+  if (!channel) {
+    CopyError("autotune samples are measured only on rank 0 with "
+              "HB_AUTOTUNE=1", err, err_len);
+    return HB_ERR_INVALID_ARGUMENT;
+  }
+  // Without g_mu: the channel outlives the runtime while we hold it.
+  hbcore::AutotuneSample sample;
+  *got = 0;
+  switch (channel->WaitSample(timeout_s, &sample)) {
+    case hbcore::AutotuneChannel::Wait::kClosed:
+      CopyError("hbcore has shut down", err, err_len);
+      return HB_ERR_SHUTDOWN;
+    case hbcore::AutotuneChannel::Wait::kTimeout:
+      return HB_OK;
+    case hbcore::AutotuneChannel::Wait::kSample:
+      break;
+  }
+  *got = 1;
+  *params = ToCTuning(sample.tuning);
+  *score = sample.score;
+  *seconds = sample.seconds;
+  return HB_OK;
+}
+
+int hb_autotune_propose(const hb_tuning* next, int final, char* err,
+                        size_t err_len) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime) return NotInitialized(err, err_len);
+  if (next->fusion_threshold < 0 || !(next->cycle_time > 0) ||
+      next->pipeline_piece_bytes < 0) {
+    CopyError("autotune proposal out of range: fusion threshold and "
+              "pipeline piece must be >= 0, cycle time > 0", err, err_len);
+    return HB_ERR_INVALID_ARGUMENT;
+  }
+  hbcore::Tuning t;
+  t.fusion_threshold_bytes = next->fusion_threshold;
+  t.cycle_time_ms = next->cycle_time;
+  t.cache_enabled = next->cache_enabled != 0;
+  t.hierarchical_allreduce = next->hierarchical_allreduce != 0;
+  t.hierarchical_allgather = next->hierarchical_allgather != 0;
+  t.ring_allreduce = next->ring_allreduce != 0;
+  t.pipeline_piece_bytes = next->pipeline_piece_bytes;
+  hbcore::Status s = g_runtime->ProposeTuning(t, final != 0);
+  CopyError(s.message(), err, err_len);
+  return s.code();
+}
+
+int hb_autotune_history(int64_t* cycles, hb_tuning* applied, int max) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_runtime && !g_last_tuning.valid) return 0;
+  const auto history =
+      g_runtime ? g_runtime->TuningHistory() : g_last_tuning.history;
+  for (int i = 0; i < max && i < static_cast<int>(history.size()); ++i) {
+    cycles[i] = static_cast<int64_t>(history[i].first);
+    applied[i] = ToCTuning(history[i].second);
+  }
+  return static_cast<int>(history.size());
+}
 
 size_t hb_config_string(char* buf, size_t buf_len) {
   std::lock_guard<std::mutex> lock(g_mu);

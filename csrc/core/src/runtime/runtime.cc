@@ -143,15 +143,21 @@ Status Runtime::Start(int64_t comm) {
   if (!affinity.ok()) return affinity;
   if (!s.ok()) return s;
   BindRank(cpu_list, same_cpu_sets);
+  StartAutotune();
   auto global = std::make_unique<SetState>();
   global->info = ProcessSetInfo::Global(topo.size);
   global->controller = std::make_unique<Controller>(transport_->control(),
                                                     config_, global->info);
   CreateExecutor(global.get(), transport_->cpu_backend());
+  TuneBackends(global.get());
   global_ = global.get();
   set_table_[0] = global->info;
   sets_[0] = std::move(global);
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    Loop();
+    // A tuner waiting for a sample learns that none will come.
+    if (autotune_) autotune_->Close();
+  });
   // Validated above on every rank; a failure here is the kernel's.
   s = PinThread(thread_, background_cpu);
   if (!s.ok()) HB_LOG(kWarning, s.message());
@@ -193,11 +199,14 @@ Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok,
   const uint64_t gather =
       static_cast<uint64_t>(config_.hierarchical_allgather);
   const uint64_t ring = static_cast<uint64_t>(config_.ring_allreduce);
+  // The allreduce pipeline splits batches by it on every rank alike.
+  const uint64_t piece = static_cast<uint64_t>(config_.pipeline_piece_bytes);
   std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
                                  hier, ~hier, gather, ~gather,
                                  timeline_ok ? ~uint64_t{0} : 0,
                                  affinity_ok ? ~uint64_t{0} : 0,
-                                 cpu_set_hash, ~cpu_set_hash, ring, ~ring};
+                                 cpu_set_hash, ~cpu_set_hash, ring, ~ring,
+                                 piece, ~piece};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
   // Not an error: ranks may run on different CPUs (rank_binding.h).
@@ -225,6 +234,9 @@ Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok,
   }
   if (words[14] != ~words[15]) {
     return choice_differs("HB_RING_ALLREDUCE", config_.ring_allreduce);
+  }
+  if (words[16] != ~words[17]) {
+    return differs("HB_PIPELINE_PIECE_BYTES", piece);
   }
   if (words[11] == 0 && affinity_ok) {
     return Status(HB_ERR_CONFIG, "HB_THREAD_AFFINITY is invalid on another "
@@ -442,7 +454,7 @@ void Runtime::WaitForCycle() {
   // A peer's wake-up seen while spinning: run the cycle. Submitted work is
   // taken below (as a burst), shutdown too.
   if (idle_spin_ && SpinForWork()) return;
-  const double idle_cap_us = std::max(1.0, config_.cycle_time_ms * 1000.0);
+  const double idle_cap_us = std::max(1.0, tuning_.cycle_time_ms * 1000.0);
   // A rank waiting for peers (tensors pending) polls every few microseconds
   // at first: that poll is on the critical path of a step. A rank with
   // nothing pending polls every HB_CYCLE_TIME from the start: its own
@@ -453,7 +465,7 @@ void Runtime::WaitForCycle() {
   double interval_us = NothingPending() ? idle_cap_us : 2.0;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    if (shutdown_requested_ || force_cycle_) return;
+    if (shutdown_requested_ || force_cycle_ || tuning_proposed_) return;
     if (!queue_.empty()) return AwaitEndOfBurst(lock);
     lock.unlock();
     const bool asked = PeerAskedForCycle();
@@ -516,6 +528,7 @@ void Runtime::Loop() {
       queue_.clear();
       work_queued_.store(false, std::memory_order_relaxed);
       flush_requested_ = false;
+      tuning_proposed_ = false;
       input.shutdown = shutdown_requested_;
       input.shutdown_reason = shutdown_reason_;
     }
@@ -526,6 +539,11 @@ void Runtime::Loop() {
                         "' was negotiated"));
     }
     force_cycle_ = false;
+    Tuning proposal;
+    bool final = false;
+    if (autotune_ && autotune_->TakeProposal(&proposal, &final)) {
+      input.tuning = EncodeProposal(proposal, final);
+    }
     if (woken_for_ < static_cast<int64_t>(next_cycle_)) {
       transport_->control()->SendWake(next_cycle_);
     }
@@ -551,6 +569,7 @@ void Runtime::Loop() {
       FailEverything(Status::Shutdown(output.shutdown_reason));
       return;
     }
+    if (!output.tuning.empty()) ApplyTuning(output.tuning, next_cycle_ - 1);
     // The other sets this rank belongs to, in ascending id (runtime.h, 7).
     for (auto& kv : sets_) {
       SetState& set = *kv.second;
@@ -607,7 +626,7 @@ bool Runtime::RunSetCycle(SetState* set, const CycleInput& input,
 void Runtime::Execute(SetState* set, const CycleOutput& cycle) {
   if (cycle.responses.empty()) return;
   std::vector<FusionBatch> plan =
-      PlanFusion(cycle.responses, config_.fusion_threshold_bytes);
+      PlanFusion(cycle.responses, tuning_.fusion_threshold_bytes);
   // Process-set operations run alone (fusion.h) and are performed by the
   // runtime (ApplySetOps), not by the executor.
   plan.erase(std::remove_if(plan.begin(), plan.end(),
@@ -638,6 +657,7 @@ void Runtime::Execute(SetState* set, const CycleOutput& cycle) {
     const Executor::Batch& batch = batches[b];
     for (size_t k = 0; k < batch.responses.size(); ++k) {
       set->controller->Commit(cycle, plan[b][k], batch.entries[k]);
+      if (sampler_ && set == global_) RecordForAutotune(*batch.responses[k]);
     }
     Finish(batch.entries, *results);
     for (size_t k = 0; k < batch.responses.size(); ++k) {
@@ -688,6 +708,7 @@ Status Runtime::CreateSet(int id, const std::vector<int>& ranks) {
     set->controller = std::make_unique<Controller>(set->group->control(),
                                                    config_, set->info);
     CreateExecutor(set.get(), set->group->cpu_backend());
+    TuneBackends(set.get());
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -69,6 +69,7 @@
 #include "negotiation/controller.h"
 #include "negotiation/process_set.h"
 #include "negotiation/tensor_entry.h"
+#include "runtime/autotune.h"
 #include "runtime/executor.h"
 #include "runtime/rank_binding.h"
 #include "runtime/timeline.h"
@@ -118,6 +119,22 @@ class Runtime {
   void StopTimeline();
   // True once the background loop ended (a shutdown anywhere, or a failure).
   bool stopped();
+
+  // Autotune (autotune.h; runtime_autotune.cc). The parameters in force
+  // (background thread's copy, as of the last applied proposal), and which
+  // of them the tuner may change: the hb_tuning bits (c_api.h) of those
+  // that apply to this job's layout and were not set explicitly.
+  Tuning CurrentTuning();
+  unsigned TunableMask() const { return tunable_mask_; }
+  // Rank 0 with HB_AUTOTUNE=1: the mailbox of its tuner; else null.
+  std::shared_ptr<AutotuneChannel> autotune_channel() const {
+    return autotune_;
+  }
+  // Rank 0: hands the next parameters to the background thread, which
+  // carries them to every rank in its next cycle.
+  Status ProposeTuning(const Tuning& tuning, bool final);
+  // Every proposal this rank applied: (cycle number, parameters), in order.
+  std::vector<std::pair<uint64_t, Tuning>> TuningHistory();
   // Negotiated shutdown: every pending request on every rank fails with a
   // message naming this rank. Blocks until the background thread ends.
   void Shutdown();
@@ -165,6 +182,14 @@ class Runtime {
   // Fills a member's backend registry and creates its executor: `cpu`
   // for host buffers, NCCL for GPU buffers when the libraries were loaded.
   void CreateExecutor(SetState* set, Backend* cpu);
+
+  // Autotune: the starting parameters and mask (Start, after the
+  // transport); applying an agreed proposal after cycle `cycle` (item 5 of
+  // autotune.h); the sampler's bookkeeping of one executed response.
+  void StartAutotune();
+  void ApplyTuning(const std::string& proposal, uint64_t cycle);
+  void TuneBackends(SetState* set);
+  void RecordForAutotune(const Response& response);
 
   // Background thread.
   void Loop();
@@ -216,6 +241,14 @@ class Runtime {
   // from the work beside it.)
   bool spare_cpus_ = false;
   bool idle_spin_ = false;
+  // Autotune: the parameters in force (background thread; read by front
+  // ends under mu_ through CurrentTuning), the tunable mask, and on rank 0
+  // with HB_AUTOTUNE the tuner's mailbox and the sampler.
+  Tuning tuning_;
+  Tuning start_tuning_;  // fixed by Start
+  unsigned tunable_mask_ = 0;
+  std::shared_ptr<AutotuneChannel> autotune_;
+  std::unique_ptr<AutotuneSampler> sampler_;
   // HB_BIND_RANKS: set by Start when this rank bound its threads; reset
   // (the threads' CPU sets restored) once the background thread ended.
   std::unique_ptr<RankBinding> binding_;
@@ -236,6 +269,8 @@ class Runtime {
   // background thread's spin (SpinForWork).
   std::atomic<bool> work_queued_{false};
   bool flush_requested_ = false;  // Flush() since the queue was last drained
+  bool tuning_proposed_ = false;  // ProposeTuning since the last cycle
+  std::vector<std::pair<uint64_t, Tuning>> tuning_history_;
   bool shutdown_requested_ = false;
   std::string shutdown_reason_;
   bool stopped_ = false;       // the loop ended; enqueue fails with:
