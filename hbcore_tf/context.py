@@ -36,7 +36,7 @@ import socket
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from hbcore import tf_config
-from hbcore_tf.options import Options, options as _options
+from hbcore_tf._base.options import Options, options as _options
 
 JOB = "worker"
 # Context.get_tf_config's result, as HybridBackend's.
@@ -273,7 +273,7 @@ class Context:
     # -- options ---------------------------------------------------------
     @property
     def options(self) -> Options:
-        """The options object (hbcore_tf.options.options)."""
+        """The options object (hbcore_tf._base.options.options)."""
         return _options
 
     def update_params(self, **kwargs: Any) -> None:

@@ -10,7 +10,7 @@ import hbcore
 import tensorflow as tf
 
 from hbcore_tf import mpi_ops
-from hbcore_tf.embedding.table import is_rank_local
+from hbcore_tf._base.rank_local import is_rank_local
 from hbcore_tf.process_sets import ProcessSet, global_process_set
 
 

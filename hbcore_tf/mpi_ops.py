@@ -3,13 +3,13 @@ ops: same names, signatures, defaults and semantics as Horovod 0.28).
 
 Every collective is one ``HbcoreCollective`` / ``HbcoreAlltoall`` /
 ``HbcoreJoin`` / ``HbcoreBarrier`` op from the op library built by
-:mod:`hbcore_tf._build`. The ops enqueue into the same C++ core that the
+:mod:`hbcore_tf._ops.build`. The ops enqueue into the same C++ core that the
 numpy API (:mod:`hbcore`) uses and return at once; the core's background
 thread completes them. A grouped call is one op, so its tensors reach the
 core in one ``hb_enqueue`` and negotiate and fuse together.
 
 Tensor names (how the core matches tensors across ranks) come from
-:mod:`hbcore_tf._naming`: in graph mode from the op's name scope, in eager
+:mod:`hbcore_tf._ops.naming`: in graph mode from the op's name scope, in eager
 mode from per-kind counters.
 
 Errors: the ops raise ``tf.errors.FailedPreconditionError`` when ranks
@@ -38,7 +38,8 @@ from hbcore._compat_names import (ccl_built, cuda_built, ddl_built,
                                   mpi_enabled, rocm_built)
 
 from hbcore._native import core
-from hbcore_tf import _build, _naming
+from hbcore_tf._ops import build as _build
+from hbcore_tf._ops import naming as _naming
 from hbcore_tf.compression import Compression
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)
@@ -134,7 +135,7 @@ def _refuse_xla(what: str) -> None:
     Raises:
         ValueError: the function being traced is compiled with XLA.
     """
-    from hbcore_tf import _compat
+    from hbcore_tf._base import compat as _compat
 
     _compat.check_not_xla("hbcore's %s op" % what)
 
@@ -869,4 +870,4 @@ for _op_type in ("HbcoreJoin", "HbcoreBarrier", "HbcoreTopology"):
 
 # Registers the gradients of HbcoreCollective and HbcoreAlltoall (imports
 # this module's functions, so it comes last).
-from hbcore_tf import _gradients  # noqa: E402,F401
+from hbcore_tf._ops import gradients as _gradients  # noqa: E402,F401

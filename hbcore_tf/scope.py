@@ -10,7 +10,7 @@ removes it on exit; nested scopes only stack options):
 
 1. An optimizer that is CREATED (tf.compat.v1.train.Optimizer, Keras 3 and
    tf_keras optimizers, current and legacy) becomes an instance of the
-   data-parallel subclass of its own class (hbcore_tf._data_parallel): its
+   data-parallel subclass of its own class (hbcore_tf._parallel.data_parallel): its
    gradients are averaged over ranks in ``grad_nbuckets`` fused groups, in
    reverse variable order. The base-class ``__init__`` is patched for the
    duration of the scope; the swap happens when it returns.
@@ -30,7 +30,7 @@ removes it on exit; nested scopes only stack options):
 4. A tf.compat.v1 graph variable whose initial value is one repeated
    value (zeros, an optimizer's accumulator) is initialised by ``tf.fill``
    instead of a ``Const`` the session would keep beside the variable
-   (hbcore_tf._splat_initial_values): it is held once, not twice.
+   (hbcore_tf._parallel.splat_initial_values): it is held once, not twice.
 5. ``tf.compat.v1.train.MonitoredTrainingSession`` is
    hb.train.MonitoredTrainingSession (HybridBackend's scope rewrites it
    too): broadcast from rank 0 after restore/initialisation, checkpoints,
@@ -60,9 +60,10 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import tensorflow as tf
 
-from hbcore_tf import _compat, _data_parallel
-from hbcore_tf._splat_initial_values import fill_splat_initial_values
-from hbcore_tf.options import options
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._parallel import data_parallel as _data_parallel
+from hbcore_tf._parallel.splat_initial_values import fill_splat_initial_values
+from hbcore_tf._base.options import options
 
 # Two kinds of state, because they live in different places:
 # - the class patches (optimizers, models) are process-wide: installed when
@@ -281,7 +282,7 @@ def scope(**kwargs: Any) -> Iterator[Any]:
     """Data-parallel scope with option overrides (see the module docstring).
 
     Args:
-        **kwargs: option values for the code inside (hbcore_tf.options),
+        **kwargs: option values for the code inside (hbcore_tf._base.options),
             and ``seed`` (an int, as HybridBackend's): seeds Python's,
             numpy's and TensorFlow's random generators on entry (see
             ``_apply_seed``); it is not restored on exit.
@@ -350,7 +351,7 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
     Args:
         fn: the function to decorate (``@hb.function``), or None when the
             decorator is called with options (``@hb.function(...)``).
-        **kwargs: option values for the scope (hbcore_tf.options), and
+        **kwargs: option values for the scope (hbcore_tf._base.options), and
             ``seed`` (see :func:`scope`).
 
     Returns:
@@ -362,7 +363,7 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
         TypeError: an option value of the wrong type, or ``fn`` is not
             callable (``@hb.function(2)``: options are keywords).
     """
-    from hbcore_tf.options import validate
+    from hbcore_tf._base.options import validate
 
     if fn is not None and not callable(fn):
         raise TypeError("hb.function decorates a function, got %r (%s); "

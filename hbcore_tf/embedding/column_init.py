@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf.embedding.table import ShardInfo
+from hbcore_tf._base.rank_local import ShardInfo
 
 _state = threading.local()  # .depth: nesting of feature_column_tables
 

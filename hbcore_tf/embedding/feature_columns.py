@@ -33,11 +33,11 @@ import tensorflow as tf
 from tensorflow.python.feature_column import feature_column as fc_v1
 from tensorflow.python.feature_column import feature_column_v2 as fc_v2
 
-from hbcore_tf._compat import GraphModeRequired
+from hbcore_tf._base.compat import GraphModeRequired
 from hbcore_tf.embedding.column_init import feature_column_tables
 from hbcore_tf.embedding.scope import sharding_variable_scope
-from hbcore_tf.embedding.table import is_sharded
-from hbcore_tf.options import options
+from hbcore_tf._base.rank_local import is_sharded
+from hbcore_tf._base.options import options
 
 
 def column_names(column: Any) -> Tuple[str, ...]:

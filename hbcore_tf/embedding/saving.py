@@ -74,7 +74,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import tensorflow as tf
 
-from hbcore_tf.embedding.table import any_sharded_tables, shard_info
+from hbcore_tf._base.rank_local import any_sharded_tables, shard_info
 
 _COMPANION = "_hb_sharded_companion"
 _PART = "_hbpart-%05d-of-%05d"
@@ -214,7 +214,7 @@ def write_canonical(path: str) -> None:
         tf.errors.OpError: its files cannot be read or written.
     """
     from hbcore_tf.embedding.canonical import canonicalize
-    from hbcore_tf.options import options
+    from hbcore_tf._base.options import options
 
     canonicalize(path, int(options.emb_checkpoint_block_bytes))
 

@@ -48,9 +48,9 @@ import tensorflow as tf
 
 from hbcore_tf.embedding import column_init
 from hbcore_tf.embedding.partition import RowPartition
-from hbcore_tf.embedding.table import (ShardInfo, is_sharded,
-                                       make_sharded, shard_info)
-from hbcore_tf.options import options
+from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
+from hbcore_tf.embedding.table import make_sharded
+from hbcore_tf._base.options import options
 
 
 _creating = threading.local()
@@ -259,7 +259,7 @@ def _install_slot_hooks() -> None:
     change nothing for other variables.
     """
     global _slot_hooks_installed
-    from hbcore_tf import _compat
+    from hbcore_tf._base import compat as _compat
 
     _compat.tag_slots_of_sharded_tables()  # idempotent; a Keras imported
     if _slot_hooks_installed:               # later is covered next time
@@ -357,7 +357,7 @@ def embedding_scope(**kwargs: Any) -> Iterator[Any]:
     Equivalent to ``hb.scope(sharding=True, **kwargs)``.
 
     Args:
-        **kwargs: option values for the code inside (hbcore_tf.options).
+        **kwargs: option values for the code inside (hbcore_tf._base.options).
 
     Yields:
         The hb context.

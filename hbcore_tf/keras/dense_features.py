@@ -40,7 +40,7 @@ import tensorflow as tf
 from hbcore_tf.embedding.feature_columns import (build_columns,
                                                  check_graph_mode,
                                                  normalize_columns)
-from hbcore_tf.options import options, validate
+from hbcore_tf._base.options import options, validate
 
 _CLASS: List[type] = []
 

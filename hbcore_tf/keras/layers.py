@@ -33,7 +33,7 @@ What the layer does (the table's machinery is hbcore_tf.embedding):
    assembles the table with an allgather: it is collective (every rank
    calls ``save_weights`` / ``save``), and rank 0 alone writes the file,
    whether or not the model was built inside ``hb.scope()``
-   (``make_saving_collective`` in hbcore_tf._data_parallel). Loading reads
+   (``make_saving_collective`` in hbcore_tf._parallel.data_parallel). Loading reads
    only this rank's rows.
 4. ``export_plain_model`` turns a trained model into a plain one (whole
    tables, plain gathers) for ``model.export`` / ``tf.saved_model.save``.
@@ -50,7 +50,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
 
@@ -82,9 +82,10 @@ def _make_class(legacy: bool) -> type:
     from hbcore_tf.embedding.exchange import sharded_lookup
     from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
                                            shard_plan)
-    from hbcore_tf.embedding.table import make_keras_shard, whole_value
+    from hbcore_tf._base.rank_local import whole_value
+    from hbcore_tf.embedding.table import make_keras_shard
 
-    from hbcore_tf._data_parallel import make_saving_collective
+    from hbcore_tf._parallel.data_parallel import make_saving_collective
 
     if legacy:
         import tf_keras as keras

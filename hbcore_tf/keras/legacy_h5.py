@@ -10,8 +10,9 @@ that ``load_model`` restores the optimizer with:
 
 - saving: the value stored for a sharded table or optimizer slot is the
   whole ``[input_dim, output_dim]`` tensor in id order (allgathered, so
-  every rank runs the save: ``_data_parallel.rank_zero_writes`` gives
-  ranks > 0 a temporary file and lets rank 0 alone write the real one);
+  every rank runs the save:
+  ``hbcore_tf._parallel.data_parallel.rank_zero_writes`` gives ranks > 0 a
+  temporary file and lets rank 0 alone write the real one);
   other variables are stored as tf_keras stores them. The file is the one
   a plain ``keras.layers.Embedding`` model writes, so it loads into one in
   one process, and the other way round.
@@ -27,7 +28,7 @@ from typing import Any, List, Sequence
 
 import numpy as np
 
-from hbcore_tf.embedding.table import shard_info, whole_value
+from hbcore_tf._base.rank_local import shard_info, whole_value
 
 _installed = False
 

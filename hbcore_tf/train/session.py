@@ -11,7 +11,7 @@ waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
    the restore or the initialisation, before any other hook's
    after_create_session, so every rank starts from rank 0's values;
    once hbcore has shut down (a peer failed, the stall shutdown) it
-   raises hbcore.ShutdownError (hbcore_tf.hooks says why);
+   raises hbcore.ShutdownError (hbcore_tf._parallel.hooks says why);
 2. checkpoints, summaries and the step counter are written by rank 0 only
    (on the other ranks the save/summary arguments are turned off; when the
    graph holds sharded embedding tables every rank runs the checkpoint
@@ -36,9 +36,9 @@ from typing import Any, Callable, List, Optional
 import tensorflow as tf
 from tensorflow.python.training import monitored_session
 
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
 from hbcore_tf.data.detect_end import DetectEndHook
-from hbcore_tf.hooks import BroadcastGlobalVariablesHook
+from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
 
 _USE_DEFAULT = object()
 

@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 
 def _info(num_rows, num_shards, shard, dim):
     from hbcore_tf.embedding.partition import RowPartition
-    from hbcore_tf.embedding.table import ShardInfo
+    from hbcore_tf._base.rank_local import ShardInfo
 
     return ShardInfo("t", RowPartition(num_rows, num_shards), shard, dim)
 
@@ -72,7 +72,7 @@ def test_an_initializer_class_is_instantiated(initializer):
 
 
 def _keras():
-    from hbcore_tf import _compat
+    from hbcore_tf._base import compat as _compat
 
     return _compat.keras_module()
 

@@ -8,12 +8,12 @@ and checkpoint keys do not change):
   ``compute_gradients`` (which ``minimize`` calls) to average the
   gradients over ranks; ``apply_gradients`` is the base class's, so slot
   variables keep their names.
-- Keras 3 and tf_keras optimizers: hbcore_tf.optimizers'
+- Keras 3 and tf_keras optimizers: hbcore_tf._parallel.optimizers'
   ``distributed_keras_class`` (the same subclass DistributedOptimizer
   uses).
 - Keras models (Keras 3 and tf_keras): ``model_class(base)`` runs
   ``train_step`` under the data-sync step weight of its batch
-  (hbcore_tf._step_weight), and makes ``fit`` broadcast the model's and
+  (hbcore_tf._parallel.step_weight), and makes ``fit`` broadcast the model's and
   the optimizer's variables (slots built first) from rank 0 before the
   first step.
 - Keras saving (``make_saving_collective``, applied to the flavour's
@@ -39,9 +39,10 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 
-from hbcore_tf import _compat, _step_weight
-from hbcore_tf._gradient_reduction import GradientReducer
-from hbcore_tf.options import options
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._parallel import step_weight as _step_weight
+from hbcore_tf._parallel.gradient_reduction import GradientReducer
+from hbcore_tf._base.options import options
 
 REDUCER_NAME = "HbDataParallel"
 
@@ -96,7 +97,7 @@ def _make_session_run_hook(self: Any) -> Any:
         A BroadcastGlobalVariablesHook(0).
     """
     # hooks imports functions, which imports the op layer above this one.
-    from hbcore_tf.hooks import BroadcastGlobalVariablesHook
+    from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
 
     return BroadcastGlobalVariablesHook(0)
 
@@ -135,7 +136,7 @@ _keras_classes: Dict[Tuple[type, str], type] = {}
 
 
 def _settings() -> Any:
-    from hbcore_tf import optimizers as hvd_optimizers
+    from hbcore_tf._parallel import optimizers as hvd_optimizers
     from hbcore_tf.compression import Compression
     from hbcore_tf.mpi_ops import Average
     from hbcore_tf.process_sets import global_process_set
@@ -158,7 +159,7 @@ def make_data_parallel(obj: Any) -> None:
     Raises:
         ValueError: not an optimizer of a supported family.
     """
-    from hbcore_tf import optimizers as hvd_optimizers
+    from hbcore_tf._parallel import optimizers as hvd_optimizers
 
     cls = type(obj)
     if getattr(cls, "_hb_distributed", False) or isinstance(
@@ -219,7 +220,7 @@ def _first_of(data: Any) -> Any:
 
 def has_sharded_weights(model: Any) -> bool:
     """Whether a Keras model holds a sharded embedding table's shard."""
-    from hbcore_tf.embedding.table import is_sharded
+    from hbcore_tf._base.rank_local import is_sharded
 
     try:
         weights = list(model.weights)

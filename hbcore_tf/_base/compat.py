@@ -349,7 +349,7 @@ def tag_slots_of_sharded_tables() -> None:
     rank-local shard itself (tagged with the table's ShardInfo under the
     name ``<table>/<slot>``, created without hb.scope's initial-value
     broadcast), so broadcasts of a model's and an optimizer's variables
-    leave it alone (hbcore_tf.embedding.table.is_rank_local).
+    leave it alone (hbcore_tf._base.rank_local.is_rank_local).
 
     Installed once per process, by the first sharded Keras layer that is
     built (hbcore_tf.keras.layers), and kept: the layer outlives any scope,
@@ -357,7 +357,8 @@ def tag_slots_of_sharded_tables() -> None:
     Keras imported later is covered by the next call.
     """
     from hbcore_tf.embedding.scope import creating_shards
-    from hbcore_tf.embedding.table import make_keras_shard, shard_info
+    from hbcore_tf._base.rank_local import shard_info
+    from hbcore_tf.embedding.table import make_keras_shard
 
     for cls, attr in _slot_factories():
         original = cls.__dict__.get(attr)

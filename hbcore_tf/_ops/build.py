@@ -21,8 +21,13 @@ from typing import List, Optional, Tuple
 _LIB_NAME = "hbcore_tf_ops.so"
 
 
+# This file is hbcore_tf/_ops/build.py: the package is one folder up, the
+# checkout two.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(_PACKAGE_DIR)
 
 
 def _sources() -> Tuple[List[str], str]:
@@ -33,8 +38,7 @@ def _sources() -> Tuple[List[str], str]:
     """
     import hbcore
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    installed = os.path.join(here, "_csrc")
+    installed = os.path.join(_PACKAGE_DIR, "_csrc")
     if os.path.exists(os.path.join(installed, "hbcore_ops.cc")):
         return (_files(installed, ".cc"),
                 os.path.join(hbcore.__path__[0], "include"))
