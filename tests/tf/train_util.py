@@ -308,37 +308,6 @@ def case_names(script: str, variable: str = "CASES") -> List[str]:
     raise ValueError("%s has no %s list" % (script, variable))
 
 
-def flavor_case_params(cases: Sequence[str], legacy_only: Sequence[str],
-                       runs: Sequence[object]) -> List[object]:
-    """pytest params (case, then the run's values) for every case under
-    every run that has it: a LEGACY_ONLY case (tf_keras.optimizers.legacy)
-    only under tf_keras, since Keras 3 has no such optimizers; so no
-    combination is drawn only to be skipped.
-
-    Args:
-        cases: the rank script's case names.
-        legacy_only: the cases that exist only with tf_keras.
-        runs: the flavour (a string), or a pytest.param whose first value
-            is the flavour, with its own id and marks.
-
-    Returns:
-        pytest.param objects with ids "<case>-<run id>" and the run's marks.
-    """
-    params = []
-    for run in runs:
-        if isinstance(run, str):
-            values, marks, run_id = (run,), (), run
-        else:
-            values, marks = tuple(run.values), tuple(run.marks)
-            run_id = run.id or "-".join(str(v) for v in values)
-        for case in cases:
-            if case in legacy_only and values[0] != "tf_keras":
-                continue
-            params.append(pytest.param(case, *values, marks=marks,
-                                       id="%s-%s" % (case, run_id)))
-    return params
-
-
 # --- the shared timeline launch ----------------------------------------------------
 
 _timeline_state: Dict[str, Tuple[RankRun, str]] = {}
