@@ -112,6 +112,7 @@ def launch(script: str, np: int, timeout: float = 180,
 
 
 CaseList = Union[str, Sequence[str]]
+LaunchSpec = Tuple[int, Optional[str]]  # (rank count, Keras flavour or None)
 
 
 class RankScriptTests(NamedTuple):
@@ -130,7 +131,7 @@ def rank_script_tests(script: str, nps: Sequence[int] = (2, 3),
                       env: Optional[Mapping[str, str]] = None,
                       args: Sequence[str] = (),
                       hbrun_args: Sequence[str] = (),
-                      runs: Optional[Sequence[Tuple[int, str]]] = None,
+                      runs: Optional[Sequence[LaunchSpec]] = None,
                       check_launch: Optional[Callable[[RankRun], None]] = None
                       ) -> RankScriptTests:
     """The tests of a rank script whose cases all run in one launch per
