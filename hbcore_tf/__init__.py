@@ -42,13 +42,12 @@ from hbcore_tf.mpi_ops import (Adasum, Average, Max, Min, Product, ReduceOp,
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)
 # The training layer (written alongside this file) builds on the above.
-from hbcore_tf._parallel.gradient_tape import (DistributedGradientTape,
-                                    PartialDistributedGradientTape)
-from hbcore_tf._parallel.optimizers import DistributedOptimizer
+from hbcore_tf._parallel.gradient_tape import (
+    DistributedGradientTape, PartialDistributedGradientTape)
+from hbcore_tf._parallel.distributed_optimizer import DistributedOptimizer
 # HybridBackend's names.
-from hbcore_tf.context import Context, context, context_scope
-from hbcore_tf.scope import function, scope, wraps
-from hbcore_tf.embedding import embedding_scope
+from hbcore_tf._base.context import Context, context, context_scope
+from hbcore_tf.scope import embedding_scope, function, scope, wraps
 from hbcore_tf.embedding import dense_features
 from hbcore_tf import (data, feature_column, layers, metrics, saved_model,
                        train)

@@ -36,7 +36,8 @@ from hbcore_tf.functions import broadcast_global_variables as _broadcast_globals
 from hbcore_tf.functions import broadcast_variables as _broadcast_variables
 from hbcore_tf._parallel.gradient_tape import DistributedGradientTape as _tape
 from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
-from hbcore_tf._parallel.optimizers import DistributedOptimizer as _optimizer
+from hbcore_tf._parallel.distributed_optimizer import (
+    DistributedOptimizer as _optimizer)
 
 _ALREADY_INITIALIZED = ("init() called more than once. "
                         "smdistributed.dataparallel is already initialized.")

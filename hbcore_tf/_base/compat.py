@@ -356,7 +356,7 @@ def tag_slots_of_sharded_tables() -> None:
     and the wrapper changes nothing for other variables. Idempotent; a
     Keras imported later is covered by the next call.
     """
-    from hbcore_tf.embedding.scope import creating_shards
+    from hbcore_tf.embedding.sharding import creating_shards
     from hbcore_tf._base.rank_local import shard_info
     from hbcore_tf.embedding.table import make_keras_shard
 
@@ -496,36 +496,6 @@ def momentum_buffers(optimizer: Any) -> List[Any]:
     if buffers is None:
         buffers = getattr(optimizer, "_momentums", None)
     return [b for b in (buffers or []) if b is not None]
-
-
-# --- graph / tf.function context ---------------------------------------------------
-
-def in_xla_context() -> bool:
-    """Returns whether ops being built now go to XLA (jit_compile=True),
-    where hbcore's custom ops have no kernel."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover
-        return False
-    if tf.executing_eagerly():
-        return False
-    graph = tf.compat.v1.get_default_graph()
-    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
-
-
-def check_not_xla(what: str) -> None:
-    """Raises a clear error when called while tracing for XLA.
-
-    Raises:
-        ValueError: the current function is compiled with XLA.
-    """
-    if in_xla_context():
-        raise ValueError(
-            "%s cannot run inside an XLA-compiled function: hbcore's "
-            "collectives have no XLA kernel. Use tf.function(jit_compile="
-            "False), or compile the Keras model with jit_compile=False (a "
-            "Keras 3 model whose optimizer is hbcore's DistributedOptimizer "
-            "does so by itself)." % what)
 
 
 # --- callbacks -------------------------------------------------------------------

@@ -8,6 +8,10 @@ others wait for it; the library is moved into place atomically.
 
 Cache location: $HB_TF_OPS_CACHE, else $XDG_CACHE_HOME/hbcore, else
 ~/.cache/hbcore.
+
+hbcore and TensorFlow are imported inside the functions that need them:
+``hbrun --check-build`` (hbcore.tf_probe) loads this file on its own to
+find the cached library, and must import neither.
 """
 import fcntl
 import hashlib

@@ -26,9 +26,10 @@ import tensorflow as tf
 
 from hbcore_tf import process_sets
 from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.rank_local import is_sharded
+from hbcore_tf._ops.xla import check_not_xla
 from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf.compression import Compression
-from hbcore_tf._base.rank_local import is_sharded
 from hbcore_tf.mpi_ops import Adasum, Average, Sum, grouped_allreduce, size
 
 
@@ -293,7 +294,7 @@ class GradientReducer:
         if len(grads) != len(variables):
             raise ValueError("got %d gradients for %d variables" % (
                 len(grads), len(variables)))
-        _compat.check_not_xla("hbcore gradient allreduce")
+        check_not_xla("hbcore gradient allreduce")
         work, positions = [], []
         out: List[Any] = list(grads)
         for i, (grad, var) in enumerate(zip(grads, variables)):

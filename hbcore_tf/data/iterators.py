@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from hbcore_tf._base.context import context
 from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf.data import detect_end
 from hbcore_tf.data.sync import synchronized_with_last
@@ -133,8 +134,6 @@ def _prepare(what: str) -> None:
     # HybridBackend's iterators need no prior call: initialize hbcore as
     # hb.context and hb.scope do (a script never calls init(); one process
     # started without hbrun is a job of one rank).
-    from hbcore_tf.context import context
-
     context.rank
 
 

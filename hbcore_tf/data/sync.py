@@ -48,6 +48,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from hbcore_tf import mpi_ops
+from hbcore_tf._base.options import options
 from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf.data._empty_batch import empty_batch
 
@@ -64,8 +65,6 @@ def _default_drop_remainder() -> bool:
     Raises:
       ValueError: HB_DATA_SYNC_DROP_REMAINDER is not a boolean.
     """
-    from hbcore_tf._base.options import options
-
     return bool(options.data_sync_drop_remainder)
 
 

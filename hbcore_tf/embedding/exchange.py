@@ -54,7 +54,8 @@ import tensorflow as tf
 
 from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf._base.rank_local import ShardInfo
-from hbcore_tf.mpi_ops import _lib, alltoall_int64_splits
+from hbcore_tf._ops.library import lib as _lib
+from hbcore_tf.mpi_ops import alltoall_int64_splits
 from hbcore_tf._base.options import options
 
 # Integer bookkeeping only: nothing to differentiate.

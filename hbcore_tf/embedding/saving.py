@@ -324,7 +324,7 @@ def collective_write(path: str, tables: List[str],
         ShardedSaveError: see collective_save.
     """
     import hbcore
-    from hbcore_tf.context import context
+    from hbcore_tf._base.context import context
 
     rank, size = context.rank, context.world_size
     tables = ",".join(tables)
@@ -408,7 +408,7 @@ def _patched_build(self, checkpoint_path, build_save, build_restore):
 
 def _patched_save(self, sess, save_path, global_step=None, *args, **kwargs):
     if getattr(self, _COMPANION, None) is not None:
-        from hbcore_tf.context import context
+        from hbcore_tf._base.context import context
 
         if context.world_size > 1:
             return collective_save(self, _tf_save, sess, save_path,
@@ -427,7 +427,7 @@ def _patched_object_save(self, file_prefix, checkpoint_number=None,
                          session=None, options=None):
     # tf.train.Checkpoint's writer (TrackableSaver.save), eager only: the
     # sharded tables among the objects make the write collective.
-    from hbcore_tf.context import context
+    from hbcore_tf._base.context import context
 
     if (not tf.executing_eagerly() or not isinstance(file_prefix, str)
             or not any_sharded_tables()):
@@ -725,7 +725,7 @@ def _export_collective(export_dir_base, checkpoint_path, build,
                        strip_default_attrs) -> str:
     """Rank 0 writes the export; every rank returns its directory or
     raises rank 0's error."""
-    from hbcore_tf.context import context
+    from hbcore_tf._base.context import context
 
     result = None
     if context.rank == 0:
@@ -748,7 +748,7 @@ def _export_collective(export_dir_base, checkpoint_path, build,
 
 def _export_rank0(export_dir_base, checkpoint_path, build, assets_extra,
                   as_text, clear_devices, strip_default_attrs) -> str:
-    from hbcore_tf.embedding.scope import sharding_suspended
+    from hbcore_tf.embedding.sharding import sharding_suspended
 
     if tf.io.gfile.isdir(checkpoint_path):
         found = _V1.train.latest_checkpoint(checkpoint_path)

@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from hbcore_tf._base.rank_local import (ShardInfo, note_table, shard_info,
                                         tag)
+from hbcore_tf.embedding.exchange import sharded_lookup
 
 _lookup_classes: Dict[type, type] = {}
 _slice_classes: Dict[type, type] = {}
@@ -71,8 +72,6 @@ def _lookup_class(base: type) -> type:
     the sharded lookup, and which checkpoints as a slice."""
     if base not in _lookup_classes:
         def sparse_read(self, indices, name=None):
-            from hbcore_tf.embedding.exchange import sharded_lookup
-
             return sharded_lookup(
                 lambda local_ids: base.sparse_read(self, local_ids),
                 shard_info(self), indices, self.dtype, name=name)

@@ -51,6 +51,13 @@ import numpy as np
 import tensorflow as tf
 
 from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.rank_local import whole_value
+from hbcore_tf._parallel.data_parallel import make_saving_collective
+from hbcore_tf.embedding.exchange import sharded_lookup
+from hbcore_tf.embedding.sharding import (creating_shards,
+                                          local_initializer, shard_plan)
+from hbcore_tf.embedding.table import make_keras_shard
+from hbcore_tf.keras import dense_features
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
 
@@ -79,14 +86,8 @@ def _combine(rows: tf.Tensor, segments: tf.Tensor, num_segments: Any,
 
 
 def _make_class(legacy: bool) -> type:
-    from hbcore_tf.embedding.exchange import sharded_lookup
-    from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
-                                           shard_plan)
-    from hbcore_tf._base.rank_local import whole_value
-    from hbcore_tf.embedding.table import make_keras_shard
-
-    from hbcore_tf._parallel.data_parallel import make_saving_collective
-
+    # The class subclasses the Layer of the Keras asked for; only that one
+    # is imported (tf_keras is optional).
     if legacy:
         import tf_keras as keras
         register = keras.utils.register_keras_serializable
@@ -465,8 +466,6 @@ def __getattr__(name: str) -> Any:
     if name == "ShardedEmbedding":
         return layer_class()
     if name == "DenseFeatures":
-        from hbcore_tf.keras import dense_features
-
         return dense_features.layer_class()
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 

@@ -17,7 +17,7 @@ from typing import Dict
 import tensorflow as tf
 
 from hbcore_tf._parallel import data_parallel as _data_parallel
-from hbcore_tf.scope import wraps as wraps_optimizer
+from hbcore_tf._parallel.wraps import wraps as wraps_optimizer
 
 EXCLUDED = ("Optimizer", "SyncReplicasOptimizer")
 

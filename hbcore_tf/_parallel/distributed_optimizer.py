@@ -31,6 +31,9 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
+import hbcore
+import hbcore.basics
+from hbcore._native import core
 from hbcore_tf import process_sets
 from hbcore_tf._base import compat as _compat
 from hbcore_tf._parallel import keras_xla as _keras_xla
@@ -103,7 +106,6 @@ class _Runtime:
 
 def _current_fusion_threshold() -> Optional[int]:
     try:
-        from hbcore._native import core
         text = core.config_string()
     except Exception:  # pylint: disable=broad-except
         return None
@@ -146,8 +148,6 @@ def apply_bucket_cap_mb(bucket_cap_mb: float, bucketed: bool = False) -> int:
     if bucket_cap_mb < 0:
         raise ValueError("bucket_cap_mb must be >= 0, got %r" % bucket_cap_mb)
     wanted = int(bucket_cap_mb * 1024 * 1024)
-    import hbcore.basics
-
     if not hbcore.is_initialized():
         hbcore.basics.defer_config({"fusion_threshold": wanted})
         return 0

@@ -1,5 +1,6 @@
-"""``hb.embedding_scope()`` and ``hb.scope(sharding=True)``: tables made by
-``tf.compat.v1.get_variable`` inside are sharded across ranks.
+"""The sharding of ``hb.embedding_scope()`` and ``hb.scope(sharding=True)``
+(both in hbcore_tf.scope): tables made by ``tf.compat.v1.get_variable``
+inside are sharded across ranks.
 
     with hb.scope():
         with hb.embedding_scope():
@@ -46,11 +47,12 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf._base.context import context
+from hbcore_tf._base.options import options
+from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
 from hbcore_tf.embedding import column_init
 from hbcore_tf.embedding.partition import RowPartition
-from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
 from hbcore_tf.embedding.table import make_sharded
-from hbcore_tf._base.options import options
 
 
 _creating = threading.local()
@@ -91,8 +93,6 @@ def shard_plan(name: str, shape: Any) -> Optional[ShardInfo]:
         A ShardInfo over the current world (``hb.context``) holding this
         rank's block, or None.
     """
-    from hbcore_tf.context import context
-
     shape = tf.TensorShape(shape)
     if shape.rank != 2 or not shape.is_fully_defined():
         return None
@@ -348,26 +348,3 @@ def sharding_variable_scope() -> Iterator[None]:
     with tf.compat.v1.variable_scope(current, custom_getter=_sharding_getter,
                                      auxiliary_name_scope=False):
         yield
-
-
-@contextlib.contextmanager
-def embedding_scope(**kwargs: Any) -> Iterator[Any]:
-    """Shards the embedding tables created inside (``hb.embedding_scope``).
-
-    Equivalent to ``hb.scope(sharding=True, **kwargs)``.
-
-    Args:
-        **kwargs: option values for the code inside (hbcore_tf._base.options).
-
-    Yields:
-        The hb context.
-
-    Raises:
-        ValueError: an unknown option or a value outside its domain.
-        TypeError: an option value of the wrong type.
-    """
-    from hbcore_tf.scope import scope
-
-    kwargs["sharding"] = True
-    with scope(**kwargs) as ctx:
-        yield ctx
