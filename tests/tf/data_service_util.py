@@ -121,3 +121,8 @@ def call_in_thread(fn, timeout=20.0):
     if error:
         raise error[0]
     return result[0]
+
+
+def port_of(address):
+    """The port of a "host:port" address."""
+    return int(address.rsplit(":", 1)[1])

@@ -4,13 +4,17 @@ compute-side and training-side dispatchers; every element of a finite
 dataset reaches training exactly once in each of two epochs
 (distributed_epoch), the map function runs in the compute job's
 processes, the compute job exits 0 when the training job stops it and
-leaves no process behind; bad counts, a missing config file and an
-unreachable compute job are errors.
+leaves no process behind and removes its config file, also when stopped
+before training-side dispatchers registered; tf_data_service stops the
+training-side dispatcher it started when the wait for the compute job's
+workers fails; bad counts, a missing config file and an unreachable
+compute job are errors.
 """
 import json
 import os
 import subprocess
 import sys
+import socket
 import threading
 import time
 
@@ -18,12 +22,11 @@ import psutil
 import pytest
 
 from data_service_util import (TIMEOUT_S, base_env, finish, kill_tree,
-                               launch_env, leftovers, run_check, run_code,
-                               start_compute_job, wait_for_config)
-from train_util import ROOT, SCRIPTS, launch, tensorflow_missing
+                               launch_env, leftovers, port_of, run_check,
+                               run_code, start_compute_job, wait_for_config)
+from train_util import REQUIRES_TF, ROOT, SCRIPTS
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+pytestmark = REQUIRES_TF
 
 N = 60
 
@@ -256,3 +259,76 @@ def test_watchdog_tells_a_requested_stop_from_a_lost_job(monkeypatch, who):
         compute_service._Watchdog.stop_watching()
         server.close()
         _await(lambda: not _watchdog_threads(), "watchdog left running")
+
+
+def test_training_side_dispatcher_stopped_when_workers_never_come():
+    from hbcore_tf.data._service_rpc import ComputeServiceServer, new_key
+    from hbcore_tf.data.compute_service import (TfDataServiceConfig,
+                                                tf_data_service)
+
+    server = ComputeServiceServer(new_key())
+    try:
+        config = TfDataServiceConfig(1, 1, "training", [server.address],
+                                     server.key, timeout=1)
+        with pytest.raises(TimeoutError) as info:
+            with tf_data_service(config, 0):
+                pytest.fail("entered without any worker")
+        assert "tf.data workers of dispatcher 0" in str(info.value)
+        address = server._dispatchers[0]  # registered by tf_data_service
+        # Its dispatcher is stopped: nothing listens on its port any more.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port_of(address)),
+                                         timeout=2).close()
+            except OSError:
+                break
+            assert time.monotonic() < deadline, (
+                "the dispatcher at %s still runs after tf_data_service "
+                "failed" % address)
+            time.sleep(0.1)
+    finally:
+        server.close()
+
+
+def test_compute_job_removes_its_config_file(tmp_path):
+    """A compute job (2 ranks) is stopped by a training process; its
+    config file is gone afterwards, so the next training job waits for the
+    next compute job's file instead of reading this one's address."""
+    config = tmp_path / "compute.json"
+    compute = start_compute_job(config)
+    try:
+        wait_for_config(config, compute)
+        code = (
+            "from hbcore_tf.data.compute_service import TfDataServiceConfig\n"
+            "TfDataServiceConfig.read(%r).compute_client().shutdown()\n"
+            % str(config))
+        run_code(code, tmp_path, timeout=TIMEOUT_S)
+        rc, _, err = finish(compute)
+    finally:
+        kill_tree(compute.pid)
+    assert rc == 0, err[-3000:]
+    assert not config.exists(), json.loads(config.read_text())
+    assert leftovers(config) == []
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_stop_request_before_training_side_dispatchers(tmp_path, np_):
+    """A compute job with training-side dispatchers is asked to stop
+    before any dispatcher registered (the training job failed before
+    tf_data_service): it exits 0 instead of waiting for the dispatchers
+    forever, and leaves no process behind."""
+    config = tmp_path / "compute.json"
+    compute = start_compute_job(config, np_=np_,
+                                args=["--dispatcher-side", "training"])
+    try:
+        wait_for_config(config, compute)
+        run_code(
+            "from hbcore_tf.data.compute_service import TfDataServiceConfig\n"
+            "TfDataServiceConfig.read(%r).compute_client().shutdown()\n"
+            % str(config), tmp_path, timeout=TIMEOUT_S)
+        code, _, err = finish(compute, timeout=60)
+    finally:
+        kill_tree(compute.pid)
+    assert code == 0, err[-3000:]
+    assert leftovers(config) == []

@@ -2,16 +2,12 @@
 one hbrun launch per rank count (with HB_* option variables set) runs
 every case of tests/tf/rank_scripts/hb_context.py; each case is a test.
 """
-import pytest
-
 from harness import emulated_hosts
-from train_util import case_names, launch, tensorflow_missing
+from train_util import REQUIRES_TF, case_names, launch, rank_script_tests
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+pytestmark = REQUIRES_TF
 
 SCRIPT = "hb_context.py"
-NPS = [2, 3]
 # The variables the rank script expects (its ENV); kept literal here so
 # the pytest process does not import TensorFlow.
 ENV = {"HB_GRAD_NBUCKETS": "2", "HB_DATA_SYNC_DROP_REMAINDER": "false",
@@ -20,22 +16,14 @@ ENV = {"HB_GRAD_NBUCKETS": "2", "HB_DATA_SYNC_DROP_REMAINDER": "false",
        "HB_STALL_SHUTDOWN_TIME_SECONDS": "60"}
 
 
-def _run(np_):
-    return launch(SCRIPT, np_, env=ENV, timeout=240)
+def ranks_in_order(run):
+    """Every rank's initial rank is its rank."""
+    assert [run.results[r]["initial_rank"] for r in range(run.np)] == \
+        list(range(run.np)), run.results
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    run = _run(np_)
-    run.assert_ok()
-    assert [run.results[r]["initial_rank"] for r in range(np_)] == \
-        list(range(np_)), run.results
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    _run(np_).assert_cases([case])
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    SCRIPT, env=ENV, timeout=240, check_launch=ranks_in_order)
 
 
 def test_local_devices_on_emulated_hosts():

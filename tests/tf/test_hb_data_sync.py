@@ -10,33 +10,11 @@ loops eager and in tf.function, errors, model.fit); the tf_keras launch
 importable) runs the model.fit cases. A hang is a failure: every launch
 has a hard timeout.
 """
-import pytest
+from train_util import REQUIRES_TF, rank_script_tests
 
-from train_util import (assert_flavor_ran, case_names, flavor_launch,
-                        keras_flavors, tensorflow_missing)
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "hb_data_sync.py"
-NPS = [2, 3]
-
-
-@pytest.mark.parametrize("flavor", keras_flavors())
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_, flavor):
-    """Every rank finishes, exits 0 and reports, with the intended Keras."""
-    assert_flavor_ran(flavor_launch(SCRIPT, np_, flavor), flavor)
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    flavor_launch(SCRIPT, np_, "keras3").assert_cases([case])
-
-
-@pytest.mark.parametrize("flavor", keras_flavors()[1:])
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT, "FIT_CASES"))
-def test_fit_case_tf_keras(np_, flavor, case):
-    flavor_launch(SCRIPT, np_, flavor).assert_cases([case])
+# Keras 3 runs every case, tf_keras the model.fit ones.
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "hb_data_sync.py", flavors=("keras3", "tf_keras"), timeout=300,
+    cases={"keras3": "CASES", "tf_keras": "FIT_CASES"})

@@ -18,19 +18,9 @@ id order (its checkpoint too, and its export is served by plain TF);
 emb_segment_rank gives one row per segment; columns that cannot be
 sharded are ValueErrors naming them; a v1 optimizer's
 make_session_run_hook() broadcasts replicated variables."""
-import pytest
+from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
-from train_util import STALL_FAST_ENV, case_tests, launch, tensorflow_missing
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "hb_dense_features.py"
-NPS = [2, 3]
-
-
-def run(np_):
-    return launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV)
-
-
-test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "hb_dense_features.py", timeout=300, env=STALL_FAST_ENV)

@@ -9,19 +9,9 @@ value by value; a column reads its own entry, else the option's default
 option and column; in hb.dense_features each column's lookup uses its own
 emb_unique and emb_wire_dtype (read from the graph), and lookups and SGD
 training equal plain input_layer's."""
-import pytest
+from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
-from train_util import STALL_FAST_ENV, case_tests, launch, tensorflow_missing
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "hb_emb_options_per_column.py"
-NPS = [2, 3]
-
-
-def run(np_):
-    return launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV)
-
-
-test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "hb_emb_options_per_column.py", timeout=300, env=STALL_FAST_ENV)

@@ -1,35 +1,31 @@
 """hb.data.ParquetDataset at 2 and 3 ranks (each rank runs every case of
 tests/tf/rank_scripts/hb_parquet.py on its own copy of the files; the
-"distributed" case splits the files over the ranks), and the ImportError
-that names the extra when pyarrow is missing.
+"distributed" case splits the files over the ranks), the ImportError
+that names the extra when pyarrow is missing, and (in the launch of
+test_hb_train_monitored_session.py) ParquetDataset.read_schema,
+ds.apply(hb.data.to_sparse()) and hb.data.make_one_shot_iterator before
+init().
 """
 import os
 import subprocess
 import sys
 
-import pytest
-
-from train_util import ROOT, case_names, launch, tensorflow_missing
+from train_util import REQUIRES_TF, ROOT, rank_script_tests
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from harness import base_env  # noqa: E402
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+pytestmark = REQUIRES_TF
 
-SCRIPT = "hb_parquet.py"
-NPS = [2, 3]
+test_launch_is_clean, test_case, _ = rank_script_tests("hb_parquet.py")
 
-
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    launch(SCRIPT, np_).assert_ok()
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, case):
-    launch(SCRIPT, np_).assert_cases([case])
+# hb.data.make_one_shot_iterator in a script that never called init(),
+# ParquetDataset.read_schema and ds.apply(hb.data.to_sparse()): cases of
+# the launch of test_hb_train_monitored_session.py (cached per session).
+_, test_data_api_case, _ = rank_script_tests(
+    "hb_monitored_session_data.py", timeout=240, cases=[
+        "data/iterator-initializes-hbcore", "parquet/read-schema",
+        "parquet/to-sparse-transformation"])
 
 
 def test_missing_pyarrow_names_the_extra(tmp_path):

@@ -7,35 +7,15 @@ trained on the whole batch from rank 0's initial values (the ranks start
 from different ones). The tf.compat.v1 cases do not depend on Keras and
 run in the Keras 3 launch only.
 """
-import pytest
+from train_util import REQUIRES_TF, case_names, rank_script_tests
 
-from train_util import (assert_flavor_ran, case_names, flavor_launch,
-                        keras_flavors, tensorflow_missing)
-
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+pytestmark = REQUIRES_TF
 
 SCRIPT = "hb_scope.py"
-NPS = [2, 3]
-V1_CASES = case_names(SCRIPT, "V1_CASES")
 KERAS_CASES = case_names(SCRIPT, "KERAS_CASES")
 
-
-@pytest.mark.parametrize("flavor", keras_flavors())
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_, flavor):
-    """Every rank finishes, exits 0 and reports, with the intended Keras."""
-    assert_flavor_ran(flavor_launch(SCRIPT, np_, flavor), flavor)
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", V1_CASES)
-def test_v1_case(np_, case):
-    flavor_launch(SCRIPT, np_, "keras3").assert_cases([case])
-
-
-@pytest.mark.parametrize("flavor", keras_flavors())
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", KERAS_CASES)
-def test_keras_case(np_, flavor, case):
-    flavor_launch(SCRIPT, np_, flavor).assert_cases([case])
+# Keras 3 runs the tf.compat.v1 and the Keras cases, tf_keras the Keras ones.
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    SCRIPT, flavors=("keras3", "tf_keras"), timeout=300,
+    cases={"keras3": case_names(SCRIPT, "V1_CASES") + KERAS_CASES,
+           "tf_keras": KERAS_CASES})

@@ -10,17 +10,11 @@
    collective save of a sharded one); sharded tables saved whole and
    restored row block by row block.
 """
-
-import pytest
-
 from harness import python_result
-from train_util import STALL_FAST_ENV, case_names, launch, tensorflow_missing
+from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+pytestmark = REQUIRES_TF
 
-SCRIPT = "hb_train_saver.py"
-CASES = case_names(SCRIPT)
 
 CODE = r"""
 import json, os, shutil, tempfile
@@ -96,16 +90,5 @@ def test_world_size_one():
     assert "var_list" in out["errors"]["twice"][1]
 
 
-def saver_launch(np_: int):
-    return launch(SCRIPT, np_, timeout=200, env=STALL_FAST_ENV)
-
-
-@pytest.mark.parametrize("np_", [2, 3])
-def test_launch_is_clean(np_):
-    saver_launch(np_).assert_ok()
-
-
-@pytest.mark.parametrize("np_", [2, 3])
-@pytest.mark.parametrize("case", CASES)
-def test_case(np_, case):
-    saver_launch(np_).assert_cases([case])
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "hb_train_saver.py", timeout=200, env=STALL_FAST_ENV)

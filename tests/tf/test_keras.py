@@ -6,44 +6,25 @@ skipped with the reason when tf_keras is not importable).
 """
 import pytest
 
-from train_util import (TF_KERAS_SKIP, assert_one_collective_per_step,
-                        case_names, flavor_case_params, launch,
-                        tensorflow_missing, tf_keras_env, tf_keras_path,
+from train_util import (REQUIRES_TF, assert_one_collective_per_step,
+                        case_names, keras_flavors, rank_script_tests,
                         timeline_run)
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+pytestmark = REQUIRES_TF
 
 SCRIPT = "train_keras.py"
+CASES = case_names(SCRIPT)
 LEGACY_ONLY = case_names(SCRIPT, "LEGACY_ONLY")
-FLAVORS = [
-    "keras3",
-    pytest.param("tf_keras", marks=pytest.mark.skipif(
-        tf_keras_path() is None, reason=TF_KERAS_SKIP)),
-]
+
+# At 2 ranks; the LEGACY_ONLY cases (tf_keras.optimizers.legacy) exist
+# only under tf_keras.
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    SCRIPT, nps=(2,), flavors=("keras3", "tf_keras"), cases={
+        "keras3": [c for c in CASES if c not in LEGACY_ONLY],
+        "tf_keras": CASES})
 
 
-def keras_run(flavor):
-    env = tf_keras_env() if flavor == "tf_keras" else {}
-    return launch(SCRIPT, 2, env=env)
-
-
-@pytest.mark.parametrize("flavor", FLAVORS)
-def test_launch_is_clean(flavor):
-    run = keras_run(flavor)
-    run.assert_ok()
-    want = "tf_keras" if flavor == "tf_keras" else "keras"
-    assert run.results[0]["keras"] == want, run.results[0]
-
-
-@pytest.mark.parametrize(
-    "case,flavor",
-    flavor_case_params(case_names(SCRIPT), LEGACY_ONLY, FLAVORS))
-def test_case(case, flavor):
-    keras_run(flavor).assert_cases([case])
-
-
-@pytest.mark.parametrize("flavor", FLAVORS)
+@pytest.mark.parametrize("flavor", keras_flavors())
 @pytest.mark.parametrize("phase", ["fit", "fit_bpps2"])
 def test_fit_step_is_one_fused_collective(flavor, phase):
     """model.fit runs train_step in a tf.function; the optimizer's

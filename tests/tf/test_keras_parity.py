@@ -7,27 +7,9 @@ initial_lr and steps_per_epoch=0, the warmup's end line printed by rank 0
 only, BroadcastGlobalVariablesCallback(local_variables=...),
 BestModelCheckpoint, and hvd.reducescatter / the process-set names.
 """
-import pytest
+from train_util import REQUIRES_TF, rank_script_tests
 
-from train_util import (assert_flavor_ran, case_names, flavor_launch,
-                        keras_flavors, tensorflow_missing)
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "keras_parity.py"
-NPS = [2, 3]
-TIMEOUT_S = 300
-
-
-@pytest.mark.parametrize("flavor", keras_flavors())
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_, flavor):
-    assert_flavor_ran(flavor_launch(SCRIPT, np_, flavor, TIMEOUT_S), flavor)
-
-
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-@pytest.mark.parametrize("flavor", keras_flavors())
-@pytest.mark.parametrize("np_", NPS)
-def test_case(np_, flavor, case):
-    flavor_launch(SCRIPT, np_, flavor, TIMEOUT_S).assert_cases([case])
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "keras_parity.py", flavors=("keras3", "tf_keras"), timeout=300)

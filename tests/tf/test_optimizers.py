@@ -3,19 +3,9 @@ ranks: one hbrun launch per rank count runs every case of
 tests/tf/rank_scripts/train_optimizers.py (each rank checks its variables
 against numpy); each test below asserts one case on every rank.
 """
-import pytest
+from train_util import REQUIRES_TF, rank_script_tests
 
-from train_util import case_tests, launch, tensorflow_missing
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "train_optimizers.py"
-NPS = [2, 3]
-
-
-def run(np_):
-    return launch(SCRIPT, np_)
-
-
-test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "train_optimizers.py")

@@ -5,19 +5,9 @@ shard_route.py), at 1 and 3 ranks (each rank runs the same local checks;
 their composition with the exchanges runs at 2 and 3 ranks in
 test_sharded_embedding.py).
 """
-import pytest
+from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
-from train_util import case_tests, op_launch, tensorflow_missing
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "shard_route.py"
-NPS = [1, 3]
-
-
-def run(np_):
-    return op_launch(SCRIPT, np_)
-
-
-test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "shard_route.py", nps=(1, 3), timeout=240, env=STALL_FAST_ENV)

@@ -6,29 +6,17 @@ TensorFlow trained on the whole batch (tf.compat.v1 graphs with SGD,
 Adagrad, Adam and Ftrl, tf.function with a Keras optimizer, eager with
 DistributedGradientTape, data sync's empty batches, lookup_sparse, an
 out-of-range id)."""
-import pytest
+from train_util import REQUIRES_TF, rank_script_tests
 
-from train_util import case_names, launch, tensorflow_missing
-
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "sharded_embedding.py"
-NPS = [1, 2, 3]
-CASES = case_names(SCRIPT)
+pytestmark = REQUIRES_TF
 
 
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_):
-    """Every rank finishes, exits 0, reports, and the sharding option is
-    off again after the scopes."""
-    run = launch(SCRIPT, np_, timeout=300)
-    run.assert_ok()
+def sharding_off_after(run):
+    """The sharding option is off again after the scopes, on every rank."""
     assert all(r["sharding_off_after"] for r in run.results.values()), \
         run.results
 
 
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", CASES)
-def test_case(np_, case):
-    launch(SCRIPT, np_, timeout=300).assert_cases([case])
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "sharded_embedding.py", nps=(1, 2, 3), timeout=300,
+    check_launch=sharding_off_after)

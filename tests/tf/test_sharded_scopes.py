@@ -8,19 +8,9 @@ plain Keras and checkpoints its slots whole; a tf.compat.v1 optimizer
 stepping a sharded table eagerly names the table in its error;
 export_plain_model keeps a ShardedEmbedding that was left replicated
 whole."""
-import pytest
+from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
-from train_util import STALL_FAST_ENV, case_tests, launch, tensorflow_missing
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "sharded_scopes.py"
-NPS = [2, 3]
-
-
-def run(np_):
-    return launch(SCRIPT, np_, timeout=300, env=STALL_FAST_ENV)
-
-
-test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "sharded_scopes.py", timeout=300, env=STALL_FAST_ENV)

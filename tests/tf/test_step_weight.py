@@ -4,19 +4,9 @@ DistributedOptimizer and DistributedGradientTape, eagerly, in a tf.function
 and in a tf.compat.v1 graph; sparse gradients, groups, op=Sum, no weight,
 no rank with data (tests/tf/rank_scripts/step_weight.py).
 """
-import pytest
+from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
-from train_util import case_tests, op_launch, tensorflow_missing
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPT = "step_weight.py"
-NPS = [2, 3]
-
-
-def run(np_):
-    return op_launch(SCRIPT, np_)
-
-
-test_launch_is_clean, test_case = case_tests(SCRIPT, run, NPS)
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "step_weight.py", timeout=240, env=STALL_FAST_ENV)

@@ -3,29 +3,19 @@
 importable): one hbrun launch per (rank count, Keras) runs every case of
 tests/tf/rank_scripts/sync_batch_norm.py, where each rank compares its
 layer with plain BatchNormalization on the concatenation of every rank's
-batch; each test below asserts one case on every rank.
+batch; each test below asserts one case on every rank. A model with
+SyncBatchNormalization compiled with jit_compile=True trains without XLA
+(Keras 3; a case of the launch of test_functions.py).
 """
-import pytest
+from test_functions import SCRIPT as FUNCTIONS_SCRIPT
+from test_functions import TIMEOUT_S as FUNCTIONS_TIMEOUT_S
+from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
-from train_util import (assert_flavor_ran, case_names, flavor_launch,
-                        keras_flavors, tensorflow_missing)
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+test_launch_is_clean, test_case, _ = rank_script_tests(
+    "sync_batch_norm.py", flavors=("keras3", "tf_keras"), timeout=300)
 
-SCRIPT = "sync_batch_norm.py"
-NPS = [2, 3]
-
-
-@pytest.mark.parametrize("flavor", keras_flavors())
-@pytest.mark.parametrize("np_", NPS)
-def test_launch_is_clean(np_, flavor):
-    """Every rank finishes, exits 0 and reports, with the intended Keras."""
-    assert_flavor_ran(flavor_launch(SCRIPT, np_, flavor), flavor)
-
-
-@pytest.mark.parametrize("flavor", keras_flavors())
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(np_, flavor, case):
-    flavor_launch(SCRIPT, np_, flavor).assert_cases([case])
+_, test_jit_compile_case, _ = rank_script_tests(
+    FUNCTIONS_SCRIPT, env=STALL_FAST_ENV, timeout=FUNCTIONS_TIMEOUT_S,
+    cases=["sync_bn_fit_jit_compile"])

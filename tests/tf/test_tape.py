@@ -6,22 +6,13 @@ test_keras.py).
 """
 import pytest
 
-from train_util import (assert_one_collective_per_step, case_names, launch,
-                        tensorflow_missing, timeline_run)
+from train_util import (REQUIRES_TF, assert_one_collective_per_step,
+                        rank_script_tests, timeline_run)
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
+pytestmark = REQUIRES_TF
 
-SCRIPT = "train_tape.py"
-
-
-def test_launch_is_clean():
-    launch(SCRIPT, 2).assert_ok()
-
-
-@pytest.mark.parametrize("case", case_names(SCRIPT))
-def test_case(case):
-    launch(SCRIPT, 2).assert_cases([case])
+test_launch_is_clean, test_case, _ = rank_script_tests("train_tape.py",
+                                                       nps=(2,))
 
 
 @pytest.mark.parametrize("phase", ["tape_eager", "tape_function",

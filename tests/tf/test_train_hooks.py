@@ -9,29 +9,11 @@
   wrapped anew every eager step (traced once), local sources per tape,
   tensor sources and None gradients.
 """
-import pytest
+from train_util import REQUIRES_TF, rank_script_tests
 
-from train_util import case_names, launch, tensorflow_missing
+pytestmark = REQUIRES_TF
 
-pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
-                                reason=str(tensorflow_missing()))
-
-SCRIPTS = ["train_hooks_eval.py", "train_hooks_tape.py"]
-NPS = [2, 3]
-
-
-def _run(script, np_):
-    return launch(script, np_, timeout=240)
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_launch_is_clean(script, np_):
-    _run(script, np_).assert_ok()
-
-
-@pytest.mark.parametrize("np_", NPS)
-@pytest.mark.parametrize("script,case", [
-    (script, case) for script in SCRIPTS for case in case_names(script)])
-def test_case(script, case, np_):
-    _run(script, np_).assert_cases([case])
+test_eval_launch_is_clean, test_eval_case, _ = rank_script_tests(
+    "train_hooks_eval.py", timeout=240)
+test_tape_launch_is_clean, test_tape_case, _ = rank_script_tests(
+    "train_hooks_tape.py", timeout=240)

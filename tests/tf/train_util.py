@@ -4,8 +4,11 @@
   tests/rank_scripts (common.py) and tests/tf/rank_scripts importable;
   launches are cached per (script, np, env) for the test session, so
   several test functions can assert on one launch.
-- case_tests(): the two tests of a rank script whose cases all run in one
-  launch per rank count.
+- rank_script_tests(): THE pytest driver of a rank script whose cases
+  all run in one launch per (rank count, Keras flavour): the launch test
+  and one test per case, parametrised over rank counts and Keras 3 /
+  tf_keras, each launch under a hard timeout.
+- REQUIRES_TF: the module mark of every test file that needs TensorFlow.
 - tf_keras_path() / TF_KERAS_SKIP: where tf_keras comes from (installed,
   or a directory named by HB_TEST_TF_KERAS_PATH), and the skip reason when
   it is nowhere.
@@ -20,7 +23,8 @@ import json
 import os
 import sys
 import tempfile
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import pytest
 
@@ -43,6 +47,12 @@ def tensorflow_missing() -> Optional[str]:
         if importlib.util.find_spec(module) is None:
             return "%s is not installed (pip install '.[tensorflow]')" % module
     return None
+
+
+# The module mark of a test file that needs TensorFlow (and Keras 3):
+#     pytestmark = REQUIRES_TF
+REQUIRES_TF = pytest.mark.skipif(tensorflow_missing() is not None,
+                                 reason=str(tensorflow_missing()))
 
 
 def tf_keras_path() -> Optional[str]:
@@ -101,42 +111,124 @@ def launch(script: str, np: int, timeout: float = 180,
     return run
 
 
-def case_tests(script: str, run: Callable[[int], RankRun],
-               nps: Sequence[int] = (2, 3)) -> Tuple[Callable, Callable]:
-    """The tests of a rank script whose cases (its CASES) all run in one
-    launch per rank count: ``test_launch_is_clean`` (every rank finishes,
-    exits 0 and reports) and ``test_case`` (one test per case and rank
-    count). ``run(np_)`` launches the script (launch() caches, so both
-    tests read one launch). Use in a test module::
+CaseList = Union[str, Sequence[str]]
+LaunchSpec = Tuple[int, Optional[str]]  # (rank count, Keras flavour or None)
 
-        test_launch_is_clean, test_case = case_tests(SCRIPT, run)
+
+class RankScriptTests(NamedTuple):
+    """What rank_script_tests() returns: the two test functions (assign
+    them to module names starting with ``test_``) and the launch they
+    share, ``run(np_, flavor)``, for further tests of the same launch."""
+    test_launch_is_clean: Callable
+    test_case: Callable
+    run: Callable[..., RankRun]
+
+
+def rank_script_tests(script: str, nps: Sequence[int] = (2, 3),
+                      flavors: Optional[Sequence[str]] = None,
+                      cases: Union[CaseList, Mapping[str, CaseList]] = "CASES",
+                      timeout: float = 180,
+                      env: Optional[Mapping[str, str]] = None,
+                      args: Sequence[str] = (),
+                      hbrun_args: Sequence[str] = (),
+                      runs: Optional[Sequence[LaunchSpec]] = None,
+                      check_launch: Optional[Callable[[RankRun], None]] = None
+                      ) -> RankScriptTests:
+    """The tests of a rank script whose cases all run in one launch per
+    rank count and Keras flavour (launch() caches: every test of a launch
+    reads the same one, also across test files). Use in a test module::
+
+        test_launch_is_clean, test_case, run = rank_script_tests(
+            "sync_batch_norm.py", flavors=("keras3", "tf_keras"))
+
+    ``test_launch_is_clean`` asserts that every rank finished, exited 0 and
+    reported (with flavours: under the intended Keras, the script's
+    report() carrying "keras"), then ``check_launch(run)``;
+    ``test_case`` asserts one case on every rank, for every run.
+
+    Args:
+        script: a file of tests/tf/rank_scripts.
+        nps: the rank counts.
+        flavors: None for a script that does not choose Keras (a plain
+            launch, no flavour in the test ids), else some of "keras3" and
+            "tf_keras" (tf_keras runs are skipped, with the reason, when it
+            is not importable).
+        cases: the case names, or the name of the script's list variable
+            holding them; with flavours also a mapping flavour -> either
+            (a flavour missing from it runs no case tests).
+        timeout: the hard timeout of each launch, seconds.
+        env, args, hbrun_args: of every launch (see launch()).
+        runs: (np, flavour) pairs to run instead of every rank count under
+            every flavour.
+        check_launch: further assertions on a clean launch.
+
+    Returns:
+        RankScriptTests(test_launch_is_clean, test_case, run).
     """
-    @pytest.mark.parametrize("np_", nps)
-    def test_launch_is_clean(np_):
-        run(np_).assert_ok()
+    if runs is None:
+        runs = [(np_, flavor) for flavor in (flavors or [None])
+                for np_ in nps]
 
-    @pytest.mark.parametrize("np_", nps)
-    @pytest.mark.parametrize("case", case_names(script))
-    def test_case(np_, case):
-        run(np_).assert_cases([case])
+    def run(np_: int, flavor: Optional[str] = None) -> RankRun:
+        return flavor_launch(script, np_, flavor, timeout, env=env,
+                             args=args, hbrun_args=hbrun_args)
 
-    return test_launch_is_clean, test_case
+    def cases_of(flavor: Optional[str]) -> List[str]:
+        chosen = cases
+        if isinstance(chosen, Mapping):
+            chosen = chosen.get(flavor, [])
+        if isinstance(chosen, str):
+            return case_names(script, chosen)
+        return list(chosen)
+
+    def run_param(np_: int, flavor: Optional[str], *values: object,
+                  prefix: str = "") -> object:
+        run_id = "np%d" % np_ if flavor is None else "%s-np%d" % (flavor,
+                                                                  np_)
+        marks = ([pytest.mark.skipif(tf_keras_path() is None,
+                                     reason=TF_KERAS_SKIP)]
+                 if flavor == "tf_keras" else [])
+        return pytest.param(np_, flavor, *values, marks=marks,
+                            id=prefix + run_id)
+
+    @pytest.mark.parametrize("np_,flavor", [run_param(n, f) for n, f in runs])
+    def test_launch_is_clean(np_, flavor):
+        result = run(np_, flavor)
+        if flavor is None:
+            result.assert_ok()
+        else:
+            assert_flavor_ran(result, flavor)
+        if check_launch is not None:
+            check_launch(result)
+
+    @pytest.mark.parametrize("np_,flavor,case", [
+        run_param(n, f, case, prefix=case + "-")
+        for n, f in runs for case in cases_of(f)])
+    def test_case(np_, flavor, case):
+        run(np_, flavor).assert_cases([case])
+
+    return RankScriptTests(test_launch_is_clean, test_case, run)
 
 
 def keras_flavors() -> list:
     """pytest params for the two Keras flavours of a rank script: Keras 3,
     and tf_keras (skipped with the reason when it is not importable)."""
-    import pytest
     return ["keras3", pytest.param("tf_keras", marks=pytest.mark.skipif(
         tf_keras_path() is None, reason=TF_KERAS_SKIP))]
 
 
-def flavor_launch(script: str, np: int, flavor: str,
-                  timeout: float = 300) -> RankRun:
-    """launch() with the environment of a Keras flavour ("keras3" or
-    "tf_keras"); cached."""
-    env = tf_keras_env() if flavor == "tf_keras" else {}
-    return launch(script, np, env=env, timeout=timeout)
+def flavor_launch(script: str, np: int, flavor: Optional[str] = None,
+                  timeout: float = 300,
+                  env: Optional[Mapping[str, str]] = None,
+                  args: Sequence[str] = (),
+                  hbrun_args: Sequence[str] = ()) -> RankRun:
+    """launch() with ``env`` and the environment of a Keras flavour
+    ("tf_keras"; "keras3" and None add nothing); cached."""
+    full_env = dict(env or {})
+    if flavor == "tf_keras":
+        full_env.update(tf_keras_env())
+    return launch(script, np, env=full_env, timeout=timeout, args=args,
+                  hbrun_args=hbrun_args)
 
 
 def assert_flavor_ran(run: RankRun, flavor: str) -> None:
@@ -215,37 +307,6 @@ def case_names(script: str, variable: str = "CASES") -> List[str]:
                 and getattr(node.targets[0], "id", None) == variable):
             return list(ast.literal_eval(node.value))
     raise ValueError("%s has no %s list" % (script, variable))
-
-
-def flavor_case_params(cases: Sequence[str], legacy_only: Sequence[str],
-                       runs: Sequence[object]) -> List[object]:
-    """pytest params (case, then the run's values) for every case under
-    every run that has it: a LEGACY_ONLY case (tf_keras.optimizers.legacy)
-    only under tf_keras, since Keras 3 has no such optimizers; so no
-    combination is drawn only to be skipped.
-
-    Args:
-        cases: the rank script's case names.
-        legacy_only: the cases that exist only with tf_keras.
-        runs: the flavour (a string), or a pytest.param whose first value
-            is the flavour, with its own id and marks.
-
-    Returns:
-        pytest.param objects with ids "<case>-<run id>" and the run's marks.
-    """
-    params = []
-    for run in runs:
-        if isinstance(run, str):
-            values, marks, run_id = (run,), (), run
-        else:
-            values, marks = tuple(run.values), tuple(run.marks)
-            run_id = run.id or "-".join(str(v) for v in values)
-        for case in cases:
-            if case in legacy_only and values[0] != "tf_keras":
-                continue
-            params.append(pytest.param(case, *values, marks=marks,
-                                       id="%s-%s" % (case, run_id)))
-    return params
 
 
 # --- the shared timeline launch ----------------------------------------------------

@@ -1,4 +1,4 @@
-"""Training side of test_data_service_audit.py's shared-dataset checks:
+"""Training side of test_data_service_reads.py's shared-dataset checks:
 several datasets sent with reuse_dataset=True to one shared dispatcher.
 
     python data_service_datasets.py CONFIG N STOP

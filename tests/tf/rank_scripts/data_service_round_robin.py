@@ -1,4 +1,4 @@
-"""Training side of the round_robin checks of test_data_service_audit.py: a
+"""Training side of the round_robin checks of test_data_service_reads.py: a
 compute job with two workers on one dispatcher, read by every rank.
 
     python data_service_round_robin.py CONFIG MODE N TAKE

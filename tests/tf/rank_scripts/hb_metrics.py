@@ -7,7 +7,9 @@ single-process tf.compat.v1.metrics / Keras metrics on the concatenated
 examples, with a numpy confusion-count AUC at the same thresholds, and
 with the exact rank-statistic (Mann-Whitney) AUC. Run by
 tests/tf/test_hb_metrics.py, with Keras 3 or tf_keras
-(TF_USE_LEGACY_KERAS=1; only the keras/* cases then).
+(TF_USE_LEGACY_KERAS=1; only the keras/* cases then). With Keras 3 the
+same launch then runs the weight-shape and gauc cases of
+hb_metrics_gauc_weights.py (one launch per rank count instead of two).
 """
 import os
 
@@ -22,6 +24,9 @@ import hbcore_tf.metrics as hb_metrics  # noqa: E402
 from hbcore_tf._base import compat as _compat  # noqa: E402
 from hbcore_tf.keras import metrics as hb_keras_metrics  # noqa: E402
 from hbcore_tf.train.evaluation import EvaluationHook  # noqa: E402
+# The weight-shape and gauc cases, run in this launch after CASES.
+import hb_metrics_gauc_weights as gauc_weights  # noqa: E402
+from hb_metrics_gauc_weights import numpy_roc_auc  # noqa: E402
 
 keras = _compat.keras_module()
 
@@ -61,20 +66,6 @@ def run_v1(build, feed):
             sess.run(tf.compat.v1.local_variables_initializer())
             local = sess.run(update)
             return sess.run(value), local
-
-
-def numpy_roc_auc(labels, scores, weights, num_thresholds=200):
-    eps = 1e-7
-    thresholds = np.array([-eps] + [(i + 1) / (num_thresholds - 1) for i in
-                                    range(num_thresholds - 2)] + [1 + eps])
-    above = scores[:, None].astype(np.float32) > thresholds[None, :].astype(
-        np.float32)
-    pos, neg = weights * (labels > 0), weights * (labels == 0)
-    tp, fp = (above * pos[:, None]).sum(0), (above * neg[:, None]).sum(0)
-    fn, tn = pos.sum() - tp, neg.sum() - fp
-    tpr = (tp + 1e-6) / (tp + fn + 1e-6)
-    fpr = fp / (fp + tn + 1e-6)
-    return float(np.sum((fpr[:-1] - fpr[1:]) * (tpr[:-1] + tpr[1:]) / 2))
 
 
 def mann_whitney_auc(labels, scores):
@@ -294,6 +285,9 @@ def main() -> None:
     legacy = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
     skip = [n for n in CASES if n not in KERAS_CASES] if legacy else []
     run_table(checker, table, CASES, skip=skip)
+    if not legacy:
+        run_table(checker, gauc_weights.case_table(rank, size),
+                  gauc_weights.CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
             "keras": keras.__name__})
     hb.shutdown()

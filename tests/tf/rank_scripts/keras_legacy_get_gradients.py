@@ -311,7 +311,8 @@ def main() -> None:
                         "predivide_fp16": predivide_fp16,
                         "passes_2": lambda: two_passes_case(rank, size)},
               CASES)
-    report({"rank": rank, "size": size, "ok": checker.all_ok, "mode": MODE})
+    report({"rank": rank, "size": size, "ok": checker.all_ok, "mode": MODE,
+            "keras": keras.__name__})
     hvd.shutdown()
 
 

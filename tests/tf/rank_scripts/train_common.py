@@ -16,7 +16,10 @@ import tensorflow as tf  # noqa: E402
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 
-from common import CaseFailure, Checker, env_rank, env_size, report  # noqa: E402,F401
+# expect_raises is common.py's (one helper for both trees: type and every
+# message fragment checked); re-exported for the rank scripts here.
+from common import (CaseFailure, Checker, env_rank, env_size,  # noqa: E402,F401
+                    expect_raises, report)
 
 
 def rank_values(seed: int, rank: int, shape: Sequence[int]) -> np.ndarray:
@@ -66,21 +69,6 @@ def close(actual: Any, expected: Any, what: str, rtol: float = 1e-5,
 def check(condition: bool, message: str) -> None:
     if not condition:
         raise CaseFailure(message)
-
-
-def expect_raises(fn: Callable[[], Any], exc_type: type, fragment: str = ""
-                  ) -> BaseException:
-    try:
-        fn()
-    except exc_type as exc:
-        if fragment.lower() not in str(exc).lower():
-            raise CaseFailure("%s raised without %r in %r" % (
-                exc_type.__name__, fragment, str(exc)))
-        return exc
-    except Exception as exc:  # noqa: BLE001
-        raise CaseFailure("expected %s, got %s: %s" % (
-            exc_type.__name__, type(exc).__name__, exc))
-    raise CaseFailure("expected %s, nothing raised" % exc_type.__name__)
 
 
 def identical_on_all_ranks(arrays: Sequence[np.ndarray], what: str) -> None:

@@ -1,4 +1,4 @@
-"""HybridBackend parity, round 2:
+"""HybridBackend parity of hb.train.monitored_session and hb.data:
 
 - ``hb.train.monitored_session(**kwargs)`` and
   ``hb.train.Server.get().monitored_session(**kwargs)``, the session
@@ -16,7 +16,9 @@ Every rank starts from DIFFERENT initial values (seeded by its rank) and
 its own data, so the broadcast from rank 0 and the gradient averaging are
 part of what is tested; expected values are computed with numpy from rank
 0's initial values and the mean of every rank's gradient. Run by
-tests/tf/test_hybridbackend_round2.py.
+tests/tf/test_hb_train_monitored_session.py (the launch, the
+monitored_session and server cases) and tests/tf/test_hb_parquet.py (the
+data and parquet cases), which share one launch per rank count.
 """
 import os
 import tempfile
@@ -96,7 +98,7 @@ class Cases:
         n = 9 + self.rank
         ids = [[10 * i + j for j in range(i % 4)] for i in range(n)]
         label = np.arange(n, dtype=np.int64)
-        path = os.path.join(tempfile.mkdtemp(prefix="hb_round2_"),
+        path = os.path.join(tempfile.mkdtemp(prefix="hb_mts_data_"),
                             "s.parquet")
         pq.write_table(pa.table({
             "ids": pa.array(ids, pa.list_(pa.int64())), "label": label}), path)
@@ -131,7 +133,7 @@ class Cases:
         label = np.arange(n, dtype=np.int32) % 2
         score = np.linspace(0, 1, n)
         ids = [list(range(i % 3)) for i in range(n)]
-        path = os.path.join(tempfile.mkdtemp(prefix="hb_round2_"),
+        path = os.path.join(tempfile.mkdtemp(prefix="hb_mts_data_"),
                             "f.parquet")
         pq.write_table(pa.table({
             "label": label, "score": score,
@@ -212,7 +214,7 @@ class Cases:
         # save_checkpoint_steps, eval_fn and eval_every_n_iter.
         lr = 0.25
         root = hbcore.broadcast_object(
-            tempfile.mkdtemp(prefix="hb_round2_") if self.rank == 0
+            tempfile.mkdtemp(prefix="hb_mts_data_") if self.rank == 0
             else None, root_rank=0)
         ckpt_dir = os.path.join(root, "ckpt")
         history = []

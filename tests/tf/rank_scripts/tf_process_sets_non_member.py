@@ -8,7 +8,7 @@ Two sets cover every rank: the even ranks and the odd ranks, so each rank
 is a member of one and outside the other. Every rank reduces on the even
 set first, then on the odd set (members' collectives pair up; outsiders
 issue none). Expected values are computed with numpy from every rank's
-seeded data. Run by tests/tf/test_tf_process_sets_audit.py at 2 and 3
+seeded data. Run by tests/tf/test_tf_process_sets.py at 2 and 3
 ranks.
 """
 from typing import Callable

@@ -1,19 +1,20 @@
-"""hb.metrics audit cases: weights of a squeezable shape, and hb.metrics.gauc.
+"""hb.metrics cases: weights of a squeezable shape, and hb.metrics.gauc.
 
 Every rank holds its own rank-seeded examples (a different number per
 rank; the last rank's gauc batch is empty in "v1/gauc/empty-rank").
 Expected values are computed on every rank from ALL ranks' examples
 (regenerated locally from the seeds, never through hbcore) with numpy:
 weighted accuracy / mean / confusion-count AUC, and for gauc the exact
-rank-statistic AUC of each (rank, user) group weighted by its size. Run by
-tests/tf/test_hb_metrics_audit.py.
+rank-statistic AUC of each (rank, user) group weighted by its size.
+
+No launch of its own: hb_metrics.py runs CASES (Cases) after its own cases,
+in the same launch (tests/tf/test_hb_metrics.py asserts them).
 """
-from typing import Tuple
+from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-from train_common import (check, close, expect_raises, report, run_table,
-                          tf, Checker)
+from train_common import check, close, expect_raises, tf
 
 import hbcore_tf as hb  # noqa: E402
 import hbcore_tf.metrics as hb_metrics  # noqa: E402
@@ -247,12 +248,10 @@ class Cases:
                     "must have the same number of examples")
 
 
-def main() -> None:
-    hb.init()
-    rank, size = hb.rank(), hb.size()
-    checker = Checker(rank)
+def case_table(rank: int, size: int) -> Dict[str, Callable[[], None]]:
+    """CASES' functions, in order, for run_table (hbcore initialized)."""
     c = Cases(rank, size)
-    table = {
+    return {
         "v1/weights/accuracy-labels-n1-weights-n1": c.accuracy_column_weights,
         "v1/weights/auc-predictions-n1-weights-n": c.auc_column_predictions,
         "v1/weights/mean-values-n-weights-n1": c.mean_column_weights,
@@ -264,10 +263,3 @@ def main() -> None:
         "v1/gauc/steps-soft-labels-collections": c.gauc_steps_soft_labels,
         "v1/gauc/bad-input": c.gauc_bad_input,
     }
-    run_table(checker, table, CASES)
-    report({"rank": rank, "size": size, "ok": checker.all_ok})
-    hb.shutdown()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,10 @@
 """hbcore_tf / hbcore_tf.keras against horovod.tensorflow(.keras) 0.28
-behaviour found by running Horovod's own TF2 Keras tests and examples
-(round 2). Keras 3 by default, tf_keras when TF_USE_LEGACY_KERAS=1. Run
-by tests/tf/test_horovod_parity_round2.py at 2 and 3 ranks.
+behaviour found by running Horovod's own TF2 Keras tests and examples:
+load_model and hvd.elastic. Keras 3 by default, tf_keras when
+TF_USE_LEGACY_KERAS=1. Run at 2 and 3 ranks by
+tests/tf/test_keras_load_model.py (the load_model cases and the launch) and
+tests/tf/test_keras_elastic.py (the elastic case), which share one launch
+per rank count and flavour.
 
 - load_model with custom_objects mapping an optimizer's name to a function
   of its config (``lambda **kwargs: DistributedOptimizer(Opt(**kwargs))``,

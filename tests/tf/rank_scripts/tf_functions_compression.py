@@ -1,6 +1,8 @@
 """Horovod-parity cases for hbcore_tf.functions, hbcore_tf.compression and
 hvd.SyncBatchNormalization (Keras 3), run under hbrun by
-tests/tf/test_tf_functions_audit.py.
+tests/tf/test_functions.py (broadcast_object),
+tests/tf/test_compression.py (fp16) and tests/tf/test_sync_batch_norm.py
+(jit_compile), which share its one launch per rank count.
 
 - broadcast_object_root_keeps_object: on the root, broadcast_object and
   broadcast_object_fn return the caller's object itself (Horovod returns

@@ -1,6 +1,6 @@
-"""Export audit cases: HybridBackend's export modes, local variables in the
+"""hb.saved_model export cases: HybridBackend's export modes, local variables in the
 serving graph, and hb.saved_model.export_all; run by
-tests/tf/test_export_audit.py under hbrun at 2 and 3 ranks.
+tests/tf/test_hb_export.py under hbrun at 2 and 3 ranks.
 
 The checkpoint: a sharded table of B rows (uneven blocks at 2 and 3
 ranks) initialized from TABLE0, and a dense [D, 1] kernel W0, saved
@@ -182,7 +182,7 @@ def main() -> None:
     rank, size = hb.rank(), hb.size()
     checker = Checker(rank)
     shared = hbcore.broadcast_object(
-        tempfile.mkdtemp(prefix="hb_export_audit_") if rank == 0 else None, 0)
+        tempfile.mkdtemp(prefix="hb_export_") if rank == 0 else None, 0)
     c = Cases(rank, size, shared)
     run_table(checker, {
         "save": c.save,
