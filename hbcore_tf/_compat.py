@@ -26,6 +26,8 @@ from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
+from hbcore_tf._patches import internals, keras_slots
+
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"            # tf_keras' current optimizers
 TF_KERAS_LEGACY = "tf_keras_legacy"  # tf_keras.optimizers.legacy (OptimizerV2)
@@ -150,11 +152,7 @@ def class_per_keras(cache: dict, make: Any, legacy: Optional[bool]) -> type:
 # --- optimizer families ------------------------------------------------------
 
 def _keras3_base() -> Optional[type]:
-    try:
-        from keras.src.optimizers.base_optimizer import BaseOptimizer
-    except ImportError:  # pragma: no cover - Keras 3 not installed
-        return None
-    return BaseOptimizer
+    return internals.loaded_or_none(internals.KERAS3_BASE_OPTIMIZER)
 
 
 def _tf_keras_bases() -> tuple:
@@ -164,12 +162,8 @@ def _tf_keras_bases() -> tuple:
 
     if "tf_keras" not in sys.modules:
         return None, None
-    try:
-        from tf_keras.src.optimizers.legacy.optimizer_v2 import OptimizerV2
-        from tf_keras.src.optimizers.optimizer import _BaseOptimizer
-    except ImportError:  # pragma: no cover - unusual tf_keras layout
-        return None, None
-    return _BaseOptimizer, OptimizerV2
+    return (internals.TF_KERAS_BASE_OPTIMIZER.load(),
+            internals.TF_KERAS_OPTIMIZER_V2.load())
 
 
 def optimizer_family(optimizer: Any) -> str:
@@ -204,12 +198,12 @@ def optimizer_class_family(cls: type) -> str:
         ValueError: not a Keras 3 or tf_keras optimizer class.
     """
     names = {"%s.%s" % (c.__module__, c.__name__) for c in cls.__mro__}
-    if "keras.src.optimizers.base_optimizer.BaseOptimizer" in names:
-        return KERAS3
-    if "tf_keras.src.optimizers.legacy.optimizer_v2.OptimizerV2" in names:
-        return TF_KERAS_LEGACY
-    if "tf_keras.src.optimizers.optimizer._BaseOptimizer" in names:
-        return TF_KERAS
+    for entry, family in (
+            (internals.KERAS3_BASE_OPTIMIZER, KERAS3),
+            (internals.TF_KERAS_OPTIMIZER_V2, TF_KERAS_LEGACY),
+            (internals.TF_KERAS_BASE_OPTIMIZER, TF_KERAS)):
+        if internals.qualified_class_name(entry) in names:
+            return family
     raise ValueError("%s is not a Keras optimizer class" % cls.__name__)
 
 
@@ -220,10 +214,9 @@ def build_optimizer(optimizer: Any, family: str, variables: List[Any]) -> None:
     with tf.init_scope():
         if family == KERAS3:
             if not optimizer.built:
-                from keras.src import backend
-
+                name_scope = internals.KERAS3_NAME_SCOPE.load()
                 # The name scope Keras 3's own apply() builds under.
-                with backend.name_scope(optimizer.name, caller=optimizer):
+                with name_scope(optimizer.name, caller=optimizer):
                     optimizer.build(variables)
                 optimizer.built = True
         elif family == TF_KERAS_LEGACY:
@@ -323,25 +316,24 @@ def model_variables(model: Any) -> List[Any]:
 
 # --- optimizer slots of sharded tables ----------------------------------------------
 
-_slot_patches: List[Any] = []
+def _tag_slot_of_shard(original: Callable, optimizer: Any, reference: Any,
+                       *args: Any, **kwargs: Any) -> Any:
+    """What the Keras slot factories run (hbcore_tf._patches.keras_slots):
+    a slot of a sharded table is created as a shard and tagged."""
+    # hbcore_tf.embedding imports this module: imported on use.
+    from hbcore_tf.embedding.scope import creating_shards
+    from hbcore_tf.embedding.table import make_keras_shard, shard_info
 
-
-def _slot_factories() -> List[tuple]:
-    """(class, method name) of every Keras optimizer method that creates a
-    slot variable from a model variable passed first."""
-    import sys
-
-    out = []
-    keras3 = _keras3_base()
-    if keras3 is not None:
-        out.append((keras3, "add_variable_from_reference"))
-    if "tf_keras" in sys.modules:
-        new, legacy = _tf_keras_bases()
-        if new is not None:
-            out.append((new, "add_variable_from_reference"))
-        if legacy is not None:
-            out.append((legacy, "add_slot"))
-    return out
+    info = shard_info(reference)
+    if info is None:
+        return original(optimizer, reference, *args, **kwargs)
+    with creating_shards():
+        slot = original(optimizer, reference, *args, **kwargs)
+    # Named "<table>/<slot>", as tf.compat.v1 slots' slices are.
+    slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
+    make_keras_shard(slot, info._replace(name="%s/%s" % (
+        info.name, slot_name.rsplit("/", 1)[-1])))
+    return slot
 
 
 def tag_slots_of_sharded_tables() -> None:
@@ -351,39 +343,12 @@ def tag_slots_of_sharded_tables() -> None:
     broadcast), so broadcasts of a model's and an optimizer's variables
     leave it alone (hbcore_tf.embedding.table.is_rank_local).
 
-    Installed once per process, by the first sharded Keras layer that is
-    built (hbcore_tf.keras.layers), and kept: the layer outlives any scope,
-    and the wrapper changes nothing for other variables. Idempotent; a
-    Keras imported later is covered by the next call.
+    Installed by the first sharded table (hb.keras.layers.ShardedEmbedding
+    or get_variable in a sharding scope) and kept: the layer outlives any
+    scope, and the wrapper changes nothing for other variables.
+    Idempotent; a tf_keras imported later is covered by the next call.
     """
-    from hbcore_tf.embedding.scope import creating_shards
-    from hbcore_tf.embedding.table import make_keras_shard, shard_info
-
-    for cls, attr in _slot_factories():
-        original = cls.__dict__.get(attr)
-        if original is None or getattr(original, "_hb_slot_tagging", False):
-            continue
-
-        def make(original: Any) -> Any:
-            def create_slot(self, reference, *args, **kwargs):
-                info = shard_info(reference)
-                if info is None:
-                    return original(self, reference, *args, **kwargs)
-                with creating_shards():
-                    slot = original(self, reference, *args, **kwargs)
-                # Named "<table>/<slot>", as tf.compat.v1 slots' slices are.
-                slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
-                slot_info = info._replace(name="%s/%s" % (
-                    info.name, slot_name.rsplit("/", 1)[-1]))
-                make_keras_shard(slot, slot_info)
-                return slot
-            create_slot._hb_slot_tagging = True
-            create_slot.__doc__ = original.__doc__
-            create_slot.__name__ = original.__name__
-            return create_slot
-
-        _slot_patches.append((cls, attr, original))
-        setattr(cls, attr, make(original))
+    keras_slots.install(_tag_slot_of_shard)
 
 
 # --- learning rate, momentum, iterations ----------------------------------------
@@ -502,14 +467,10 @@ def momentum_buffers(optimizer: Any) -> List[Any]:
 def in_xla_context() -> bool:
     """Returns whether ops being built now go to XLA (jit_compile=True),
     where hbcore's custom ops have no kernel."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover
-        return False
     if tf.executing_eagerly():
         return False
     graph = tf.compat.v1.get_default_graph()
-    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+    return bool(internals.XLA_CONTEXT.load()(graph))
 
 
 def check_not_xla(what: str) -> None:

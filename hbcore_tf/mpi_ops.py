@@ -39,6 +39,7 @@ from hbcore._compat_names import (ccl_built, cuda_built, ddl_built,
 
 from hbcore._native import core
 from hbcore_tf import _build, _naming
+from hbcore_tf._patches import auto_control_deps
 from hbcore_tf.compression import Compression
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)
@@ -63,30 +64,12 @@ _NOT_INITIALIZED = "hbcore has not been initialized; use hvd.init()."
 TensorLike = Union[tf.Tensor, tf.Variable, tf.IndexedSlices, Any]
 
 
-def _run_collectives_unordered() -> None:
-    """Lets independent collectives inside one tf.function run concurrently.
-
-    The ops are stateful (so grappler never folds, merges or prunes them),
-    and tf.function's automatic control dependencies chain all stateful ops
-    in program order. Chained, 50 allreduces in one function would reach
-    the core one after another (50 negotiations, no fusion) and two
-    functions issuing collectives in different orders could deadlock.
-    TensorFlow's list of "must run, order insensitive" stateful ops gives
-    exactly the wanted semantics: always executed, not ordered (data
-    dependencies still order them). The list is private; without it the
-    ops stay correct, only serialized.
-    """
-    try:
-        from tensorflow.python.framework import auto_control_deps as acd
-    except ImportError:  # pragma: no cover - other TF layouts
-        return
-    current = getattr(acd, "MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS", None)
-    if current is not None:
-        acd.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = frozenset(current) | {
-            "HbcoreCollective", "HbcoreAlltoall"}
-
-
-_run_collectives_unordered()
+def _collectives_unordered() -> None:
+    """Called before each collective op is built: the first call adds
+    hbcore's collective ops to TF's "must run, order insensitive" stateful
+    ops (hbcore_tf._patches.auto_control_deps explains why), so that
+    tf.function does not chain them; later calls return at once."""
+    auto_control_deps.install(("HbcoreCollective", "HbcoreAlltoall"))
 
 
 # --- process -----------------------------------------------------------------
@@ -198,6 +181,7 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
         _refuse_xla(kind)
     with _naming.op_scope(_set_kind(kind, process_set_id), name,
                           ignore_name_scope, eager) as base, _placement():
+        _collectives_unordered()
         outputs = _lib.hbcore_collective(
             tensors, _names_tensor(base, len(tensors), eager), op=op_code,
             reduce_op=int(reduce_op), root_rank=int(root_rank),
@@ -636,6 +620,7 @@ def alltoall_int64_splits(tensor: TensorLike, splits: Optional[Any],
     _refuse_xla("HbcoreAlltoall")
     with _naming.op_scope(_set_kind("HbcoreAlltoall", set_id), name,
                           ignore_name_scope) as op_name, _placement():
+        _collectives_unordered()
         output, received = _lib.hbcore_alltoall(
             tensor, splits_tensor, _name_scalar(op_name),
             eager=tf.executing_eagerly(), process_set_id=set_id)

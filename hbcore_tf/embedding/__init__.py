@@ -10,10 +10,6 @@ from hbcore_tf.embedding.partition import RowPartition
 from hbcore_tf.embedding.scope import embedding_scope
 from hbcore_tf.embedding.feature_columns import dense_features
 from hbcore_tf.embedding.table import ShardInfo, is_sharded, shard_info
-from hbcore_tf.embedding import saving
-
-# Collective Saver.save for graphs with sharded tables (see saving.py).
-saving.install()
 
 __all__ = ["RowPartition", "ShardInfo", "dense_features", "embedding_scope",
            "is_sharded", "shard_info"]

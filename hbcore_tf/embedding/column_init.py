@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, List, Optional
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf._patches import internals
 from hbcore_tf.embedding.table import ShardInfo
 
 _state = threading.local()  # .depth: nesting of feature_column_tables
@@ -127,7 +128,7 @@ def _call_as_hybridbackend(initializer: Callable, shape: List[int],
                            dtype: tf.DType, partitioner: Any) -> tf.Tensor:
     """This rank's round-robin rows from ``initializer``, called as
     HybridBackend calls it (once, or once per partition)."""
-    from tensorflow.python.ops.variable_scope import _PartitionInfo
+    _PartitionInfo = internals.PARTITION_INFO.load()  # noqa: N806
 
     if partitioner is None or shape[0] == 0:
         return tf.convert_to_tensor(

@@ -30,10 +30,9 @@ from collections.abc import Mapping
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.python.feature_column import feature_column as fc_v1
-from tensorflow.python.feature_column import feature_column_v2 as fc_v2
 
 from hbcore_tf._compat import GraphModeRequired
+from hbcore_tf._patches import internals
 from hbcore_tf.embedding.column_init import feature_column_tables
 from hbcore_tf.embedding.scope import sharding_variable_scope
 from hbcore_tf.embedding.table import is_sharded
@@ -123,7 +122,7 @@ def check_column(column: Any) -> None:
             wrong.
     """
     name = getattr(column, "name", repr(column))
-    if isinstance(column, fc_v2.SharedEmbeddingColumn):
+    if isinstance(column, internals.FC_V2_SHARED_EMBEDDING_COLUMN.load()):
         raise ValueError(
             "feature column %r (a tf.feature_column.shared_embeddings "
             "column) cannot be sharded: its table is made by TF's "
@@ -140,8 +139,9 @@ def check_column(column: Any) -> None:
             "emb_num_buckets_max is %d); a table of unchecked ids "
             "(hb.feature_column.raw_categorical_column) needs DeepRec's "
             "EmbeddingVariable" % (name, categorical.name, buckets, limit))
-    if isinstance(categorical, (fc_v2.SequenceCategoricalColumn,
-                                fc_v1._SequenceCategoricalColumn)):  # noqa
+    if isinstance(categorical, (
+            internals.FC_V2_SEQUENCE_CATEGORICAL.load(),
+            internals.FC_V1_SEQUENCE_CATEGORICAL.load())):
         raise ValueError(
             "feature column %r cannot be sharded: its categorical column "
             "%r is a sequence column (one row per step, not per example); "
@@ -232,7 +232,7 @@ def build_columns(features: Mapping, columns: Sequence[Any],
                 # (from_template: no scope of its own), with TF's own
                 # per-column variable scope, lookup and reshape to
                 # [rows, width]; it checks that the column is dense.
-                fc_v1._internal_input_layer(  # noqa
+                internals.FC_V1_INTERNAL_INPUT_LAYER.load()(
                     seen, [column],
                     scope=tf.compat.v1.get_variable_scope(),
                     from_template=True, cols_to_output_tensors=outputs)
@@ -266,7 +266,7 @@ def normalize_columns(feature_columns: Sequence[Any]) -> List[Any]:
     Raises:
         ValueError: empty, or a name twice.
     """
-    return list(fc_v1._normalize_feature_columns(feature_columns))  # noqa
+    return list(internals.FC_V1_NORMALIZE.load()(feature_columns))
 
 
 def dense_features(features: Mapping,

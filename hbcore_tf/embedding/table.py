@@ -32,6 +32,7 @@ from typing import Any, Dict, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf._patches import internals
 from hbcore_tf.embedding.partition import RowPartition
 
 _SHARD_ATTR = "_hb_shard_info"
@@ -250,7 +251,7 @@ def make_keras_shard(variable: Any, info: ShardInfo) -> None:
     local shard described by ``info`` (``tag``) and makes tf.train.Checkpoint
     (and so tf_keras's TensorFlow-format save_weights) store it as its rows
     of the full ``[num_rows, dim]`` tensor: the parts the ranks write merge
-    into the whole table (hbcore_tf.embedding.saving), and each rank
+    into the whole table (hbcore_tf.embedding.save_protocol), and each rank
     restores its own rows at any world size. Keras 3 variables delegate
     checkpointing to the tf.Variable inside, which gets the slice. A slot of
     another shape (a factored one) is tagged only.
@@ -260,13 +261,11 @@ def make_keras_shard(variable: Any, info: ShardInfo) -> None:
             slots (a Keras variable or a tf.Variable).
         info: the table's ShardInfo on this rank.
     """
-    from tensorflow.python.ops import resource_variable_ops
-
     tag(variable, info)
     inner = getattr(variable, "value", None)
     if isinstance(inner, tf.Variable) and inner is not variable:
         variable = inner
-    if (not isinstance(variable, resource_variable_ops.BaseResourceVariable)
+    if (not isinstance(variable, internals.BASE_RESOURCE_VARIABLE.load())
             or tuple(variable.shape.as_list()) != (info.rows, info.dim)):
         return
     cls = type(variable)
@@ -294,9 +293,7 @@ def make_sharded(variable: Any, info: ShardInfo) -> Any:
         TypeError: not a resource variable (create tables with
             ``use_resource=True``; embedding_scope does).
     """
-    from tensorflow.python.ops import resource_variable_ops
-
-    if not isinstance(variable, resource_variable_ops.BaseResourceVariable):
+    if not isinstance(variable, internals.BASE_RESOURCE_VARIABLE.load()):
         raise TypeError("sharded embedding table %r must be a resource "
                         "variable, got %s" % (info.name, type(variable).__name__))
     tag(variable, info)

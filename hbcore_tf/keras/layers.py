@@ -33,7 +33,7 @@ What the layer does (the table's machinery is hbcore_tf.embedding):
    assembles the table with an allgather: it is collective (every rank
    calls ``save_weights`` / ``save``), and rank 0 alone writes the file,
    whether or not the model was built inside ``hb.scope()``
-   (``make_saving_collective`` in hbcore_tf._data_parallel). Loading reads
+   (``make_saving_collective`` in hbcore_tf.keras.model_saving). Loading reads
    only this rank's rows.
 4. ``export_plain_model`` turns a trained model into a plain one (whole
    tables, plain gathers) for ``model.export`` / ``tf.saved_model.save``.
@@ -80,11 +80,11 @@ def _combine(rows: tf.Tensor, segments: tf.Tensor, num_segments: Any,
 
 def _make_class(legacy: bool) -> type:
     from hbcore_tf.embedding.exchange import sharded_lookup
-    from hbcore_tf.embedding.scope import (creating_shards, local_initializer,
-                                           shard_plan)
+    from hbcore_tf.embedding.scope import (creating_shards,
+                                           install_table_patches,
+                                           local_initializer, shard_plan)
     from hbcore_tf.embedding.table import make_keras_shard, whole_value
-
-    from hbcore_tf._data_parallel import make_saving_collective
+    from hbcore_tf.keras.model_saving import make_saving_collective
 
     if legacy:
         import tf_keras as keras
@@ -92,7 +92,6 @@ def _make_class(legacy: bool) -> type:
     else:
         import keras
         register = keras.saving.register_keras_serializable
-    make_saving_collective(keras.Model, tf_keras=legacy)
 
     class ShardedEmbedding(keras.layers.Layer):
         """Embedding layer whose ``[input_dim, output_dim]`` table is split
@@ -172,7 +171,9 @@ def _make_class(legacy: bool) -> type:
             if info is not None:
                 shape = (info.rows, info.dim)
                 initializer = local_initializer(initializer, info)
-                _compat.tag_slots_of_sharded_tables()
+                # The moment: the first sharded Keras table is built.
+                install_table_patches()
+                make_saving_collective(tf_keras=legacy)
                 local = creating_shards()
             with local:
                 weight = self.add_weight(
