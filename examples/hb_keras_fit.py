@@ -31,7 +31,7 @@ import tensorflow as tf
 
 import hbcore
 import hbcore_tf as hb
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
 
 keras = _compat.keras_module()  # Keras 3, or tf_keras with TF_USE_LEGACY_KERAS=1
 CATEGORICAL = {"user": 5000, "item": 2000, "category": 100}

@@ -11,7 +11,7 @@ captured and dropped; the answer comes back as one JSON line on stdout.
 When TensorFlow is already imported here (its log already printed), the
 question is answered in this process instead, at no cost.
 
-Nothing here compiles the op library: ``hbcore_tf/_build.py`` is loaded by
+Nothing here compiles the op library: ``hbcore_tf/_ops/build.py`` is loaded by
 file path, not through the hbcore_tf package (whose import compiles and
 loads the library).
 
@@ -32,12 +32,13 @@ _TIMEOUT_S = 180
 
 
 def _load_build_module() -> object:
-    """hbcore_tf/_build.py as a standalone module (the hbcore_tf package's
+    """hbcore_tf/_ops/build.py as a standalone module (the hbcore_tf package's
     __init__ is not run)."""
     spec = importlib.util.find_spec("hbcore_tf")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("hbcore_tf is not installed")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "_build.py")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "_ops",
+                        "build.py")
     module_spec = importlib.util.spec_from_file_location("_hbcore_tf_build",
                                                          path)
     module = importlib.util.module_from_spec(module_spec)

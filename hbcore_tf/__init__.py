@@ -11,20 +11,20 @@ HybridBackend's API sits beside it (``import hbcore_tf as hb``;
 docs/hybridbackend.md): ``hb.context`` / ``hb.Context``, ``hb.scope``,
 ``@hb.function``, ``hb.wraps``, ``hb.train``, ``hb.saved_model``,
 ``hb.feature_column`` and ``hb.layers`` (``DenseFeatures``); the
-options live in ``hb.context.options`` (hbcore_tf.options);
+options live in ``hb.context.options`` (hbcore_tf._base.options);
 ``hb.estimator`` holds only ``ModeKeys`` (tf.estimator left TensorFlow 2.16;
 its other names raise ImportError).
 
 Names, signatures, defaults and semantics follow horovod.tensorflow 0.28.
 The ops run on the hbcore core (one per process, shared with the numpy API
 ``hbcore``); the op library is compiled for the installed TensorFlow at
-the first import (see hbcore_tf._build).
+the first import (see hbcore_tf._ops.build).
 """
 from hbcore_tf.compression import Compression, Compressor
 from hbcore_tf.functions import (allgather_object, broadcast_global_variables,
                                  broadcast_object, broadcast_object_fn,
                                  broadcast_variables)
-from hbcore_tf.hooks import BroadcastGlobalVariablesHook
+from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
 from hbcore_tf.mpi_ops import (Adasum, Average, Max, Min, Product, ReduceOp,
                                Sum, allgather, allreduce, alltoall, barrier,
                                broadcast, broadcast_, ccl_built, cross_rank,
@@ -42,13 +42,12 @@ from hbcore_tf.mpi_ops import (Adasum, Average, Max, Min, Product, ReduceOp,
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)
 # The training layer (written alongside this file) builds on the above.
-from hbcore_tf.gradient_tape import (DistributedGradientTape,
-                                    PartialDistributedGradientTape)
-from hbcore_tf.optimizers import DistributedOptimizer
+from hbcore_tf._parallel.gradient_tape import (
+    DistributedGradientTape, PartialDistributedGradientTape)
+from hbcore_tf._parallel.distributed_optimizer import DistributedOptimizer
 # HybridBackend's names.
-from hbcore_tf.context import Context, context, context_scope
-from hbcore_tf.scope import function, scope, wraps
-from hbcore_tf.embedding import embedding_scope
+from hbcore_tf._base.context import Context, context, context_scope
+from hbcore_tf.scope import embedding_scope, function, scope, wraps
 from hbcore_tf.embedding import dense_features
 from hbcore_tf import (data, feature_column, layers, metrics, saved_model,
                        train)

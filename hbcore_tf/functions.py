@@ -10,7 +10,8 @@ import hbcore
 import tensorflow as tf
 
 from hbcore_tf import mpi_ops
-from hbcore_tf.embedding.table import is_rank_local
+from hbcore_tf._ops.collectives import _check_initialized
+from hbcore_tf._base.rank_local import is_rank_local
 from hbcore_tf.process_sets import ProcessSet, global_process_set
 
 
@@ -96,7 +97,7 @@ def broadcast_object(obj: Any, root_rank: int = 0, session: Any = None,
             ``process_set`` (a ValueError).
     """
     del session
-    mpi_ops._check_initialized()
+    _check_initialized()
     received = hbcore.broadcast_object(obj, root_rank, name=name,
                                        process_set=process_set)
     return obj if mpi_ops.rank() == root_rank else received
@@ -138,5 +139,5 @@ def allgather_object(obj: Any, session: Any = None,
         process_set: the ranks it runs over (default: all).
     """
     del session
-    mpi_ops._check_initialized()
+    _check_initialized()
     return hbcore.allgather_object(obj, name=name, process_set=process_set)

@@ -14,6 +14,10 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+import hbcore
+from hbcore_tf._base.context import context
+from hbcore_tf.embedding import export as _export
+
 
 _UNSET = object()
 
@@ -41,16 +45,12 @@ def export(export_dir: str, obj: Any, signatures: Any = None,
     Returns:
         ``export_dir`` on rank 0, None on the other ranks.
     """
-    from hbcore_tf.context import context
-
     if isinstance(obj, (str, bytes, os.PathLike)) and callable(signatures):
-        from hbcore_tf.embedding.export import export as export_checkpoint
-
         # HybridBackend's signature: signatures is signature_def_fn and
         # the next positional arguments are assets_extra, as_text, ...
         rest = [a for a in (options, barrier) if a is not _UNSET]
-        return export_checkpoint(export_dir, obj, signatures,
-                                 *(rest + list(args)), **kwargs)
+        return _export.export(export_dir, obj, signatures,
+                              *(rest + list(args)), **kwargs)
     if args or kwargs:
         raise TypeError("export() got unexpected arguments %r %r" % (
             args, sorted(kwargs)))
@@ -62,8 +62,6 @@ def export(export_dir: str, obj: Any, signatures: Any = None,
                             options=options)
         written = export_dir
     if barrier:
-        import hbcore
-
         hbcore.barrier()
     return written
 
@@ -90,10 +88,8 @@ def export_all(export_dir_base: str, checkpoint_path: str,
     Raises:
         ValueError: see hbcore_tf.embedding.export.export_all.
     """
-    from hbcore_tf.embedding.export import export_all as export_checkpoint
-
-    return export_checkpoint(export_dir_base, checkpoint_path,
-                             signature_defs_and_main_op_fn, *args, **kwargs)
+    return _export.export_all(export_dir_base, checkpoint_path,
+                              signature_defs_and_main_op_fn, *args, **kwargs)
 
 
 def export_v1(export_dir: str, session: Any, inputs: dict, outputs: dict,
@@ -111,15 +107,11 @@ def export_v1(export_dir: str, session: Any, inputs: dict, outputs: dict,
     Returns:
         ``export_dir`` on rank 0, None on the other ranks.
     """
-    from hbcore_tf.context import context
-
     written = None
     if context.rank == 0:
         tf.compat.v1.saved_model.simple_save(session, export_dir, inputs,
                                              outputs)
         written = export_dir
     if barrier:
-        import hbcore
-
         hbcore.barrier()
     return written

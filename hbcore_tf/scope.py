@@ -10,7 +10,7 @@ removes it on exit; nested scopes only stack options):
 
 1. An optimizer that is CREATED (tf.compat.v1.train.Optimizer, Keras 3 and
    tf_keras optimizers, current and legacy) becomes an instance of the
-   data-parallel subclass of its own class (hbcore_tf._data_parallel): its
+   data-parallel subclass of its own class (hbcore_tf._parallel.data_parallel): its
    gradients are averaged over ranks in ``grad_nbuckets`` fused groups, in
    reverse variable order. The base-class ``__init__`` is patched for the
    duration of the scope; the swap happens when it returns.
@@ -30,7 +30,7 @@ removes it on exit; nested scopes only stack options):
 4. A tf.compat.v1 graph variable whose initial value is one repeated
    value (zeros, an optimizer's accumulator) is initialised by ``tf.fill``
    instead of a ``Const`` the session would keep beside the variable
-   (hbcore_tf._splat_initial_values): it is held once, not twice.
+   (hbcore_tf._parallel.splat_initial_values): it is held once, not twice.
 5. ``tf.compat.v1.train.MonitoredTrainingSession`` is
    hb.train.MonitoredTrainingSession (HybridBackend's scope rewrites it
    too): broadcast from rank 0 after restore/initialisation, checkpoints,
@@ -53,16 +53,26 @@ import contextlib
 import functools
 import itertools
 import numbers
+import os
+import random
 import threading
 from typing import Any, Callable, Dict, Iterator, Optional
 
+import numpy as np
 import tensorflow as tf
 
-from hbcore_tf import _compat, _data_parallel
+from hbcore_tf import mpi_ops
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.context import Context, context
+from hbcore_tf._base.options import options, validate
+from hbcore_tf._parallel import data_parallel as _data_parallel
+from hbcore_tf._parallel.splat_initial_values import fill_splat_initial_values
+from hbcore_tf._parallel.wraps import wraps  # noqa: F401 (hb.wraps)
 from hbcore_tf._patches import (model_new, monitored_session, optimizer_init,
                                 saver_init)
-from hbcore_tf._splat_initial_values import fill_splat_initial_values
-from hbcore_tf.options import options
+from hbcore_tf.embedding.sharding import (creating_shard,
+                                          sharding_variable_scope)
+from hbcore_tf.train.session import MonitoredTrainingSession
 
 # Two kinds of state, because they live in different places:
 # - the class patches (optimizers, models) are process-wide: installed when
@@ -85,13 +95,9 @@ _BROADCASTABLE = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32,
 
 def _broadcast_creator(next_creator: Callable, **kwargs: Any) -> Any:
     # Eager only: graph variables get their broadcast from the session.
-    from hbcore_tf.embedding.scope import creating_shard
-
     # A sharded table's shard holds this rank's rows: never broadcast.
     if not tf.executing_eagerly() or creating_shard():
         return next_creator(**kwargs)
-    from hbcore_tf.mpi_ops import broadcast
-
     initial = kwargs.get("initial_value")
     if callable(initial):
         initial = initial()
@@ -99,7 +105,7 @@ def _broadcast_creator(next_creator: Callable, **kwargs: Any) -> Any:
     initial = tf.convert_to_tensor(
         initial, dtype_hint=tf.as_dtype(dtype) if dtype is not None else None)
     if initial.dtype in _BROADCASTABLE:
-        initial = broadcast(initial, 0,
+        initial = mpi_ops.broadcast(initial, 0,
                             name="hb_scope_init_%d" % next(_init_counter))
     kwargs["initial_value"] = initial
     return next_creator(**kwargs)
@@ -110,10 +116,6 @@ def _scoped_monitored_training_session(*args: Any, **kwargs: Any) -> Any:
     open: hb.train.MonitoredTrainingSession (HybridBackend's scope rewrites
     it the same way), which builds on TF's function from TF's own module,
     never on this public name."""
-    # hbcore_tf.train imports this module (train/optimizers.py): imported
-    # on use, when both are loaded.
-    from hbcore_tf.train.session import MonitoredTrainingSession
-
     return MonitoredTrainingSession(*args, **kwargs)
 
 
@@ -180,11 +182,6 @@ def _apply_seed(seed: int) -> None:
     TensorFlow's random generators (TF's graph-level seed of the default
     graph, or the global seed when eager), and sets PYTHONHASHSEED and
     TF_CUDNN_DETERMINISTIC=1 for processes started later."""
-    import os
-    import random
-
-    import numpy as np
-
     random.seed(seed)
     np.random.seed(seed)
     tf.compat.v1.set_random_seed(seed)
@@ -197,7 +194,7 @@ def scope(**kwargs: Any) -> Iterator[Any]:
     """Data-parallel scope with option overrides (see the module docstring).
 
     Args:
-        **kwargs: option values for the code inside (hbcore_tf.options),
+        **kwargs: option values for the code inside (hbcore_tf._base.options),
             and ``seed`` (an int, as HybridBackend's): seeds Python's,
             numpy's and TensorFlow's random generators on entry (see
             ``_apply_seed``); it is not restored on exit.
@@ -210,8 +207,6 @@ def scope(**kwargs: Any) -> Iterator[Any]:
         TypeError: an option value (or the seed) of the wrong type.
     """
     global _depth
-    from hbcore_tf.context import context
-
     seed = kwargs.pop("seed", None)
     if seed is not None:
         seed = _check_seed(seed)
@@ -231,9 +226,6 @@ def scope(**kwargs: Any) -> Iterator[Any]:
         try:
             with _thread_creators():
                 if options.sharding:
-                    from hbcore_tf.embedding.scope import \
-                        sharding_variable_scope
-
                     with sharding_variable_scope():
                         yield context
                 else:
@@ -243,6 +235,33 @@ def scope(**kwargs: Any) -> Iterator[Any]:
                 _depth -= 1
                 if _depth == 0:
                     _uninstall()
+
+
+# hb.Context.scope is hb.scope (HybridBackend's classmethod).
+Context._scope = staticmethod(scope)
+
+
+@contextlib.contextmanager
+def embedding_scope(**kwargs: Any) -> Iterator[Any]:
+    """Shards the embedding tables created inside (``hb.embedding_scope``):
+    ``tf.compat.v1.get_variable`` tables with enough rows become sharded
+    tables (hbcore_tf.embedding.sharding).
+
+    Equivalent to ``hb.scope(sharding=True, **kwargs)``.
+
+    Args:
+        **kwargs: option values for the code inside (hbcore_tf._base.options).
+
+    Yields:
+        The hb context.
+
+    Raises:
+        ValueError: an unknown option or a value outside its domain.
+        TypeError: an option value of the wrong type.
+    """
+    kwargs["sharding"] = True
+    with scope(**kwargs) as ctx:
+        yield ctx
 
 
 def is_active() -> bool:
@@ -266,7 +285,7 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
     Args:
         fn: the function to decorate (``@hb.function``), or None when the
             decorator is called with options (``@hb.function(...)``).
-        **kwargs: option values for the scope (hbcore_tf.options), and
+        **kwargs: option values for the scope (hbcore_tf._base.options), and
             ``seed`` (see :func:`scope`).
 
     Returns:
@@ -278,8 +297,6 @@ def function(fn: Optional[Callable] = None, **kwargs: Any) -> Callable:
         TypeError: an option value of the wrong type, or ``fn`` is not
             callable (``@hb.function(2)``: options are keywords).
     """
-    from hbcore_tf.options import validate
-
     if fn is not None and not callable(fn):
         raise TypeError("hb.function decorates a function, got %r (%s); "
                         "options are keywords: @hb.function(grad_nbuckets=2)"
@@ -352,38 +369,3 @@ class _ScopedTfFunction:
             return self
         return _ScopedTfFunction(self._func.__get__(instance, owner),
                                  self._kwargs, instance)
-
-
-def wraps(cls: type) -> type:
-    """Class decorator: the data-parallel subclass of a user's optimizer
-    class (tf.compat.v1.train.Optimizer subclass, or a Keras 3 / tf_keras
-    optimizer class), with the same name.
-
-    Raises:
-        TypeError: ``cls`` is not an optimizer class.
-    """
-    if not isinstance(cls, type):
-        raise TypeError("hb.wraps expects an optimizer class, got %r" % (cls,))
-    if issubclass(cls, tf.compat.v1.train.Optimizer):
-        return _data_parallel.v1_class(cls)
-    try:
-        family = _compat.optimizer_class_family(cls)
-    except ValueError as exc:
-        raise TypeError("hb.wraps expects a tf.compat.v1.train.Optimizer, "
-                        "Keras 3 or tf_keras optimizer class, got %s.%s" % (
-                            cls.__module__, cls.__name__)) from exc
-    del family  # the instance's family is detected again when it is made
-    return _keras_wrapped(cls)
-
-
-def _keras_wrapped(cls: type) -> type:
-    def __init__(self, *args, **kwargs):
-        cls.__init__(self, *args, **kwargs)
-        _data_parallel.make_data_parallel(self)
-
-    # A thin subclass whose instances turn data-parallel when created, so
-    # grad_nbuckets is read per instance (at its creation).
-    wrapped = type(cls.__name__, (cls,), {
-        "__init__": __init__, "__module__": cls.__module__,
-        "__qualname__": cls.__qualname__, "__doc__": cls.__doc__})
-    return wrapped

@@ -29,14 +29,16 @@ from typing import Any, Iterable, Optional
 
 import tensorflow as tf
 
-from hbcore_tf import _compat, mpi_ops
+from hbcore_tf import mpi_ops
+from hbcore_tf._base import compat as _compat
 from hbcore_tf._patches import optimizer_variables
 from hbcore_tf.compression import Compression
 from hbcore_tf.functions import broadcast_global_variables as _broadcast_globals
 from hbcore_tf.functions import broadcast_variables as _broadcast_variables
-from hbcore_tf.gradient_tape import DistributedGradientTape as _tape
-from hbcore_tf.hooks import BroadcastGlobalVariablesHook
-from hbcore_tf.optimizers import DistributedOptimizer as _optimizer
+from hbcore_tf._parallel.gradient_tape import DistributedGradientTape as _tape
+from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
+from hbcore_tf._parallel.distributed_optimizer import (
+    DistributedOptimizer as _optimizer)
 
 _ALREADY_INITIALIZED = ("init() called more than once. "
                         "smdistributed.dataparallel is already initialized.")

@@ -24,7 +24,7 @@ How the statistics are combined (:func:`global_moments`), per call:
    around the global mean (Sum(M2_r)/N stays intact), so the result keeps
    the accuracy of a two-pass variance even when |mean| >> stddev.
 3. The gradient flows through the allreduce (its gradient is a Sum
-   allreduce of the upstream gradients, hbcore_tf._gradients), so the
+   allreduce of the upstream gradients, hbcore_tf._ops.collective_gradients), so the
    gradient w.r.t. a rank's inputs is that of the summed loss of all ranks:
    the gradient of single-process BatchNormalization on the concatenated
    batch. Each rank's gamma/beta gradient is its share of that gradient;
@@ -40,7 +40,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._ops.xla import check_not_xla
 from hbcore_tf.mpi_ops import Sum, allreduce
 
 # Horovod 0.28's message (horovod/tensorflow/sync_batch_norm.py).
@@ -77,7 +78,7 @@ def global_moments(inputs: Any, axes: Sequence[int], keepdims: bool = False,
     Raises:
         ValueError: called while tracing for XLA, or hbcore not initialized.
     """
-    _compat.check_not_xla("SyncBatchNormalization")
+    check_not_xla("SyncBatchNormalization")
     x = tf.convert_to_tensor(inputs)
     axes = sorted({int(a) % x.shape.rank for a in axes})
     if weights is None:

@@ -15,7 +15,8 @@ from under_test import ROOT
 
 HEADER = os.path.join(ROOT, "csrc", "core", "include", "hbcore", "c_api.h")
 PY_SOURCES = ["hbcore/ops.py", "hbcore/basics.py", "hbcore/exceptions.py",
-              "hbcore_tf/mpi_ops.py", "hbcore_tf/_gradients.py"]
+              "hbcore_tf/_ops/collectives.py",
+              "hbcore_tf/_ops/collective_gradients.py"]
 
 
 def header_enums() -> Dict[str, Dict[str, int]]:

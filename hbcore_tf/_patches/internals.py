@@ -190,7 +190,7 @@ SLOT_CREATE_ZEROS_SLOT = Internal(
 PARTITION_INFO = Internal(
     _TF + "ops.variable_scope:_PartitionInfo",
     "tells a v1 initializer which rows of the whole table it makes "
-    "(embedding/scope.py, embedding/column_init.py)", None, "class")
+    "(embedding/sharding.py, embedding/column_init.py)", None, "class")
 PARTITION_INFO_INIT = Internal(
     _TF + "ops.variable_scope:_PartitionInfo.__init__", "as PARTITION_INFO",
     ("self", "full_shape", "var_offset"))

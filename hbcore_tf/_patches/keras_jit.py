@@ -10,7 +10,7 @@ patch; the optimizer layer passes the test (hbcore_tf.keras_xla rules:
 ``uses_hbcore_optimizer``).
 
 Installed: by the first Keras 3 DistributedOptimizer class made
-(hbcore_tf.optimizers.distributed_keras_class). Undone: never in training
+(hbcore_tf._parallel.distributed_optimizer.distributed_keras_class). Undone: never in training
 (the compiled model outlives any scope); ``uninstall`` is for tests. If a
 Keras 3 lacks the function, ``install`` warns (the XLA fallback is then
 lost: such a model fails at its first step unless compiled with

@@ -6,7 +6,7 @@ variable: Keras 3 ``BaseOptimizer.add_variable_from_reference``, tf_keras
 Why: a slot of a sharded table holds this rank's rows of the table's
 slot: it must be created as a shard (no initial-value broadcast from rank
 0, whose shape differs) and tagged ``<table>/<slot>`` so broadcasts and
-checkpoints treat it as the table (hbcore_tf._compat passes the wrapper).
+checkpoints treat it as the table (hbcore_tf._base.compat passes the wrapper).
 
 Installed: by the first sharded Keras table that is built
 (hb.keras.layers.ShardedEmbedding.build) and by the first sharded

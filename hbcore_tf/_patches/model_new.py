@@ -4,7 +4,7 @@ open.
 Why: every Keras model CREATED inside hb.scope becomes data-parallel (its
 class is swapped for the data-parallel subclass: step weights of data
 sync, broadcast before the first ``fit`` step; hbcore_tf.scope passes
-that step, hbcore_tf._data_parallel's ``make_data_parallel_model``).
+that step, hbcore_tf._parallel.data_parallel's ``make_data_parallel_model``).
 ``__new__`` runs before any subclass ``__init__``, so user models that
 build layers in their constructor are covered. tf_keras's Model is
 patched only when tf_keras is imported.

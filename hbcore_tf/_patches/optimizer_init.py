@@ -4,7 +4,7 @@ open: tf.compat.v1 ``Optimizer``, Keras 3 ``BaseOptimizer``, tf_keras
 
 Why: every optimizer CREATED inside hb.scope becomes data-parallel (its
 class is swapped for the data-parallel subclass when the constructor
-returns; hbcore_tf.scope passes that step, hbcore_tf._data_parallel's
+returns; hbcore_tf.scope passes that step, hbcore_tf._parallel.data_parallel's
 ``make_data_parallel``). tf_keras bases are patched only when tf_keras is
 imported (the scope imports it when TF_USE_LEGACY_KERAS asks for it).
 

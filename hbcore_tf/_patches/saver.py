@@ -9,7 +9,7 @@ graph right after), and ``save`` runs the collective save protocol.
 Savers are usually built outside any hb.scope, so the patch is
 process-wide.
 
-Installed: by the first sharded table (embedding/scope.py's sharding
+Installed: by the first sharded table (embedding/sharding.py's sharding
 getter, hb.keras.layers.ShardedEmbedding.build). Undone: never in
 training (the tables outlive every scope); ``uninstall`` is for tests.
 Both replacements fall through to TF's code for Savers without sharded

@@ -6,10 +6,10 @@ Why: tf.compat.v1 optimizers create a slot through these functions (and
 built inside a sharding scope). A slot of a sharded table must hold this
 rank's rows of the table's slot, created as a shard (not sharded again,
 not broadcast from rank 0). The embedding layer passes the wrapper
-(hbcore_tf.embedding.scope).
+(hbcore_tf.embedding.sharding).
 
 Installed: by the first sharded table made with ``get_variable``
-(embedding/scope.py's sharding getter). Undone: never in training (the
+(embedding/sharding.py's sharding getter). Undone: never in training (the
 table and its optimizer outlive the scope); ``uninstall`` is for tests.
 The wrapper changes nothing for other variables.
 

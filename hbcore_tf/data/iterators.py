@@ -13,14 +13,15 @@ The iterator's elements are the dataset's (``string_handle()`` feeds
 the batch's weight (1.0 unless the batch is empty) as the graph's
 data-sync step weight, so the data-parallel gradient reduction built in
 that graph averages over the ranks that had data
-(hbcore_tf._step_weight). Call ``get_next()`` once per training graph,
+(hbcore_tf._parallel.step_weight). Call ``get_next()`` once per training graph,
 before building the optimizer's update.
 """
 from typing import Any, Optional
 
 import tensorflow as tf
 
-from hbcore_tf import _step_weight
+from hbcore_tf._base.context import context
+from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf.data import detect_end
 from hbcore_tf.data.sync import synchronized_with_last
 
@@ -133,8 +134,6 @@ def _prepare(what: str) -> None:
     # HybridBackend's iterators need no prior call: initialize hbcore as
     # hb.context and hb.scope do (a script never calls init(); one process
     # started without hbrun is a job of one rank).
-    from hbcore_tf.context import context
-
     context.rank
 
 

@@ -47,7 +47,9 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from hbcore_tf import _step_weight, mpi_ops
+from hbcore_tf import mpi_ops
+from hbcore_tf._base.options import options
+from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf.data._empty_batch import empty_batch
 
 
@@ -56,15 +58,13 @@ _counter_lock = threading.Lock()
 
 
 def _default_drop_remainder() -> bool:
-    """The ``data_sync_drop_remainder`` option (hbcore_tf.options: its
+    """The ``data_sync_drop_remainder`` option (hbcore_tf._base.options: its
     default True, HB_DATA_SYNC_DROP_REMAINDER, or a scope's value): what a
     ``drop_remainder`` argument of None means.
 
     Raises:
       ValueError: HB_DATA_SYNC_DROP_REMAINDER is not a boolean.
     """
-    from hbcore_tf.options import options
-
     return bool(options.data_sync_drop_remainder)
 
 

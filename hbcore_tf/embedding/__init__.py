@@ -7,9 +7,8 @@ table is one logical variable for gradients and checkpoints;
 docs/embedding.md.
 """
 from hbcore_tf.embedding.partition import RowPartition
-from hbcore_tf.embedding.scope import embedding_scope
 from hbcore_tf.embedding.feature_columns import dense_features
-from hbcore_tf.embedding.table import ShardInfo, is_sharded, shard_info
+from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
 
-__all__ = ["RowPartition", "ShardInfo", "dense_features", "embedding_scope",
-           "is_sharded", "shard_info"]
+__all__ = ["RowPartition", "ShardInfo", "dense_features", "is_sharded",
+           "shard_info"]

@@ -6,7 +6,7 @@ save_protocol.py).
 hbcore_tf._patches.saver (``Saver._build`` adds a companion Saver of the
 rank's sharded state, ``Saver.save`` runs the protocol) and
 hbcore_tf._patches.trackable_saver (tf.train.Checkpoint's writer). It is
-called by the first sharded table (embedding/scope.py's sharding getter,
+called by the first sharded table (embedding/sharding.py's sharding getter,
 hb.keras.layers.ShardedEmbedding.build) and kept: Savers and checkpoints
 are usually built and called outside any hb.scope (MonitoredTrainingSession,
 a training loop), so a scope-bound patch would miss them; every
@@ -19,6 +19,8 @@ from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
+from hbcore_tf._base.context import context
+from hbcore_tf._base.rank_local import any_sharded_tables, shard_info
 from hbcore_tf._patches import internals
 from hbcore_tf._patches import saver as saver_patch
 from hbcore_tf._patches import trackable_saver as trackable_saver_patch
@@ -27,7 +29,6 @@ from hbcore_tf.embedding.save_protocol import (ShardedSaveError,
                                                write_canonical)
 from hbcore_tf.embedding.sharded_state import (saver_variables,
                                                sharded_state, table_names)
-from hbcore_tf.embedding.table import any_sharded_tables, shard_info
 
 _COMPANION = "_hb_sharded_companion"
 _V1 = tf.compat.v1
@@ -143,8 +144,6 @@ def _saver_save(tf_save: Callable, self: Any, sess: Any, save_path: str,
                 global_step: Any = None, *args: Any, **kwargs: Any) -> Any:
     # Saver.save: collective when the Saver has a companion.
     if getattr(self, _COMPANION, None) is not None:
-        from hbcore_tf.context import context  # the api layer, on use
-
         if context.world_size > 1:
             return collective_save(self, tf_save, sess, save_path,
                                    global_step, *args, **kwargs)
@@ -160,8 +159,6 @@ def _object_save(tf_save: Callable, self: Any, file_prefix: Any,
                  options: Any = None) -> Any:
     # tf.train.Checkpoint's writer (TrackableSaver.save), eager only: the
     # sharded tables among the objects make the write collective.
-    from hbcore_tf.context import context  # the api layer, on use
-
     def plain() -> Any:
         return tf_save(self, file_prefix, checkpoint_number, session, options)
 

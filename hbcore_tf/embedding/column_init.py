@@ -12,7 +12,7 @@ hbcore's tables hold contiguous blocks of ids (RowPartition), so that a
 checkpoint is the table in id order as one slice per rank. Inside
 ``feature_column_tables()`` (set by hb.dense_features and
 hb.keras.layers.DenseFeatures around their columns), the sharding getter
-(hbcore_tf.embedding.scope) builds the initial value of a table whose
+(hbcore_tf.embedding.sharding) builds the initial value of a table whose
 initializer is a plain function (not a TensorFlow or Keras initializer
 object) this way:
 
@@ -41,8 +41,9 @@ from typing import Any, Callable, Iterator, List, Optional
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf._base.rank_local import ShardInfo
 from hbcore_tf._patches import internals
-from hbcore_tf.embedding.table import ShardInfo
+from hbcore_tf.mpi_ops import alltoall_int64_splits
 
 _state = threading.local()  # .depth: nesting of feature_column_tables
 
@@ -158,9 +159,6 @@ def column_initializer(initializer: Callable, info: ShardInfo,
         A callable ``init(shape, dtype=None, partition_info=None)`` for
         tf.compat.v1.get_variable, giving this rank's block in id order.
     """
-    # The alltoall loads the op library: imported when a table needs it.
-    from hbcore_tf.mpi_ops import alltoall_int64_splits
-
     world = info.partition.num_shards
     local = [info.rows, info.dim]
 

@@ -35,7 +35,7 @@ average). Sum over ranks of d(loss_r)/d(row), divided by the number of
 ranks that had data.
 
 Options: ``emb_unique`` and ``emb_wire_dtype`` may be per-column dicts
-(hbcore_tf.options). A lookup reads them for the column being looked up
+(hbcore_tf._base.options). A lookup reads them for the column being looked up
 (``lookup_column``, set by ``hb.dense_features`` around each feature
 column), with HybridBackend's rule: the column's own entry, else the
 option's default; a lookup outside any column gets the default. They are
@@ -52,10 +52,11 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from hbcore_tf import _step_weight
-from hbcore_tf.embedding.table import ShardInfo
-from hbcore_tf.mpi_ops import _lib, alltoall_int64_splits
-from hbcore_tf.options import options
+from hbcore_tf._parallel import step_weight as _step_weight
+from hbcore_tf._base.rank_local import ShardInfo
+from hbcore_tf._ops.library import lib as _lib
+from hbcore_tf.mpi_ops import alltoall_int64_splits
+from hbcore_tf._base.options import options
 
 # Integer bookkeeping only: nothing to differentiate.
 tf.no_gradient("HbcoreShardRoute")

@@ -8,7 +8,11 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
+import hbcore
 import tensorflow as tf
+
+from hbcore_tf._base.context import context
+from hbcore_tf.embedding.sharding import sharding_suspended
 
 _V1 = tf.compat.v1
 
@@ -148,8 +152,6 @@ def _export_collective(export_dir_base, checkpoint_path, build,
                        strip_default_attrs) -> str:
     """Rank 0 writes the export; every rank returns its directory or
     raises rank 0's error."""
-    from hbcore_tf.context import context
-
     result = None
     if context.rank == 0:
         try:
@@ -159,8 +161,6 @@ def _export_collective(export_dir_base, checkpoint_path, build,
         except Exception as exc:  # noqa: BLE001 - reported on every rank
             result = ("error", exc)
     if context.world_size > 1:
-        import hbcore
-
         result = hbcore.broadcast_object(
             result if context.rank == 0 else None, 0, name="hbcore.export")
     outcome, value = result
@@ -171,8 +171,6 @@ def _export_collective(export_dir_base, checkpoint_path, build,
 
 def _export_rank0(export_dir_base, checkpoint_path, build, assets_extra,
                   as_text, clear_devices, strip_default_attrs) -> str:
-    from hbcore_tf.embedding.scope import sharding_suspended
-
     if tf.io.gfile.isdir(checkpoint_path):
         found = _V1.train.latest_checkpoint(checkpoint_path)
         if found is None:

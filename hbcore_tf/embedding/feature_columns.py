@@ -10,7 +10,7 @@
 Nothing here looks anything up by itself. Each column is built by
 TensorFlow's own tf.compat.v1 feature-column code (the code behind
 ``tf.compat.v1.feature_column.input_layer``), inside the sharding scope
-(hbcore_tf.embedding.scope): the ``embedding_weights`` an embedding column
+(hbcore_tf.embedding.sharding): the ``embedding_weights`` an embedding column
 creates with ``get_variable`` become sharded tables, and its
 ``safe_embedding_lookup_sparse`` reads them through the sharded lookup
 (hbcore_tf.embedding.exchange). Each column is built inside
@@ -31,12 +31,13 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import tensorflow as tf
 
-from hbcore_tf._compat import GraphModeRequired
+from hbcore_tf._base.compat import GraphModeRequired
 from hbcore_tf._patches import internals
 from hbcore_tf.embedding.column_init import feature_column_tables
-from hbcore_tf.embedding.scope import sharding_variable_scope
-from hbcore_tf.embedding.table import is_sharded
-from hbcore_tf.options import options
+from hbcore_tf.embedding.exchange import lookup_column
+from hbcore_tf.embedding.sharding import sharding_variable_scope
+from hbcore_tf._base.rank_local import is_sharded
+from hbcore_tf._base.options import options
 
 
 def column_names(column: Any) -> Tuple[str, ...]:
@@ -217,9 +218,6 @@ def build_columns(features: Mapping, columns: Sequence[Any],
         ValueError: a column hbcore cannot shard (``check_column``), or a
             bad ``emb_segment_rank`` for a column's ids.
     """
-    # The lookup's module loads the op library: imported on first use.
-    from hbcore_tf.embedding.exchange import lookup_column
-
     for column in columns:
         check_column(column)
     with options.scope(sharding=True), sharding_variable_scope(), \

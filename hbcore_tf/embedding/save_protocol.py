@@ -64,7 +64,12 @@ canonical rewrite of step 4.
 import os
 from typing import Any, Callable, List
 
+import hbcore
 import tensorflow as tf
+
+from hbcore_tf._base.context import context
+from hbcore_tf._base.options import options
+from hbcore_tf.embedding.canonical import canonicalize
 
 _PART = "_hbpart-%05d-of-%05d"
 _V1 = tf.compat.v1
@@ -137,9 +142,6 @@ def write_canonical(path: str) -> None:
             does not read (compressed index blocks).
         tf.errors.OpError: its files cannot be read or written.
     """
-    from hbcore_tf.embedding.canonical import canonicalize
-    from hbcore_tf.options import options
-
     canonicalize(path, int(options.emb_checkpoint_block_bytes))
 
 
@@ -176,9 +178,6 @@ def collective_write(path: str, tables: List[str],
     Raises:
         ShardedSaveError: see collective_save.
     """
-    import hbcore
-    from hbcore_tf.context import context
-
     rank, size = context.rank, context.world_size
     tables = ",".join(tables)
     status = None

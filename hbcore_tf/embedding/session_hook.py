@@ -4,6 +4,7 @@ collective, save_protocol.py); rank 0 alone writes.
 """
 from typing import Any
 
+import hbcore
 import tensorflow as tf
 
 from hbcore_tf._patches import internals
@@ -83,8 +84,6 @@ class CollectiveCheckpointSaverHook(_V1.train.CheckpointSaverHook):
         if not self._hb_by_secs:
             super().after_run(run_context, run_values)
             return
-        import hbcore
-
         step = run_context.session.run(self._global_step_tensor)
         due = (self._timer.should_trigger_for_step(step)
                if self._hb_writer else None)

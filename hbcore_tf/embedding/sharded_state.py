@@ -6,7 +6,7 @@ from typing import Any, Iterable, List, Optional
 
 import tensorflow as tf
 
-from hbcore_tf.embedding.table import shard_info
+from hbcore_tf._base.rank_local import shard_info
 
 _V1 = tf.compat.v1
 

@@ -2,8 +2,8 @@
 rank.
 
 On every rank the table is an ordinary resource variable holding this
-rank's rows (``RowPartition``), tagged with a ``ShardInfo``. What makes it
-behave as the whole table:
+rank's rows (``RowPartition``), tagged with a ``ShardInfo``
+(hbcore_tf._base.rank_local). What makes it behave as the whole table:
 
 - Lookups: the variable's class is swapped for a subclass whose
   ``sparse_read`` runs the sharded lookup (hbcore_tf.embedding.exchange).
@@ -15,173 +15,26 @@ behave as the whole table:
 - Gradients: the lookup's backward pass delivers this rank's rows'
   gradient, already combined over all ranks and scaled to the global
   average (an IndexedSlices on the local shard). The gradient reductions
-  (hbcore_tf._gradient_reduction) pass gradients of sharded tables through
+  (hbcore_tf._parallel.gradient_reduction) pass gradients of sharded tables through
   unchanged: they are never allreduced.
 - Checkpoints: the variable carries TF's ``SaveSliceInfo`` for its block of
   the full ``[num_rows, dim]`` tensor under the table's own name, so
   ``tf.compat.v1.train.Saver`` saves and restores it as a slice of the full
-  table, and optimizer slots inherit slices of their own (see saving.py);
+  table, and optimizer slots inherit slices of their own (see save_protocol.py);
   its ``_serialize_to_tensors`` gives tf.train.Checkpoint the same slice.
 
 A Keras table (hbcore_tf.keras.layers.ShardedEmbedding) runs its own
 lookup: ``make_keras_shard`` tags it and each of its optimizer slots and
 gives them the same checkpoint slice, without the lookup class.
 """
-from typing import Any, Dict, NamedTuple, Optional
+from typing import Any, Dict
 
-import numpy as np
 import tensorflow as tf
 
+from hbcore_tf._base.rank_local import (ShardInfo, note_table, shard_info,
+                                        tag)
 from hbcore_tf._patches import internals
-from hbcore_tf.embedding.partition import RowPartition
-
-_SHARD_ATTR = "_hb_shard_info"
-# Checkpoint names of the sharded tables made in this process (their slots'
-# slice infos are named "<table>/<slot>", see is_rank_local).
-_table_names: set = set()
-# Whether any variable was tagged as a shard in this process (tables of
-# every kind, and Keras slots): savers skip their checks while it is not.
-_any_tagged = False
-
-
-def any_sharded_tables() -> bool:
-    """Whether this process has made a sharded table (v1 or Keras)."""
-    return _any_tagged
-
-
-class ShardInfo(NamedTuple):
-    """How one rank holds one sharded table.
-
-    Attributes:
-        name: the table's name (the variable's name without ``:0``).
-        partition: the row blocks.
-        shard: this rank's block.
-        dim: the embedding dimension.
-    """
-
-    name: str
-    partition: RowPartition
-    shard: int
-    dim: int
-
-    @property
-    def num_rows(self) -> int:
-        """Rows of the whole table."""
-        return self.partition.num_rows
-
-    @property
-    def rows(self) -> int:
-        """Rows this rank holds (its block)."""
-        return self.partition.rows(self.shard)
-
-    @property
-    def offset(self) -> int:
-        """Global id of this rank's first row."""
-        return self.partition.offset(self.shard)
-
-
-def shard_info(variable: Any) -> Optional[ShardInfo]:
-    """The ShardInfo of a sharded table (a tf.Variable, or a Keras variable
-    wrapping one), else None.
-
-    Args:
-        variable: a tf.Variable, a Keras variable wrapping one, or any
-            other object.
-
-    Returns:
-        The ShardInfo that ``tag`` attached to ``variable`` (or to the
-        tf.Variable inside it), or None when it is not a sharded table's
-        shard.
-    """
-    info = getattr(variable, _SHARD_ATTR, None)
-    if info is None:
-        inner = getattr(variable, "value", None)
-        if isinstance(inner, tf.Variable):
-            info = getattr(inner, _SHARD_ATTR, None)
-    return info
-
-
-def whole_value(variable: Any) -> np.ndarray:
-    """The whole value of ``variable`` in id order: for a sharded table or
-    slot the rows of every rank, allgathered (collective: every rank calls
-    it, in the same order, and each gets the whole table); else its value.
-
-    Args:
-        variable: a tf.Variable, or a Keras variable wrapping one.
-
-    Returns:
-        A numpy array.
-    """
-    from hbcore_tf._compat import unwrap_variable
-
-    info = shard_info(variable)
-    local = tf.convert_to_tensor(unwrap_variable(variable))
-    if info is None or info.rows == info.num_rows:
-        return local.numpy()
-    from hbcore_tf.mpi_ops import allgather
-
-    # One name per variable (a table and each of its slots), the same on
-    # every rank.
-    key = getattr(variable, "path", None) or variable.name
-    return allgather(local, name="hbcore.whole_value." +
-                     key.replace(":", "_")).numpy()
-
-
-def is_sharded(variable: Any) -> bool:
-    """Whether ``variable`` is (a wrapper of) a sharded table's shard.
-
-    Args:
-        variable: a tf.Variable, a Keras variable wrapping one, or any
-            other object.
-
-    Returns:
-        True when ``variable`` carries a ShardInfo (see ``shard_info``).
-    """
-    return shard_info(variable) is not None
-
-
-def is_rank_local(variable: Any) -> bool:
-    """Whether ``variable`` holds values that are this rank's own: a sharded
-    table's shard, or an optimizer slot of one (tf.compat.v1 slots inherit
-    the table's checkpoint slice as ``<table>/<slot>``; Keras slots are
-    tagged when the optimizer builds them). Broadcasts skip such variables:
-    rank 0's rows are not the other ranks' rows.
-
-    Args:
-        variable: a tf.Variable, or a Keras variable wrapping one.
-
-    Returns:
-        True for a sharded table's shard or an optimizer slot of one,
-        else False.
-    """
-    if is_sharded(variable):
-        return True
-    inner = getattr(variable, "value", None)
-    for v in (variable, inner if isinstance(inner, tf.Variable) else None):
-        info = getattr(v, "_save_slice_info", None)
-        if info is not None and info.full_name.rsplit("/", 1)[0] in \
-                _table_names and info.full_name not in _table_names:
-            return True
-    return False
-
-
-def tag(variable: Any, info: ShardInfo) -> None:
-    """Marks ``variable`` (and the tf.Variable inside a Keras 3 variable)
-    as the local shard described by ``info``.
-
-    From then on ``any_sharded_tables()`` is true in this process.
-
-    Args:
-        variable: a tf.Variable, or a Keras variable wrapping one.
-        info: the table and this rank's block of its rows.
-    """
-    global _any_tagged
-    _any_tagged = True
-    object.__setattr__(variable, _SHARD_ATTR, info)
-    inner = getattr(variable, "value", None)
-    if isinstance(inner, tf.Variable) and inner is not variable:
-        object.__setattr__(inner, _SHARD_ATTR, info)
-
+from hbcore_tf.embedding.exchange import sharded_lookup
 
 _lookup_classes: Dict[type, type] = {}
 _slice_classes: Dict[type, type] = {}
@@ -220,11 +73,9 @@ def _lookup_class(base: type) -> type:
     the sharded lookup, and which checkpoints as a slice."""
     if base not in _lookup_classes:
         def sparse_read(self, indices, name=None):
-            from hbcore_tf.embedding.exchange import sharded_lookup
-
             return sharded_lookup(
                 lambda local_ids: base.sparse_read(self, local_ids),
-                getattr(self, _SHARD_ATTR), indices, self.dtype, name=name)
+                shard_info(self), indices, self.dtype, name=name)
 
         _lookup_classes[base] = _subclass(base, dict(
             _checkpoint_methods(base), sparse_read=sparse_read,
@@ -297,7 +148,7 @@ def make_sharded(variable: Any, info: ShardInfo) -> Any:
         raise TypeError("sharded embedding table %r must be a resource "
                         "variable, got %s" % (info.name, type(variable).__name__))
     tag(variable, info)
-    _table_names.add(info.name)
+    note_table(info.name)
     cls = type(variable)
     if not getattr(cls, "_hb_sharded_lookup", False):
         object.__setattr__(variable, "__class__", _lookup_class(cls))

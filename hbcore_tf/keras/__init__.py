@@ -12,6 +12,8 @@ rule as tf.keras). Keras 3 compiles train steps with XLA on GPUs by
 default; hbcore's collectives have no XLA kernel, so a model compiled with
 hbcore's DistributedOptimizer compiles without XLA (see _keras_xla.py).
 """
+import inspect
+import types
 from typing import Any, Dict, Optional, Sequence
 
 import tensorflow as tf
@@ -24,13 +26,16 @@ from hbcore_tf import (Adasum, Average, Compression, Max, Min, Product, Sum,
                        mpi_enabled,
                        mpi_threads_supported, nccl_built, rank, rocm_built,
                        shutdown, size)
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
 from hbcore_tf import functions as _functions
 from hbcore_tf import mpi_ops as _mpi_ops
 from hbcore_tf.keras import callbacks, layers, metrics
-from hbcore_tf._gradient_reduction import resolve_groups as _resolve_groups
-from hbcore_tf.optimizers import DistributedOptimizer as _DistributedOptimizer
-from hbcore_tf.optimizers import _Settings, distributed_keras_class
+from hbcore_tf._parallel.gradient_reduction import (
+    resolve_groups as _resolve_groups)
+from hbcore_tf._parallel.distributed_optimizer import (
+    DistributedOptimizer as _DistributedOptimizer)
+from hbcore_tf._parallel.distributed_optimizer import (
+    _Settings, distributed_keras_class)
 from hbcore_tf.process_sets import (ProcessSet, add_process_set,
                                     global_process_set, remove_process_set)
 from hbcore_tf.sync_batch_norm import layer_class as _sync_bn_class
@@ -77,7 +82,8 @@ def DistributedOptimizer(optimizer: Any, name: Optional[str] = None,
         scale_local_gradients: divide gradients of variables registered
             with ``register_local_var`` by size().
         bucket_cap_mb: SageMaker alias of the fusion threshold / bucket
-            size in MiB (see hbcore_tf.optimizers.apply_bucket_cap_mb).
+            size in MiB (see
+            hbcore_tf._parallel.distributed_optimizer.apply_bucket_cap_mb).
 
     Returns:
         An instance of a subclass of the optimizer's class with the same
@@ -384,9 +390,6 @@ def _config_factory_class(value: Any) -> Any:
     only becomes a class whose ``from_config(config)`` is
     ``value(**config)`` and whose call is the function's, so every loader
     builds the optimizer. Classes and other callables pass unchanged."""
-    import inspect
-    import types
-
     if not isinstance(value, (types.FunctionType, types.LambdaType)):
         return value
     try:

@@ -2,7 +2,7 @@
 
 The classes subclass the Callback of the Keras ``tf.keras`` resolves to
 (tf_keras when TF_USE_LEGACY_KERAS=1, Keras 3 otherwise; see
-hbcore_tf._compat).
+hbcore_tf._base.compat).
 
     callbacks = [
         hvd.callbacks.BroadcastGlobalVariablesCallback(0),
@@ -15,8 +15,8 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import tensorflow as tf
 
-from hbcore_tf import _compat
-from hbcore_tf.embedding.table import is_rank_local
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.rank_local import is_rank_local
 from hbcore_tf.functions import allgather_object, broadcast_variables
 from hbcore_tf.mpi_ops import Average, grouped_allreduce, rank, size
 from hbcore_tf.process_sets import ProcessSet, global_process_set

@@ -41,7 +41,7 @@ from hbcore_tf._patches import internals
 from hbcore_tf.embedding.feature_columns import (build_columns,
                                                  check_graph_mode,
                                                  normalize_columns)
-from hbcore_tf.options import options, validate
+from hbcore_tf._base.options import options, validate
 
 _CLASS: List[type] = []
 

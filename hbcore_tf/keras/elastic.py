@@ -12,11 +12,11 @@ as Horovod's do:
 - ``UpdateEpochStateCallback(state)``: ``state.epoch`` counts the epochs
   done, across resets.
 
-Each subclasses the Callback of the Keras in use (hbcore_tf._compat).
+Each subclasses the Callback of the Keras in use (hbcore_tf._base.compat).
 """
 from typing import Any, Dict, Optional
 
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
 from hbcore_tf.elastic import (HorovodInternalError, HostsUpdatedInterrupt,
                                TensorFlowKerasState, run)
 

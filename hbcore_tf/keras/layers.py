@@ -50,7 +50,15 @@ from typing import Any, Dict, Optional
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.rank_local import whole_value
+from hbcore_tf.embedding.exchange import sharded_lookup
+from hbcore_tf.embedding.sharding import (creating_shards,
+                                          install_table_patches,
+                                          local_initializer, shard_plan)
+from hbcore_tf.embedding.table import make_keras_shard
+from hbcore_tf.keras import dense_features
+from hbcore_tf.keras.model_saving import make_saving_collective
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
 
@@ -79,20 +87,14 @@ def _combine(rows: tf.Tensor, segments: tf.Tensor, num_segments: Any,
 
 
 def _make_class(legacy: bool) -> type:
-    from hbcore_tf.embedding.exchange import sharded_lookup
-    from hbcore_tf.embedding.scope import (creating_shards,
-                                           install_table_patches,
-                                           local_initializer, shard_plan)
-    from hbcore_tf.embedding.table import make_keras_shard, whole_value
-    from hbcore_tf.keras.model_saving import make_saving_collective
-
+    # The class subclasses the Layer of the Keras asked for; only that one
+    # is imported (tf_keras is optional).
     if legacy:
         import tf_keras as keras
         register = keras.utils.register_keras_serializable
     else:
         import keras
         register = keras.saving.register_keras_serializable
-
     class ShardedEmbedding(keras.layers.Layer):
         """Embedding layer whose ``[input_dim, output_dim]`` table is split
         row-wise over the ranks (each rank holds about 1/N of it).
@@ -465,8 +467,6 @@ def __getattr__(name: str) -> Any:
     if name == "ShardedEmbedding":
         return layer_class()
     if name == "DenseFeatures":
-        from hbcore_tf.keras import dense_features
-
         return dense_features.layer_class()
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 

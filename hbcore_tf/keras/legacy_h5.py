@@ -11,8 +11,9 @@ hbcore_tf._patches.tf_keras_hdf5; this module gives it the values):
 
 - saving: the value stored for a sharded table or optimizer slot is the
   whole ``[input_dim, output_dim]`` tensor in id order (allgathered, so
-  every rank runs the save: ``hbcore_tf.keras.model_saving.rank_zero_writes`` gives
-  ranks > 0 a temporary file and lets rank 0 alone write the real one);
+  every rank runs the save:
+  ``hbcore_tf.keras.model_saving.rank_zero_writes`` gives ranks > 0 a
+  temporary file and lets rank 0 alone write the real one);
   other variables are stored as tf_keras stores them. The file is the one
   a plain ``keras.layers.Embedding`` model writes, so it loads into one in
   one process, and the other way round.
@@ -28,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from hbcore_tf._base.rank_local import shard_info, whole_value
 from hbcore_tf._patches import tf_keras_hdf5
-from hbcore_tf.embedding.table import shard_info, whole_value
 
 
 def _local_value(variable: Any, value: Any) -> Any:

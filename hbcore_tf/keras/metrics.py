@@ -26,7 +26,8 @@ from typing import Any, Dict, List
 
 import tensorflow as tf
 
-from hbcore_tf import _compat, mpi_ops
+from hbcore_tf import mpi_ops
+from hbcore_tf._base import compat as _compat
 
 _WRAPPED = ["AUC", "Accuracy", "BinaryAccuracy", "CategoricalAccuracy",
             "SparseCategoricalAccuracy", "TopKCategoricalAccuracy",

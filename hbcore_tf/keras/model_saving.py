@@ -15,8 +15,10 @@ import shutil
 import tempfile
 from typing import Any, Callable, Iterator
 
+import hbcore
+
+from hbcore_tf._base.rank_local import is_sharded
 from hbcore_tf._patches import keras_model_save
-from hbcore_tf.embedding.table import is_sharded
 from hbcore_tf.keras import legacy_h5
 
 
@@ -85,8 +87,6 @@ def rank_zero_writes(model: Any, filepath: Any, what: str,
             "to a path without .h5); the other formats would store one "
             "rank's rows of each table. Export a serving model with "
             "hb.keras.layers.export_plain_model." % (what, name))
-    import hbcore
-
     tmp = None if hbcore.rank() == 0 else tempfile.mkdtemp(prefix="hb_save_")
     try:
         yield filepath if tmp is None else os.path.join(tmp, name)

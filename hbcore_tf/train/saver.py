@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from hbcore_tf._base.context import context
 from hbcore_tf.embedding import checkpoint_savers as _saving
 
 _V1 = tf.compat.v1
@@ -92,8 +93,6 @@ class Saver(_V1.train.Saver):
             ValueError, TypeError, RuntimeError: as TF's Saver.save, on
                 the ranks that run it.
         """
-        from hbcore_tf.context import context
-
         if (context.rank == 0 or context.world_size == 1
                 or _saving.saves_collectively(self)):
             return super().save(sess, save_path, global_step, *args,
@@ -116,8 +115,6 @@ class Saver(_V1.train.Saver):
         Returns:
             The MetaGraphDef.
         """
-        from hbcore_tf.context import context
-
         if context.rank != 0:
             filename = None
         return super().export_meta_graph(filename, *args, **kwargs)

@@ -7,6 +7,9 @@ needed: the server is a stand-in whose ``target`` is the local target
 """
 from typing import Any, Optional
 
+from hbcore_tf._base.context import context
+from hbcore_tf.train.session import MonitoredTrainingSession
+
 
 class Server:
     """A stand-in for tf.distribute.Server (see the module docstring).
@@ -56,8 +59,10 @@ class Server:
         Returns:
             A MonitoredSession.
         """
+        # hb.scope installs hb.train.MonitoredTrainingSession for
+        # tf.compat.v1.train, so hbcore_tf.scope imports this package: it
+        # is imported here, at call time, not when this module loads.
         from hbcore_tf.scope import scope
-        from hbcore_tf.train.session import MonitoredTrainingSession
 
         with scope():
             return MonitoredTrainingSession(master=self.target, **kwargs)
@@ -85,7 +90,5 @@ def device_setter(*args: Any, **kwargs: Any) -> str:
     ``/device:GPU:<i>`` when the rank has a GPU, else ``/device:CPU:0``.
     Arguments (HybridBackend's replica_device_setter ones) are ignored.
     """
-    from hbcore_tf.context import context
-
     del args, kwargs
     return context.current_device()

@@ -11,7 +11,7 @@ waits for a chief in a shared gRPC cluster that hbcore does not use. Then:
    the restore or the initialisation, before any other hook's
    after_create_session, so every rank starts from rank 0's values;
    once hbcore has shut down (a peer failed, the stall shutdown) it
-   raises hbcore.ShutdownError (hbcore_tf.hooks says why);
+   raises hbcore.ShutdownError (hbcore_tf._parallel.hooks says why);
 2. checkpoints, summaries and the step counter are written by rank 0 only
    (on the other ranks the save/summary arguments are turned off; when the
    graph holds sharded embedding tables every rank runs the checkpoint
@@ -35,10 +35,13 @@ from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
-from hbcore_tf import _compat
-from hbcore_tf._patches import internals
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.context import context
 from hbcore_tf.data.detect_end import DetectEndHook
-from hbcore_tf.hooks import BroadcastGlobalVariablesHook
+from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
+from hbcore_tf._patches import internals
+from hbcore_tf.embedding.session_hook import CollectiveCheckpointSaverHook
+from hbcore_tf.embedding.sharded_state import graph_has_sharded_tables
 
 _USE_DEFAULT = object()
 
@@ -172,8 +175,6 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     Raises:
         ValueError: eval_every_n_iter is given without eval_fn.
     """
-    from hbcore_tf.context import context
-
     if eval_every_n_iter is not None and eval_fn is None:
         raise ValueError("MonitoredTrainingSession: eval_every_n_iter is "
                          "given but eval_fn is None")
@@ -185,9 +186,6 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     all_hooks = [DetectEndHook(), broadcast] + list(hooks or [])
     secs, steps = _checkpoint_schedule(save_checkpoint_secs,
                                        save_checkpoint_steps)
-    from hbcore_tf.embedding.session_hook import CollectiveCheckpointSaverHook
-    from hbcore_tf.embedding.sharded_state import graph_has_sharded_tables
-
     if writer:
         all_hooks += list(chief_only_hooks or [])
     if checkpoint_dir and (secs or steps):
@@ -205,6 +203,8 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
                 scaffold=scaffold, listeners=context.saving_listeners,
                 save_graph_def=save_graph_def))
     if eval_fn is not None:
+        # Looked up at use, as hb.train.EvaluationHook (hbcore_tf/train/
+        # __init__.py): the session's tests stand a stub module in for it.
         from hbcore_tf.train.evaluation import EvaluationHook
 
         all_hooks.append(EvaluationHook(

@@ -94,7 +94,7 @@ class KerasTrainer:
         # Imported here: the numpy runs must not load TensorFlow.
         import tensorflow as tf
         import hbcore_tf
-        from hbcore_tf import _compat
+        from hbcore_tf._base import compat as _compat
         keras = _compat.keras_module()
         self.tf, self.hvd_tf = tf, hbcore_tf
         self.model = keras.Sequential([

@@ -29,7 +29,7 @@ NUMPY_CODE = r"""
 import json
 import numpy as np
 import hbcore_tf as hb
-from hbcore_tf.options import options
+from hbcore_tf._base.options import options
 
 out = {}
 with hb.scope(grad_nbuckets=np.int64(3), sharding=np.bool_(False),
@@ -136,7 +136,7 @@ import os
 os.environ.update(HB_BATCH_SIZE="abc", HB_MODE="x", HB_EMB_NUM_GROUPS="3")
 import tensorflow as tf
 import hbcore_tf as hb
-from hbcore_tf.options import options
+from hbcore_tf._base.options import options
 
 out = {"from_env": [options.batch_size, options.mode, options.emb_num_groups]}
 
@@ -219,7 +219,7 @@ TF_FUNCTION_CODE = r"""
 import json
 import tensorflow as tf
 import hbcore_tf as hb
-from hbcore_tf.options import options
+from hbcore_tf._base.options import options
 
 seen = []
 

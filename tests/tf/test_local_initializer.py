@@ -1,4 +1,4 @@
-"""hbcore_tf.embedding.scope.local_initializer (in process): this rank's rows
+"""hbcore_tf.embedding.sharding.local_initializer (in process): this rank's rows
 of a sharded table from the initializer requested for the whole table."""
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 
 def _info(num_rows, num_shards, shard, dim):
     from hbcore_tf.embedding.partition import RowPartition
-    from hbcore_tf.embedding.table import ShardInfo
+    from hbcore_tf._base.rank_local import ShardInfo
 
     return ShardInfo("t", RowPartition(num_rows, num_shards), shard, dim)
 
@@ -24,7 +24,7 @@ def test_v1_initializer_gets_the_partition():
         rows = np.arange(start, start + shape[0], dtype=np.float32)
         return np.repeat(rows[:, None], shape[1], axis=1)
 
-    from hbcore_tf.embedding.scope import local_initializer
+    from hbcore_tf.embedding.sharding import local_initializer
 
     got = local_initializer(init, info)([info.rows, 2])
     np.testing.assert_array_equal(got, [[3, 3], [4, 4]])
@@ -33,7 +33,7 @@ def test_v1_initializer_gets_the_partition():
 def test_keras_initializer_runs_without_partition_info():
     import tensorflow as tf
 
-    from hbcore_tf.embedding.scope import local_initializer
+    from hbcore_tf.embedding.sharding import local_initializer
 
     got = local_initializer(tf.keras.initializers.Constant(1.5),
                             _info(7, 3, 2, 2))([2, 2], dtype=tf.float32)
@@ -41,7 +41,7 @@ def test_keras_initializer_runs_without_partition_info():
 
 
 def test_an_initializers_own_type_error_is_raised_once():
-    from hbcore_tf.embedding.scope import local_initializer
+    from hbcore_tf.embedding.sharding import local_initializer
 
     calls = []
 
@@ -61,7 +61,7 @@ def test_an_initializer_class_is_instantiated(initializer):
     instantiates it); the sharded table's initializer must too."""
     import tensorflow as tf
 
-    from hbcore_tf.embedding.scope import local_initializer
+    from hbcore_tf.embedding.sharding import local_initializer
 
     cls = getattr(tf.compat.v1, initializer)
     info = _info(7, 3, 1, 2)
@@ -72,7 +72,7 @@ def test_an_initializer_class_is_instantiated(initializer):
 
 
 def _keras():
-    from hbcore_tf import _compat
+    from hbcore_tf._base import compat as _compat
 
     return _compat.keras_module()
 
@@ -90,7 +90,7 @@ def test_keras_fan_based_initializer_scales_for_the_whole_table(
     table's, twice as wide here."""
     import tensorflow as tf
 
-    from hbcore_tf.embedding.scope import local_initializer
+    from hbcore_tf.embedding.sharding import local_initializer
 
     rows, dim = 4000, 8
     initializer = getattr(_keras().initializers, name)(seed=3)
@@ -112,7 +112,7 @@ def test_fan_out_and_non_fan_initializers_are_unchanged():
     RandomUniform has no fans: both run as requested."""
     import tensorflow as tf
 
-    from hbcore_tf.embedding.scope import local_initializer
+    from hbcore_tf.embedding.sharding import local_initializer
 
     keras = _keras()
     info = _info(4000, 4, 1, 8)

@@ -1,5 +1,5 @@
 """hb.scope holds a graph variable initialised to one repeated value once
-(hbcore_tf._splat_initial_values): outside hb.scope, the session keeps the
+(hbcore_tf._parallel.splat_initial_values): outside hb.scope, the session keeps the
 folded initial value as a constant and the variable's first update copies
 the variable away from it, so the process holds it twice from then on.
 

@@ -19,7 +19,7 @@ from train_common import (Checker, check, close, expect_raises, report,
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
 from hbcore import knobs  # noqa: E402
-from hbcore_tf.options import Options, option_table  # noqa: E402
+from hbcore_tf._base.options import Options, option_table  # noqa: E402
 
 ENV = {"HB_GRAD_NBUCKETS": "2", "HB_DATA_SYNC_DROP_REMAINDER": "false",
        "HB_COMM_DEFAULT": "mpi", "HB_EMB_WIRE_DTYPE": "float16"}

@@ -24,7 +24,7 @@ from train_common import (Checker, check, close, expect_raises,
 
 import hbcore_tf as hvd  # noqa: E402
 import hbcore_tf.data as hbd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 LEGACY = keras.__name__ == "tf_keras"

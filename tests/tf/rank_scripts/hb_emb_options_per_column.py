@@ -15,7 +15,7 @@ from train_common import (check, Checker, close, expect_raises, rank_values,
 
 import hbcore_tf as hb  # noqa: E402
 from hbcore_tf.embedding import shard_info  # noqa: E402
-from hbcore_tf.options import Options, PerColumn, options  # noqa: E402
+from hbcore_tf._base.options import Options, PerColumn, options  # noqa: E402
 
 V1 = tf.compat.v1
 FC = tf.feature_column

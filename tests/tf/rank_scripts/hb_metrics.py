@@ -19,7 +19,7 @@ from train_common import (Checker, check, close, expect_raises, report,
 
 import hbcore_tf as hb  # noqa: E402
 import hbcore_tf.metrics as hb_metrics  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 from hbcore_tf.keras import metrics as hb_keras_metrics  # noqa: E402
 from hbcore_tf.train.evaluation import EvaluationHook  # noqa: E402
 

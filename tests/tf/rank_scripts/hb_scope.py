@@ -22,8 +22,9 @@ from train_common import (Checker, check, close, expect_raises,
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
-from hbcore_tf import _compat, _data_parallel  # noqa: E402
-from hbcore_tf.options import options  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
+from hbcore_tf._parallel import data_parallel as _data_parallel  # noqa: E402
+from hbcore_tf._base.options import options  # noqa: E402
 
 keras = _compat.keras_module()
 

@@ -38,7 +38,7 @@ from train_common import (Checker, check, close, expect_raises,  # noqa: E402
 
 import hbcore_tf  # noqa: E402
 import hbcore_tf.keras as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 LEGACY = _compat.use_legacy_keras()

@@ -26,7 +26,7 @@ from train_common import run_table  # noqa: E402
 from train_common import Checker, check, close, rank_values, report
 
 import hbcore_tf.keras as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 

@@ -36,7 +36,7 @@ from train_common import Checker, check, close, rank_values, report  # noqa: E40
 
 import hbcore  # noqa: E402
 import hbcore_tf.keras as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 CASES = ["fit_in_a_v1_graph", "lr_warmup_in_a_v1_graph",

@@ -49,7 +49,7 @@ from train_common import (Checker, check, close, rank_values,  # noqa: E402
 from train_common import env_size  # noqa: E402
 
 import hbcore_tf.keras as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 CASES = ["average", "sum", "sparse_as_dense", "process_set",

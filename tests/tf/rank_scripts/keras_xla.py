@@ -1,7 +1,7 @@
 """Keras 3 models compiled with hbcore's DistributedOptimizer do not use
 XLA (hbcore's collectives have no XLA kernel), so a Horovod script's
 model.compile(optimizer=hvd.DistributedOptimizer(...)) trains as written
-(hbcore_tf/_keras_xla.py). Run by tests/tf/test_keras_xla.py.
+(hbcore_tf/_parallel/keras_xla.py). Run by tests/tf/test_keras_xla.py.
 
 - explicit_true_falls_back: compile(jit_compile=True) warns as Keras does
   for an unsupported model, sets model.jit_compile False and trains: the

@@ -16,7 +16,7 @@ from train_common import (Checker, check, expect_raises, report, run_table,
                           tf)
 
 import hbcore_tf as hvd  # noqa: E402
-from hbcore_tf.mpi_ops import _lib  # noqa: E402
+from hbcore_tf._ops.library import lib as _lib  # noqa: E402
 
 CASES = [
     "route/eager", "route/function", "route/graph", "route/no-unique",

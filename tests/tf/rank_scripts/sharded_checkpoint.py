@@ -384,7 +384,7 @@ def main():
         # across launches at 1, 2 and 3 ranks by the pytest side; here
         # every rank checks that each checkpoint restores its rows.
         from hbcore_tf.embedding import bundle
-        from hbcore_tf.options import options
+        from hbcore_tf._base.options import options
 
         table = (np.arange(BYTES_ROWS * D, dtype=np.float32)
                  .reshape(BYTES_ROWS, D) / 7.0 - 2.0)
@@ -462,7 +462,7 @@ def main():
         record("tf2", path)
 
         # A Keras weights file (rank 0 writes the whole table).
-        from hbcore_tf import _compat
+        from hbcore_tf._base import compat as _compat
 
         keras = _compat.keras_module()
         with hb.scope():

@@ -16,9 +16,9 @@ from train_common import (Checker, check, close, expect_raises, rank_values,
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
-from hbcore_tf import _step_weight  # noqa: E402
+from hbcore_tf._parallel import step_weight as _step_weight  # noqa: E402
 from hbcore_tf.embedding import is_sharded, shard_info  # noqa: E402
-from hbcore_tf.options import options  # noqa: E402
+from hbcore_tf._base.options import options  # noqa: E402
 
 CASES = ["v1_sgd", "v1_adagrad", "v1_adam", "v1_ftrl", "v1_two_tables",
          "v1_not_unique", "v1_wire_float16", "v1_lookup_sparse",
@@ -286,7 +286,7 @@ def main():
         return table.numpy(), w.numpy(), b.numpy()
 
     def keras():
-        from hbcore_tf import _compat
+        from hbcore_tf._base import compat as _compat
         return _compat.keras_module()
 
     def tf_function_keras_sgd():

@@ -24,7 +24,7 @@ from train_common import (check, Checker, close, expect_raises,
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
 import hbcore_tf.keras as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 
@@ -426,7 +426,7 @@ def main():
         holds the whole table, the whole accumulator slot and rank 0's
         Dense weights; it loads into a sharded model at this world size and
         into a plain one-process model."""
-        from hbcore_tf._data_parallel import _optimizer_variables
+        from hbcore_tf._parallel.data_parallel import _optimizer_variables
 
         legacy = _compat.use_legacy_keras()
         folder = shared_dir("hb_sk_tfckpt_")
@@ -545,7 +545,7 @@ def main():
         into the sharded one, and load_model restores every rank's rows of
         the table and of its slot. Keras 3 has no such format: a model with
         sharded tables refuses it (NotImplementedError)."""
-        from hbcore_tf._data_parallel import _optimizer_variables
+        from hbcore_tf._parallel.data_parallel import _optimizer_variables
 
         folder = shared_dir("hb_sk_legacy_h5_")
         weights_path = os.path.join(folder, "w.h5")

@@ -18,7 +18,7 @@ from train_common import (check, Checker, close, expect_raises, rank_values,
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 from hbcore_tf.embedding import is_sharded, shard_info  # noqa: E402
 
 keras = _compat.keras_module()

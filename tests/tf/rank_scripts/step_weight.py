@@ -1,5 +1,5 @@
-"""Data-sync step weights in the gradient reduction (hbcore_tf._step_weight
-and hbcore_tf._gradient_reduction).
+"""Data-sync step weights in the gradient reduction (hbcore_tf._parallel.step_weight
+and hbcore_tf._parallel.gradient_reduction).
 
 Rank 1 plays the rank that ran out of data: its step weight is 0 and its
 gradient is NaN (the mean loss of an empty batch is 0/0); every other rank
@@ -14,7 +14,7 @@ from train_common import (Checker, check, close, expect_raises, report,
                           run_table, tf)
 
 import hbcore_tf as hvd  # noqa: E402
-from hbcore_tf import _step_weight  # noqa: E402
+from hbcore_tf._parallel import step_weight as _step_weight  # noqa: E402
 
 CASES = [
     "optimizer/eager", "optimizer/function", "optimizer/graph",

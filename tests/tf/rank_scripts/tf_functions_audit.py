@@ -24,7 +24,7 @@ from train_common import (Checker, check, close, rank_values, report,
                           run_table, tf)
 
 import hbcore_tf as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 CASES = [
     "broadcast_object_root_keeps_object",

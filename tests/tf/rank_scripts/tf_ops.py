@@ -499,7 +499,7 @@ def misc_cases() -> None:
     run("misc/reducescatter-compression", reducescatter_fp16)
 
     def names_in_graph():
-        from hbcore_tf import _naming
+        from hbcore_tf._ops import naming as _naming
         with tf.Graph().as_default():
             with tf.name_scope("outer"):
                 with _naming.op_scope("K", None) as a:

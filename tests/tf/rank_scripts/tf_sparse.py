@@ -42,7 +42,7 @@ tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(2)
 
 import hbcore_tf as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 MODES = ["eager", "function", "graph"]
 # Horovod's test_horovod_*allreduce_indexed_slices_average_cpu dtypes, and

@@ -18,7 +18,7 @@ from train_common import run_table  # noqa: E402
 from train_common import Checker, close, report, tf
 
 import hbcore_tf as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 LEGACY = _compat.use_legacy_keras()

@@ -1,6 +1,6 @@
 """hbcore_tf.keras cases: callbacks, load_model, the Keras-level ops, with
 Keras 3 by default or tf_keras when TF_USE_LEGACY_KERAS=1 (the script
-reads the Keras in use from hbcore_tf._compat, as hbcore_tf.keras does).
+reads the Keras in use from hbcore_tf._base.compat, as hbcore_tf.keras does).
 
 Expected values are computed here independently: learning rates from the
 formulas in the cases, averaged metrics with numpy from every rank's raw
@@ -17,7 +17,7 @@ from train_common import (Checker, check, close, expect_raises,
 
 import hbcore  # noqa: E402
 import hbcore_tf.keras as hvd  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()
 LEGACY = _compat.use_legacy_keras()

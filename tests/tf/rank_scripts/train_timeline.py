@@ -13,7 +13,7 @@ from train_common import rank_values, report, tf
 import hbcore  # noqa: E402
 import hbcore_tf as hvd  # noqa: E402
 import hbcore_tf.keras as hvd_keras  # noqa: E402
-from hbcore_tf import _compat  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
 
 keras = _compat.keras_module()  # Keras 3, or tf_keras with TF_USE_LEGACY_KERAS
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from hbcore_tf import _compat
+from hbcore_tf._base import compat as _compat
 
 
 def _local_variable(initial_value: Any, name: str) -> tf.Variable:

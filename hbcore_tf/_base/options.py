@@ -33,6 +33,9 @@ from collections.abc import Mapping
 from typing import (Any, Callable, Dict, Iterator, List, NamedTuple,
                     Optional, Sequence, Tuple, Union)
 
+import tensorflow as tf
+
+import hbcore
 from hbcore import knobs as _core_knobs
 
 _TRUE = ("1", "true", "yes", "on")
@@ -134,8 +137,6 @@ def _emb_backend(name: str, value: Any) -> Any:
 def _comm_backend(name: str, value: Any) -> Any:
     value = _one_of(COMM_BACKENDS, upper=True)(name, value)
     if value == "NCCL":
-        import hbcore
-
         if not hbcore.nccl_built():
             raise ValueError("option %s=NCCL: this hbcore build has no NCCL "
                              "backend (hbcore.nccl_built() is False); "
@@ -148,8 +149,6 @@ def _dtype_of(kind: str) -> Callable[[str, Any], Any]:
     taken by its name before the check) that is floating or integer
     (``kind``), and stores its canonical name."""
     def check(name: str, value: Any) -> Any:
-        import tensorflow as tf
-
         try:
             dtype = tf.as_dtype(value)
         except TypeError:

@@ -3,7 +3,8 @@
 ``hvd.DistributedGradientTape(tape)`` returns a tape of a subclass of the
 wrapped tape's own class (same name) sharing the wrapped tape's state, whose
 ``gradient()`` allreduces what the wrapped tape computes: all gradients of
-the call in one grouped_allreduce (see hbcore_tf._gradient_reduction), in
+the call in one grouped_allreduce (see
+hbcore_tf._parallel.gradient_reduction), in
 eager code and inside tf.function alike.
 
     with tf.GradientTape() as tape:
@@ -15,8 +16,10 @@ from typing import Any, Dict, List, Tuple
 
 import tensorflow as tf
 
-from hbcore_tf import _compat, process_sets
-from hbcore_tf._gradient_reduction import GradientReducer, resolve_groups
+from hbcore_tf import process_sets
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._parallel.gradient_reduction import (GradientReducer,
+                                                    resolve_groups)
 from hbcore_tf.compression import Compression
 from hbcore_tf.mpi_ops import Average
 

@@ -1,5 +1,6 @@
-"""``hb.embedding_scope()`` and ``hb.scope(sharding=True)``: tables made by
-``tf.compat.v1.get_variable`` inside are sharded across ranks.
+"""The sharding of ``hb.embedding_scope()`` and ``hb.scope(sharding=True)``
+(both in hbcore_tf.scope): tables made by ``tf.compat.v1.get_variable``
+inside are sharded across ranks.
 
     with hb.scope():
         with hb.embedding_scope():
@@ -46,13 +47,13 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf import _compat
-from hbcore_tf._patches import internals, slot_creator
+from hbcore_tf._base.context import context
+from hbcore_tf._base.options import options
+from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
+from hbcore_tf._patches import internals, keras_slots, slot_creator
 from hbcore_tf.embedding import checkpoint_savers, column_init
 from hbcore_tf.embedding.partition import RowPartition
-from hbcore_tf.embedding.table import (ShardInfo, is_sharded,
-                                       make_sharded, shard_info)
-from hbcore_tf.options import options
+from hbcore_tf.embedding.table import make_keras_shard, make_sharded
 
 
 _creating = threading.local()
@@ -93,8 +94,6 @@ def shard_plan(name: str, shape: Any) -> Optional[ShardInfo]:
         A ShardInfo over the current world (``hb.context``) holding this
         rank's block, or None.
     """
-    from hbcore_tf.context import context
-
     shape = tf.TensorShape(shape)
     if shape.rank != 2 or not shape.is_fully_defined():
         return None
@@ -264,9 +263,27 @@ def _slot_of_shard(original: Callable) -> Callable:
     return create
 
 
+def _keras_slot_of_shard(original: Callable, optimizer: Any, reference: Any,
+                         *args: Any, **kwargs: Any) -> Any:
+    """What the Keras slot factories run (hbcore_tf._patches.keras_slots):
+    a slot of a sharded table is created in ``creating_shards()`` and
+    tagged as the shard ``<table>/<slot>`` (as tf.compat.v1 slots' slices
+    are named), so broadcasts of a model's and an optimizer's variables
+    leave it alone (hbcore_tf._base.rank_local.is_rank_local)."""
+    info = shard_info(reference)
+    if info is None:
+        return original(optimizer, reference, *args, **kwargs)
+    with creating_shards():
+        slot = original(optimizer, reference, *args, **kwargs)
+    slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
+    make_keras_shard(slot, info._replace(name="%s/%s" % (
+        info.name, slot_name.rsplit("/", 1)[-1])))
+    return slot
+
+
 def install_table_patches() -> None:
     """Installs the TF/Keras patches sharded tables need, at the first
-    sharded table (and again at each later one: idempotent, and a Keras
+    sharded table (and again at each later one: idempotent, and a tf_keras
     imported since is covered then). Kept for the process: the tables
     outlive any scope, and every patch changes nothing for other
     variables.
@@ -274,19 +291,17 @@ def install_table_patches() -> None:
     - Optimizer slots of sharded tables are rank-local shards: tf.compat.v1
       optimizers create a slot with ``slot_creator`` (through
       ``get_variable``, so through the sharding getter when the optimizer
-      is built inside a sharding scope) and Keras optimizers with
+      is built inside a sharding scope), Keras optimizers with
       ``add_variable_from_reference`` / ``add_slot``. A slot of a sharded
       table holds this rank's rows of the table's slot: it is created in
       ``creating_shards()``, so the sharding getter does not shard it
       again and hb.scope does not broadcast rank 0's initial value (whose
-      shape differs on ranks holding fewer rows); Keras slots are also
-      tagged as ``<table>/<slot>`` shards
-      (``_compat.tag_slots_of_sharded_tables``).
+      shape differs on ranks holding fewer rows).
     - Saver.save and tf.train.Checkpoint saves of sharded tables are
       collective (checkpoint_savers.install_patches).
     """
     slot_creator.install(_slot_of_shard)
-    _compat.tag_slots_of_sharded_tables()
+    keras_slots.install(_keras_slot_of_shard)
     checkpoint_savers.install_patches()
 
 
@@ -344,26 +359,3 @@ def sharding_variable_scope() -> Iterator[None]:
     with tf.compat.v1.variable_scope(current, custom_getter=_sharding_getter,
                                      auxiliary_name_scope=False):
         yield
-
-
-@contextlib.contextmanager
-def embedding_scope(**kwargs: Any) -> Iterator[Any]:
-    """Shards the embedding tables created inside (``hb.embedding_scope``).
-
-    Equivalent to ``hb.scope(sharding=True, **kwargs)``.
-
-    Args:
-        **kwargs: option values for the code inside (hbcore_tf.options).
-
-    Yields:
-        The hb context.
-
-    Raises:
-        ValueError: an unknown option or a value outside its domain.
-        TypeError: an option value of the wrong type.
-    """
-    from hbcore_tf.scope import scope
-
-    kwargs["sharding"] = True
-    with scope(**kwargs) as ctx:
-        yield ctx

@@ -8,12 +8,12 @@ and checkpoint keys do not change):
   ``compute_gradients`` (which ``minimize`` calls) to average the
   gradients over ranks; ``apply_gradients`` is the base class's, so slot
   variables keep their names.
-- Keras 3 and tf_keras optimizers: hbcore_tf.optimizers'
+- Keras 3 and tf_keras optimizers: hbcore_tf._parallel.distributed_optimizer'
   ``distributed_keras_class`` (the same subclass DistributedOptimizer
   uses).
 - Keras models (Keras 3 and tf_keras): ``model_class(base)`` runs
   ``train_step`` under the data-sync step weight of its batch
-  (hbcore_tf._step_weight), and makes ``fit`` broadcast the model's and
+  (hbcore_tf._parallel.step_weight), and makes ``fit`` broadcast the model's and
   the optimizer's variables (slots built first) from rank 0 before the
   first step.
 
@@ -28,9 +28,16 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from hbcore_tf import _compat, _step_weight
-from hbcore_tf._gradient_reduction import GradientReducer
-from hbcore_tf.options import options
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.options import options
+from hbcore_tf._parallel import distributed_optimizer as hvd_optimizers
+from hbcore_tf._parallel import step_weight as _step_weight
+from hbcore_tf._parallel.gradient_reduction import GradientReducer
+from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
+from hbcore_tf.compression import Compression
+from hbcore_tf.functions import broadcast_variables
+from hbcore_tf.mpi_ops import Average
+from hbcore_tf.process_sets import global_process_set
 
 REDUCER_NAME = "HbDataParallel"
 
@@ -84,9 +91,6 @@ def _make_session_run_hook(self: Any) -> Any:
     Returns:
         A BroadcastGlobalVariablesHook(0).
     """
-    # hooks imports functions, which imports the op layer above this one.
-    from hbcore_tf.hooks import BroadcastGlobalVariablesHook
-
     return BroadcastGlobalVariablesHook(0)
 
 
@@ -124,11 +128,6 @@ _keras_classes: Dict[Tuple[type, str], type] = {}
 
 
 def _settings() -> Any:
-    from hbcore_tf import optimizers as hvd_optimizers
-    from hbcore_tf.compression import Compression
-    from hbcore_tf.mpi_ops import Average
-    from hbcore_tf.process_sets import global_process_set
-
     class _BucketSettings(hvd_optimizers._Settings):
         def reducer(self, default_name: str) -> GradientReducer:
             return BucketReducer(self.name or default_name,
@@ -147,8 +146,6 @@ def make_data_parallel(obj: Any) -> None:
     Raises:
         ValueError: not an optimizer of a supported family.
     """
-    from hbcore_tf import optimizers as hvd_optimizers
-
     cls = type(obj)
     if getattr(cls, "_hb_distributed", False) or isinstance(
             obj, hvd_optimizers._DistributedV1Optimizer):
@@ -181,8 +178,6 @@ def broadcast_model(model: Any) -> None:
     """Broadcasts a built model's variables and its optimizer's (slots
     created first) from rank 0, eagerly. Unbuilt models are left alone
     (their variables are broadcast when created inside hb.scope)."""
-    from hbcore_tf.functions import broadcast_variables
-
     if not getattr(model, "built", False):
         return
     variables = list(model.variables)

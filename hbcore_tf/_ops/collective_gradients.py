@@ -1,4 +1,6 @@
-"""Gradients of the collective ops, with horovod.tensorflow 0.28's scaling.
+"""Gradients of the collective ops, with horovod.tensorflow 0.28's scaling,
+registered with TensorFlow when this module loads (hbcore_tf.mpi_ops, the
+ops' public face, loads it, so every use of the ops has them).
 
 For an op whose inputs x_s live on ranks s and whose output gradient on
 rank r is g_r (the upstream gradient computed locally on every rank):
@@ -28,13 +30,13 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-from hbcore_tf import mpi_ops
+from hbcore_tf._ops import collectives
 from hbcore_tf.process_sets import ProcessSet, process_set_by_id
 
 # Reduce op of the gradient allreduce for allgather and broadcast
 # (Horovod 0.28: Average; mpi_ops.py _allgather_grad / _broadcast_grad).
-_GATHER_GRAD_OP = mpi_ops.Average
-_BROADCAST_GRAD_OP = mpi_ops.Average
+_GATHER_GRAD_OP = collectives.Average
+_BROADCAST_GRAD_OP = collectives.Average
 
 
 def _differentiable(t: tf.Tensor) -> bool:
@@ -68,11 +70,11 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
     if not idx:
         return result
     grads = list(grads)
-    if kind == mpi_ops._ALLREDUCE:
+    if kind == collectives._ALLREDUCE:
         # IndexedSlices stay sparse for unscaled Sum/Average (the
         # allgather path, which refuses scale factors as Horovod does);
         # otherwise they are densified, as Horovod's gradient always does.
-        sparse_ok = (reduce_op in (mpi_ops.Sum, mpi_ops.Average)
+        sparse_ok = (reduce_op in (collectives.Sum, collectives.Average)
                      and prescale == 1.0 and postscale == 1.0)
         chosen = []
         for i in idx:
@@ -82,24 +84,24 @@ def _collective_grad(op: Any, *grads: Any) -> List[Optional[tf.Tensor]]:
             elif isinstance(g, tf.IndexedSlices) and not sparse_ok:
                 g = tf.convert_to_tensor(g)
             chosen.append(g)
-        values = mpi_ops.grouped_allreduce(
+        values = collectives.grouped_allreduce(
             chosen, op=reduce_op, prescale_factor=prescale,
             postscale_factor=postscale, process_set=ps)
     else:
         dense = _dense_grads(op, grads)
         chosen = [dense[i] for i in idx]
-        if kind == mpi_ops._ALLGATHER:
+        if kind == collectives._ALLGATHER:
             values = _allgather_grad([inputs[i] for i in idx], chosen, ps)
-        elif kind == mpi_ops._BROADCAST:
+        elif kind == collectives._BROADCAST:
             values = _broadcast_grad(chosen, op.get_attr("root_rank"), ps)
-        elif kind == mpi_ops._REDUCESCATTER:
+        elif kind == collectives._REDUCESCATTER:
             factor = prescale * postscale
-            if reduce_op == mpi_ops.Sum:
-                factor *= (mpi_ops.size() if ps.process_set_id == 0
+            if reduce_op == collectives.Sum:
+                factor *= (collectives.size() if ps.process_set_id == 0
                            else ps.size())
             if factor != 1.0:
                 chosen = [g * tf.cast(factor, g.dtype) for g in chosen]
-            values = mpi_ops.grouped_allgather(chosen, process_set=ps)
+            values = collectives.grouped_allgather(chosen, process_set=ps)
         else:
             raise ValueError("HbcoreCollective with unknown op %d" % kind)
     for i, v in zip(idx, values):
@@ -114,12 +116,12 @@ def _allgather_grad(inputs: List[tf.Tensor], grads: List[tf.Tensor],
     is read by an op, so every rank builds the same graph (in a process
     set, the member's set rank, which cannot change while the set
     exists)."""
-    reduced = mpi_ops.grouped_allreduce(grads, op=_GATHER_GRAD_OP,
+    reduced = collectives.grouped_allreduce(grads, op=_GATHER_GRAD_OP,
                                         process_set=ps)
     local_dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
-    dims = tf.reshape(mpi_ops.allgather(local_dims, process_set=ps),
+    dims = tf.reshape(collectives.allgather(local_dims, process_set=ps),
                       [-1, len(inputs)])
-    r = (mpi_ops.rank_op() if ps.process_set_id == 0
+    r = (collectives.rank_op() if ps.process_set_id == 0
          else tf.constant(ps.rank(), tf.int32))
     offsets = tf.reduce_sum(dims[:r], axis=0)
     return [g[offsets[j]:offsets[j] + dims[r, j]]
@@ -139,9 +141,9 @@ def _broadcast_grad(grads: List[tf.Tensor], root_rank: int,
     a collective the others never submitted (or, worse, matched one of the
     same name from a later graph).
     """
-    reduced = mpi_ops.grouped_allreduce(grads, op=_BROADCAST_GRAD_OP,
+    reduced = collectives.grouped_allreduce(grads, op=_BROADCAST_GRAD_OP,
                                         process_set=ps)
-    is_root = tf.equal(mpi_ops.rank_op(), root_rank)
+    is_root = tf.equal(collectives.rank_op(), root_rank)
     # tf.where, not a multiplication by a 0/1 mask: non-finite averaged
     # gradients must still give exact zeros off the root.
     return [tf.where(is_root, g, tf.zeros_like(g)) for g in reduced]
@@ -154,7 +156,12 @@ def _alltoall_grad(op: Any, grad: Any, _received_splits_grad: Any
         return [None, None, None]
     if grad is None:
         grad = tf.zeros_like(op.outputs[0])
-    back, _ = mpi_ops.alltoall_int64_splits(
+    back, _ = collectives.alltoall_int64_splits(
         tf.convert_to_tensor(grad), op.outputs[1], None, False,
         process_set_by_id(op.get_attr("process_set_id")))
     return [back, None, None]  # tensor, splits, name
+
+
+# Join, barrier and the topology ops have no inputs to differentiate.
+for _op_type in ("HbcoreJoin", "HbcoreBarrier", "HbcoreTopology"):
+    tf.no_gradient(_op_type)

@@ -26,6 +26,10 @@ rank 0 is the chief. Two kinds of device strings are given:
 device name need every rank's host and GPU index: the first access of any
 of them is a collective (one allgather of a small object), so every rank
 must make it.
+
+This module is in hbcore_tf's base layer: the features (embedding tables,
+data) read the job and the options from it; hb.scope (hbcore_tf.scope),
+which builds on it, registers itself as ``Context.scope``.
 """
 import collections
 import contextlib
@@ -35,8 +39,12 @@ import re
 import socket
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
+import tensorflow as tf
+
+import hbcore
 from hbcore import tf_config
-from hbcore_tf.options import Options, options as _options
+from hbcore_tf import mpi_ops
+from hbcore_tf._base.options import Options, options as _options
 
 JOB = "worker"
 # Context.get_tf_config's result, as HybridBackend's.
@@ -74,11 +82,9 @@ class Context:
     # -- the job ---------------------------------------------------------
     @staticmethod
     def _core() -> Any:
-        import hbcore_tf
-
-        if not hbcore_tf.is_initialized():
-            hbcore_tf.init()
-        return hbcore_tf
+        if not mpi_ops.is_initialized():
+            mpi_ops.init()
+        return mpi_ops
 
     @property
     def rank(self) -> int:
@@ -142,8 +148,6 @@ class Context:
     @property
     def num_gpus(self) -> int:
         """GPUs visible to this process."""
-        import tensorflow as tf
-
         return len(tf.config.list_physical_devices("GPU"))
 
     @property
@@ -178,8 +182,6 @@ class Context:
         # Collective on first use: every rank sends its host, local rank,
         # local size and GPU index.
         if self._peers is None:
-            import hbcore
-
             core = self._core()
             mine = {"host": socket.gethostname(), "gpu": self._gpu_index(),
                     "local_rank": int(core.local_rank()),
@@ -273,7 +275,7 @@ class Context:
     # -- options ---------------------------------------------------------
     @property
     def options(self) -> Options:
-        """The options object (hbcore_tf.options.options)."""
+        """The options object (hbcore_tf._base.options.options)."""
         return _options
 
     def update_params(self, **kwargs: Any) -> None:
@@ -297,9 +299,12 @@ class Context:
             The context manager of ``hb.scope(**kwargs)`` (it yields the
             context).
         """
-        from hbcore_tf.scope import scope
+        return cls._scope(**kwargs)
 
-        return scope(**kwargs)
+    # hb.scope, registered by hbcore_tf.scope when it loads: hb.scope is
+    # built on this module (it yields the context), so this module cannot
+    # import it. ``import hbcore_tf`` always loads hbcore_tf.scope.
+    _scope: Any = None
 
     # -- checkpoints -----------------------------------------------------
     @property
@@ -320,8 +325,6 @@ class Context:
         Raises:
             TypeError: ``listener`` is not a CheckpointSaverListener.
         """
-        import tensorflow as tf
-
         if not isinstance(listener, tf.compat.v1.train.CheckpointSaverListener):
             raise TypeError("add_saving_listener(%r): expected a "
                             "tf.compat.v1.train.CheckpointSaverListener, got "

@@ -1,6 +1,6 @@
 """DistributedOptimizer for Keras 3, tf_keras and tf.compat.v1 optimizers.
 
-How each family is wrapped (the differences live in hbcore_tf._compat):
+How each family is wrapped (the differences live in hbcore_tf._base.compat):
 
 - Keras 3 (``keras.optimizers.*``): a subclass of the optimizer's own class,
   with the same ``__name__``, ``__qualname__`` and ``__module__``, built with
@@ -22,19 +22,26 @@ How each family is wrapped (the differences live in hbcore_tf._compat):
   keep their names and checkpoints stay compatible).
 
 Every step's gradients reach the core in one grouped_allreduce (see
-hbcore_tf._gradient_reduction); with ``backward_passes_per_step`` > 1 they
+hbcore_tf._parallel.gradient_reduction); with ``backward_passes_per_step`` > 1 they
 are accumulated locally and reduced every N passes
-(hbcore_tf._local_aggregation).
+(hbcore_tf._parallel.local_aggregation).
 """
 import warnings
 from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
-from hbcore_tf import _compat, _keras_xla, process_sets
-from hbcore_tf._gradient_reduction import GradientReducer, resolve_groups
-from hbcore_tf._local_aggregation import LocalGradientAggregator
-from hbcore_tf._local_aggregation import _as_deps as _local_aggregation_deps
+import hbcore
+import hbcore.basics
+from hbcore._native import core
+from hbcore_tf import process_sets
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._parallel import keras_xla as _keras_xla
+from hbcore_tf._parallel.gradient_reduction import (GradientReducer,
+                                                    resolve_groups)
+from hbcore_tf._parallel.local_aggregation import LocalGradientAggregator
+from hbcore_tf._parallel.local_aggregation import (
+    _as_deps as _local_aggregation_deps)
 from hbcore_tf.compression import Compression
 from hbcore_tf.mpi_ops import Average
 
@@ -99,7 +106,6 @@ class _Runtime:
 
 def _current_fusion_threshold() -> Optional[int]:
     try:
-        from hbcore._native import core
         text = core.config_string()
     except Exception:  # pylint: disable=broad-except
         return None
@@ -142,8 +148,6 @@ def apply_bucket_cap_mb(bucket_cap_mb: float, bucketed: bool = False) -> int:
     if bucket_cap_mb < 0:
         raise ValueError("bucket_cap_mb must be >= 0, got %r" % bucket_cap_mb)
     wanted = int(bucket_cap_mb * 1024 * 1024)
-    import hbcore.basics
-
     if not hbcore.is_initialized():
         hbcore.basics.defer_config({"fusion_threshold": wanted})
         return 0

@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
-from hbcore_tf._patches import internals, keras_slots
+from hbcore_tf._patches import internals
 
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"            # tf_keras' current optimizers
@@ -314,43 +314,6 @@ def model_variables(model: Any) -> List[Any]:
     return list(variables)
 
 
-# --- optimizer slots of sharded tables ----------------------------------------------
-
-def _tag_slot_of_shard(original: Callable, optimizer: Any, reference: Any,
-                       *args: Any, **kwargs: Any) -> Any:
-    """What the Keras slot factories run (hbcore_tf._patches.keras_slots):
-    a slot of a sharded table is created as a shard and tagged."""
-    # hbcore_tf.embedding imports this module: imported on use.
-    from hbcore_tf.embedding.scope import creating_shards
-    from hbcore_tf.embedding.table import make_keras_shard, shard_info
-
-    info = shard_info(reference)
-    if info is None:
-        return original(optimizer, reference, *args, **kwargs)
-    with creating_shards():
-        slot = original(optimizer, reference, *args, **kwargs)
-    # Named "<table>/<slot>", as tf.compat.v1 slots' slices are.
-    slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
-    make_keras_shard(slot, info._replace(name="%s/%s" % (
-        info.name, slot_name.rsplit("/", 1)[-1])))
-    return slot
-
-
-def tag_slots_of_sharded_tables() -> None:
-    """Makes every Keras optimizer slot created for a sharded table a
-    rank-local shard itself (tagged with the table's ShardInfo under the
-    name ``<table>/<slot>``, created without hb.scope's initial-value
-    broadcast), so broadcasts of a model's and an optimizer's variables
-    leave it alone (hbcore_tf.embedding.table.is_rank_local).
-
-    Installed by the first sharded table (hb.keras.layers.ShardedEmbedding
-    or get_variable in a sharding scope) and kept: the layer outlives any
-    scope, and the wrapper changes nothing for other variables.
-    Idempotent; a tf_keras imported later is covered by the next call.
-    """
-    keras_slots.install(_tag_slot_of_shard)
-
-
 # --- learning rate, momentum, iterations ----------------------------------------
 
 def _is_schedule(value: Any) -> bool:
@@ -460,32 +423,6 @@ def momentum_buffers(optimizer: Any) -> List[Any]:
     if buffers is None:
         buffers = getattr(optimizer, "_momentums", None)
     return [b for b in (buffers or []) if b is not None]
-
-
-# --- graph / tf.function context ---------------------------------------------------
-
-def in_xla_context() -> bool:
-    """Returns whether ops being built now go to XLA (jit_compile=True),
-    where hbcore's custom ops have no kernel."""
-    if tf.executing_eagerly():
-        return False
-    graph = tf.compat.v1.get_default_graph()
-    return bool(internals.XLA_CONTEXT.load()(graph))
-
-
-def check_not_xla(what: str) -> None:
-    """Raises a clear error when called while tracing for XLA.
-
-    Raises:
-        ValueError: the current function is compiled with XLA.
-    """
-    if in_xla_context():
-        raise ValueError(
-            "%s cannot run inside an XLA-compiled function: hbcore's "
-            "collectives have no XLA kernel. Use tf.function(jit_compile="
-            "False), or compile the Keras model with jit_compile=False (a "
-            "Keras 3 model whose optimizer is hbcore's DistributedOptimizer "
-            "does so by itself)." % what)
 
 
 # --- callbacks -------------------------------------------------------------------

@@ -10,7 +10,7 @@ core's response cache answers the negotiation, and compression casts run
 as graph ops. Inside a tf.function (Keras' train step) the ops are added to
 the caller's graph.
 
-Data sync (see hbcore_tf._step_weight): when the step has a weight (1.0
+Data sync (see hbcore_tf._parallel.step_weight): when the step has a weight (1.0
 when this rank had data, 0.0 when it joined with an empty batch), each
 gradient is masked by it and the reduction is a weighted average: the
 weight rides as one more scalar in the first call, and every result is
@@ -24,9 +24,12 @@ from typing import Any, Callable, Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from hbcore_tf import _compat, _step_weight, process_sets
+from hbcore_tf import process_sets
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.rank_local import is_sharded
+from hbcore_tf._ops.xla import check_not_xla
+from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf.compression import Compression
-from hbcore_tf.embedding.table import is_sharded
 from hbcore_tf.mpi_ops import Adasum, Average, Sum, grouped_allreduce, size
 
 
@@ -291,7 +294,7 @@ class GradientReducer:
         if len(grads) != len(variables):
             raise ValueError("got %d gradients for %d variables" % (
                 len(grads), len(variables)))
-        _compat.check_not_xla("hbcore gradient allreduce")
+        check_not_xla("hbcore gradient allreduce")
         work, positions = [], []
         out: List[Any] = list(grads)
         for i, (grad, var) in enumerate(zip(grads, variables)):

@@ -4,6 +4,7 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from hbcore.exceptions import ShutdownError
 from hbcore_tf.functions import broadcast_global_variables
 
 
@@ -54,8 +55,6 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         try:
             session.run(self.bcast_op)
         except tf.errors.UnknownError as exc:
-            from hbcore.exceptions import ShutdownError
-
             # The broadcast's only UnknownError: hbcore's shutdown.
             reason = _op_reason(exc)
             if not reason.startswith("hbcore has shut down"):

@@ -8,6 +8,10 @@ others wait for it; the library is moved into place atomically.
 
 Cache location: $HB_TF_OPS_CACHE, else $XDG_CACHE_HOME/hbcore, else
 ~/.cache/hbcore.
+
+hbcore and TensorFlow are imported inside the functions that need them:
+``hbrun --check-build`` (hbcore.tf_probe) loads this file on its own to
+find the cached library, and must import neither.
 """
 import fcntl
 import hashlib
@@ -21,8 +25,13 @@ from typing import List, Optional, Tuple
 _LIB_NAME = "hbcore_tf_ops.so"
 
 
+# This file is hbcore_tf/_ops/build.py: the package is one folder up, the
+# checkout two.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.dirname(_PACKAGE_DIR)
 
 
 def _sources() -> Tuple[List[str], str]:
@@ -33,8 +42,7 @@ def _sources() -> Tuple[List[str], str]:
     """
     import hbcore
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    installed = os.path.join(here, "_csrc")
+    installed = os.path.join(_PACKAGE_DIR, "_csrc")
     if os.path.exists(os.path.join(installed, "hbcore_ops.cc")):
         return (_files(installed, ".cc"),
                 os.path.join(hbcore.__path__[0], "include"))
