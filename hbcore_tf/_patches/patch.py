@@ -3,7 +3,8 @@ its original kept so that uninstalling restores the very object TF defined.
 
 Invariant: while installed, ``owner.<attr>`` is the replacement built from
 the original; ``uninstall`` puts the original back (for a class, its own
-``__dict__`` entry, so a staticmethod or property returns as it was). A
+``__dict__`` entry, so a staticmethod or property returns as it was; an
+attribute the class inherited is deleted again, so it inherits it). A
 patch installed twice is installed once.
 """
 import functools
@@ -25,7 +26,7 @@ class Patch:
     def __init__(self, owner: Callable[[], Any], attr: str) -> None:
         self._owner = owner
         self.attr = attr
-        self._installed: Optional[tuple] = None  # (owner, original)
+        self._installed: Optional[tuple] = None  # (owner, original, own)
 
     @property
     def installed(self) -> bool:
@@ -37,9 +38,9 @@ class Patch:
         if self._installed is not None:
             return self._installed[1]
         owner = self._owner()
-        if isinstance(owner, type):
+        if isinstance(owner, type) and self.attr in owner.__dict__:
             return owner.__dict__[self.attr]
-        return getattr(owner, self.attr)
+        return getattr(owner, self.attr)  # inherited by a class: its base's
 
     def install(self, make: Callable[[Any], Any]) -> bool:
         """Sets ``owner.attr = make(original)`` unless already installed.
@@ -57,9 +58,10 @@ class Patch:
                 return False
             owner = self._owner()
             original = self.original()
+            own = not isinstance(owner, type) or self.attr in owner.__dict__
             replacement = make(original)
             setattr(owner, self.attr, replacement)
-            self._installed = (owner, original)
+            self._installed = (owner, original, own)
             return True
 
     def uninstall(self) -> None:
@@ -67,8 +69,11 @@ class Patch:
         with _lock:
             if self._installed is None:
                 return
-            owner, original = self._installed
-            setattr(owner, self.attr, original)
+            owner, original, own = self._installed
+            if own:
+                setattr(owner, self.attr, original)
+            else:  # the class inherited it: inherit again
+                delattr(owner, self.attr)
             self._installed = None
 
 
