@@ -19,9 +19,14 @@ HybridBackend's default backend.
 import sys
 from typing import Any
 
-from tensorflow.python.feature_column.feature_column_v2 import (
-    categorical_column_with_identity, embedding_column,
-    shared_embedding_columns)
+from hbcore_tf._patches import internals
+
+# TensorFlow's own v2 feature-column functions, re-exported as
+# HybridBackend does.
+categorical_column_with_identity = \
+    internals.FC_V2_CATEGORICAL_WITH_IDENTITY.load()
+embedding_column = internals.FC_V2_EMBEDDING_COLUMN.load()
+shared_embedding_columns = internals.FC_V2_SHARED_EMBEDDING_COLUMNS.load()
 
 
 def raw_categorical_column(key: str) -> Any:

@@ -5,9 +5,9 @@ written, by rank 0; the SavedModel is an ordinary one (no hbcore op in
 it), loadable and servable without hbcore. ``export`` also takes
 HybridBackend's signature ``export(export_dir_base, checkpoint_path,
 signature_def_fn, ...)``: a SavedModel built from a checkpoint, with every
-sharded embedding table whole (hbcore_tf.embedding.saving.export), and
+sharded embedding table whole (hbcore_tf.embedding.export.export), and
 ``export_all`` is HybridBackend's SavedModel of several signatures from a
-checkpoint (hbcore_tf.embedding.saving.export_all).
+checkpoint (hbcore_tf.embedding.export.export_all).
 """
 import os
 from typing import Any, Optional
@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import hbcore
 from hbcore_tf._base.context import context
-from hbcore_tf.embedding import saving as _saving
+from hbcore_tf.embedding import export as _export
 
 
 _UNSET = object()
@@ -32,7 +32,7 @@ def export(export_dir: str, obj: Any, signatures: Any = None,
     assets_extra=None, as_text=False, clear_devices=True,
     strip_default_attrs=True, mode='infer')`` (a checkpoint path and a
     callable: HybridBackend's signature), it is
-    hbcore_tf.embedding.saving.export instead, and returns the export
+    hbcore_tf.embedding.export.export instead, and returns the export
     directory on every rank.
 
     Args:
@@ -49,7 +49,7 @@ def export(export_dir: str, obj: Any, signatures: Any = None,
         # HybridBackend's signature: signatures is signature_def_fn and
         # the next positional arguments are assets_extra, as_text, ...
         rest = [a for a in (options, barrier) if a is not _UNSET]
-        return _saving.export(export_dir, obj, signatures,
+        return _export.export(export_dir, obj, signatures,
                               *(rest + list(args)), **kwargs)
     if args or kwargs:
         raise TypeError("export() got unexpected arguments %r %r" % (
@@ -80,15 +80,15 @@ def export_all(export_dir_base: str, checkpoint_path: str,
             or ``(dict, main_op)``.
         *args, **kwargs: ``assets_extra=None, as_text=False,
             clear_devices=True, strip_default_attrs=True, modes=None``
-            (hbcore_tf.embedding.saving.export_all).
+            (hbcore_tf.embedding.export.export_all).
 
     Returns:
         The export directory, on every rank (call it on every rank).
 
     Raises:
-        ValueError: see hbcore_tf.embedding.saving.export_all.
+        ValueError: see hbcore_tf.embedding.export.export_all.
     """
-    return _saving.export_all(export_dir_base, checkpoint_path,
+    return _export.export_all(export_dir_base, checkpoint_path,
                               signature_defs_and_main_op_fn, *args, **kwargs)
 
 

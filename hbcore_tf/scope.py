@@ -51,14 +51,12 @@ With ``sharding=True`` (or inside ``hb.embedding_scope()``), tables made by
 """
 import contextlib
 import functools
-import inspect
 import itertools
 import numbers
 import os
 import random
-import sys
 import threading
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -70,6 +68,8 @@ from hbcore_tf._base.options import options, validate
 from hbcore_tf._parallel import data_parallel as _data_parallel
 from hbcore_tf._parallel.splat_initial_values import fill_splat_initial_values
 from hbcore_tf._parallel.wraps import wraps  # noqa: F401 (hb.wraps)
+from hbcore_tf._patches import (model_new, monitored_session, optimizer_init,
+                                saver_init)
 from hbcore_tf.embedding.sharding import (creating_shard,
                                           sharding_variable_scope)
 from hbcore_tf.train.session import MonitoredTrainingSession
@@ -83,7 +83,6 @@ from hbcore_tf.train.session import MonitoredTrainingSession
 #   that thread when its outermost hb.scope closes (_thread).
 _lock = threading.RLock()
 _depth = 0
-_patches: List[Tuple[type, str, Any]] = []
 _thread = threading.local()  # .depth, .creator_scopes
 _init_counter = itertools.count()
 
@@ -91,69 +90,8 @@ _BROADCASTABLE = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int32,
                   tf.int64, tf.uint8, tf.int8, tf.int16)
 
 
-# --- the patches ----------------------------------------------------------------
-
-def _patch(owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
-    """Sets ``owner.attr`` to ``make(original)`` until _uninstall restores
-    the original. A class's original is its own ``__dict__`` entry (the
-    raw function or staticmethod, as setattr must put it back)."""
-    original = (owner.__dict__[attr] if isinstance(owner, type)
-                else getattr(owner, attr))
-    _patches.append((owner, attr, original))
-    setattr(owner, attr, make(original))
-
-
-def _calling_after_init(after: Callable[[Any], None]
-                        ) -> Callable[[Any], Any]:
-    """A ``make`` for _patch: ``__init__`` that runs the original, then
-    ``after(self)``."""
-    def make(original: Callable) -> Callable:
-        @functools.wraps(original)
-        def __init__(self, *args, **kwargs):
-            original(self, *args, **kwargs)
-            after(self)
-        return __init__
-    return make
-
-
-def _calling_after_new(after: Callable[[Any], None]
-                       ) -> Callable[[Any], Any]:
-    """A ``make`` for _patch: ``__new__`` (a staticmethod) that runs the
-    original, then ``after(obj)``."""
-    def make(original: Any) -> Any:
-        fn = (original.__func__ if isinstance(original, staticmethod)
-              else original)
-
-        def __new__(klass, *args, **kwargs):
-            obj = fn(klass, *args, **kwargs)
-            after(obj)
-            return obj
-        return staticmethod(__new__)
-    return make
-
-
-def _optimizer_bases() -> List[type]:
-    bases: List[type] = [tf.compat.v1.train.Optimizer]
-    keras3 = _compat._keras3_base()
-    if keras3 is not None:
-        bases.append(keras3)
-    new, legacy = _compat._tf_keras_bases()
-    bases += [b for b in (new, legacy) if b is not None]
-    return bases
-
-
-def _model_bases() -> List[type]:
-    bases = []
-    try:
-        from keras.src.models.model import Model
-        bases.append(Model)
-    except ImportError:  # pragma: no cover - Keras 3 not installed
-        pass
-    if "tf_keras" in sys.modules:
-        from tf_keras.src.engine.training import Model as TfKerasModel
-        bases.append(TfKerasModel)
-    return bases
-
+# --- the patches (hbcore_tf._patches; installed by the first hb.scope to
+# open, undone when the last one closes) ---------------------------------------
 
 def _broadcast_creator(next_creator: Callable, **kwargs: Any) -> Any:
     # Eager only: graph variables get their broadcast from the session.
@@ -173,64 +111,40 @@ def _broadcast_creator(next_creator: Callable, **kwargs: Any) -> Any:
     return next_creator(**kwargs)
 
 
-def _scoped_monitored_training_session(original: Callable) -> Callable:
+def _scoped_monitored_training_session(*args: Any, **kwargs: Any) -> Any:
     """``tf.compat.v1.train.MonitoredTrainingSession`` while an hb.scope is
     open: hb.train.MonitoredTrainingSession (HybridBackend's scope rewrites
     it the same way), which builds on TF's function from TF's own module,
     never on this public name."""
-    @functools.wraps(original)
-    def monitored_training_session(*args: Any, **kwargs: Any) -> Any:
-        return MonitoredTrainingSession(*args, **kwargs)
-
-    return monitored_training_session
+    return MonitoredTrainingSession(*args, **kwargs)
 
 
-def _scoped_saver_init(original: Callable) -> Callable:
-    """``Saver.__init__`` inside hb.scope, as HybridBackend's scope makes
-    it: ``save_relative_paths`` defaults to True (a checkpoint directory
-    can then be moved), and ``max_to_keep`` / ``keep_checkpoint_every_n_
-    hours`` default to the options ``keep_checkpoint_max`` /
-    ``keep_checkpoint_every_n_hours`` when those are set. An argument the
-    caller gives wins."""
-    # Each argument's place among Saver's positional arguments (less self).
-    names = list(inspect.signature(original).parameters)
-    position = {name: names.index(name) - 1 for name in (
-        "save_relative_paths", "max_to_keep",
-        "keep_checkpoint_every_n_hours")}
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        defaults = {"save_relative_paths": True,
-                    "max_to_keep": options.keep_checkpoint_max,
-                    "keep_checkpoint_every_n_hours":
-                        options.keep_checkpoint_every_n_hours}
-        for name, value in defaults.items():
-            if value is not None and len(args) <= position[name]:
-                kwargs.setdefault(name, value)
-        original(self, *args, **kwargs)
-
-    return __init__
+def _scoped_saver_defaults() -> Dict[str, Any]:
+    """``Saver.__init__``'s defaults inside hb.scope, as HybridBackend's
+    scope makes them: ``save_relative_paths`` True (a checkpoint directory
+    can then be moved), ``max_to_keep`` / ``keep_checkpoint_every_n_hours``
+    the options ``keep_checkpoint_max`` / ``keep_checkpoint_every_n_hours``
+    when those are set (None: TF's default)."""
+    return {"save_relative_paths": True,
+            "max_to_keep": options.keep_checkpoint_max,
+            "keep_checkpoint_every_n_hours":
+                options.keep_checkpoint_every_n_hours}
 
 
 def _install() -> None:
-    _patch(tf.compat.v1.train, "MonitoredTrainingSession",
-           _scoped_monitored_training_session)
-    _patch(tf.compat.v1.train.Saver, "__init__",
-           _scoped_saver_init)
+    monitored_session.install(_scoped_monitored_training_session)
+    saver_init.install(_scoped_saver_defaults)
     if _compat.use_legacy_keras():
         _compat.keras_module()  # import tf_keras so its bases get patched
-    for base in _optimizer_bases():
-        _patch(base, "__init__",
-               _calling_after_init(_data_parallel.make_data_parallel))
-    for base in _model_bases():
-        _patch(base, "__new__",
-               _calling_after_new(_data_parallel.make_data_parallel_model))
+    optimizer_init.install(_data_parallel.make_data_parallel)
+    model_new.install(_data_parallel.make_data_parallel_model)
 
 
 def _uninstall() -> None:
-    while _patches:
-        cls, attr, original = _patches.pop()
-        setattr(cls, attr, original)
+    model_new.uninstall()
+    optimizer_init.uninstall()
+    saver_init.uninstall()
+    monitored_session.uninstall()
 
 
 @contextlib.contextmanager

@@ -18,9 +18,9 @@ docs/migration.md:
   sets hbcore's fusion threshold (HB_FUSION_THRESHOLD) instead.
 - smddp's TF2 example calls ``opt.variables()``, a method of the TF 2.3
   Keras optimizers; current Keras optimizers have a ``variables``
-  property. Importing this module makes that property's list also
-  callable (returning itself), so such scripts run unchanged. Nothing else
-  about Keras changes.
+  property. ``init()`` makes that property's list also callable
+  (returning itself; hbcore_tf._patches.optimizer_variables), so such
+  scripts run unchanged. Nothing else about Keras changes.
 - ``allreduce`` takes ``param_index`` and ``num_params`` (smddp uses them
   to place the tensor in its buckets); hbcore fuses by readiness, so they
   are validated and otherwise unused.
@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from hbcore_tf import mpi_ops
 from hbcore_tf._base import compat as _compat
+from hbcore_tf._patches import optimizer_variables
 from hbcore_tf.compression import Compression
 from hbcore_tf.functions import broadcast_global_variables as _broadcast_globals
 from hbcore_tf.functions import broadcast_variables as _broadcast_variables
@@ -64,6 +65,9 @@ def init() -> None:
     if _State.initialized:
         raise RuntimeError(_ALREADY_INITIALIZED)
     mpi_ops.init()
+    # The moment: every smddp script calls init() before it builds its
+    # optimizer; from then on opt.variables() works (module docstring).
+    optimizer_variables.install(tf_keras=_compat.use_legacy_keras())
     _State.initialized = True
 
 
@@ -285,41 +289,6 @@ def DistributedGradientTape(gradtape: tf.GradientTape,  # noqa: N802
     _reduce_op(op, (ReduceOp.AVERAGE,), "DistributedGradientTape")
     return _tape(gradtape, compression=compression, op=mpi_ops.Average)
 
-
-class _CallableList(list):
-    """A list that returns itself when called: ``opt.variables()``."""
-
-    def __call__(self) -> "_CallableList":
-        return self
-
-
-def _accept_tf23_optimizer_variables_call() -> None:
-    """Lets ``optimizer.variables()`` (TF 2.3's method) work on current Keras
-    optimizers, whose ``variables`` is a property holding a list: the class
-    that defines the property (in the base optimizer's MRO) gets a property
-    returning a _CallableList."""
-    keras = _compat.keras_module()
-    bases = [keras.optimizers.Optimizer]
-    legacy = getattr(getattr(keras.optimizers, "legacy", None), "Optimizer",
-                     None)
-    if legacy is not None:
-        bases.append(legacy)
-    for base in bases:
-        for cls in base.__mro__:
-            prop = cls.__dict__.get("variables")
-            if not isinstance(prop, property):
-                continue
-            if not getattr(prop.fget, "_hb_callable_list", False):
-                def getter(self, _fget=prop.fget):
-                    return _CallableList(_fget(self))
-
-                getter._hb_callable_list = True  # type: ignore[attr-defined]
-                setattr(cls, "variables", property(getter, prop.fset,
-                                                   prop.fdel, prop.__doc__))
-            break
-
-
-_accept_tf23_optimizer_variables_call()
 
 __all__ = ["BroadcastGlobalVariablesHook", "Compression",
            "DistributedGradientTape", "DistributedOptimizer", "ReduceOp",

@@ -26,6 +26,8 @@ from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
+from hbcore_tf._patches import internals
+
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"            # tf_keras' current optimizers
 TF_KERAS_LEGACY = "tf_keras_legacy"  # tf_keras.optimizers.legacy (OptimizerV2)
@@ -150,11 +152,7 @@ def class_per_keras(cache: dict, make: Any, legacy: Optional[bool]) -> type:
 # --- optimizer families ------------------------------------------------------
 
 def _keras3_base() -> Optional[type]:
-    try:
-        from keras.src.optimizers.base_optimizer import BaseOptimizer
-    except ImportError:  # pragma: no cover - Keras 3 not installed
-        return None
-    return BaseOptimizer
+    return internals.loaded_or_none(internals.KERAS3_BASE_OPTIMIZER)
 
 
 def _tf_keras_bases() -> tuple:
@@ -164,12 +162,8 @@ def _tf_keras_bases() -> tuple:
 
     if "tf_keras" not in sys.modules:
         return None, None
-    try:
-        from tf_keras.src.optimizers.legacy.optimizer_v2 import OptimizerV2
-        from tf_keras.src.optimizers.optimizer import _BaseOptimizer
-    except ImportError:  # pragma: no cover - unusual tf_keras layout
-        return None, None
-    return _BaseOptimizer, OptimizerV2
+    return (internals.TF_KERAS_BASE_OPTIMIZER.load(),
+            internals.TF_KERAS_OPTIMIZER_V2.load())
 
 
 def optimizer_family(optimizer: Any) -> str:
@@ -204,12 +198,12 @@ def optimizer_class_family(cls: type) -> str:
         ValueError: not a Keras 3 or tf_keras optimizer class.
     """
     names = {"%s.%s" % (c.__module__, c.__name__) for c in cls.__mro__}
-    if "keras.src.optimizers.base_optimizer.BaseOptimizer" in names:
-        return KERAS3
-    if "tf_keras.src.optimizers.legacy.optimizer_v2.OptimizerV2" in names:
-        return TF_KERAS_LEGACY
-    if "tf_keras.src.optimizers.optimizer._BaseOptimizer" in names:
-        return TF_KERAS
+    for entry, family in (
+            (internals.KERAS3_BASE_OPTIMIZER, KERAS3),
+            (internals.TF_KERAS_OPTIMIZER_V2, TF_KERAS_LEGACY),
+            (internals.TF_KERAS_BASE_OPTIMIZER, TF_KERAS)):
+        if internals.qualified_class_name(entry) in names:
+            return family
     raise ValueError("%s is not a Keras optimizer class" % cls.__name__)
 
 
@@ -220,10 +214,9 @@ def build_optimizer(optimizer: Any, family: str, variables: List[Any]) -> None:
     with tf.init_scope():
         if family == KERAS3:
             if not optimizer.built:
-                from keras.src import backend
-
+                name_scope = internals.KERAS3_NAME_SCOPE.load()
                 # The name scope Keras 3's own apply() builds under.
-                with backend.name_scope(optimizer.name, caller=optimizer):
+                with name_scope(optimizer.name, caller=optimizer):
                     optimizer.build(variables)
                 optimizer.built = True
         elif family == TF_KERAS_LEGACY:
@@ -319,72 +312,6 @@ def model_variables(model: Any) -> List[Any]:
             raise  # a built model: not the "not yet created" case
         return []
     return list(variables)
-
-
-# --- optimizer slots of sharded tables ----------------------------------------------
-
-_slot_patches: List[Any] = []
-
-
-def _slot_factories() -> List[tuple]:
-    """(class, method name) of every Keras optimizer method that creates a
-    slot variable from a model variable passed first."""
-    import sys
-
-    out = []
-    keras3 = _keras3_base()
-    if keras3 is not None:
-        out.append((keras3, "add_variable_from_reference"))
-    if "tf_keras" in sys.modules:
-        new, legacy = _tf_keras_bases()
-        if new is not None:
-            out.append((new, "add_variable_from_reference"))
-        if legacy is not None:
-            out.append((legacy, "add_slot"))
-    return out
-
-
-def tag_slots_of_sharded_tables() -> None:
-    """Makes every Keras optimizer slot created for a sharded table a
-    rank-local shard itself (tagged with the table's ShardInfo under the
-    name ``<table>/<slot>``, created without hb.scope's initial-value
-    broadcast), so broadcasts of a model's and an optimizer's variables
-    leave it alone (hbcore_tf._base.rank_local.is_rank_local).
-
-    Installed once per process, by the first sharded Keras layer that is
-    built (hbcore_tf.keras.layers), and kept: the layer outlives any scope,
-    and the wrapper changes nothing for other variables. Idempotent; a
-    Keras imported later is covered by the next call.
-    """
-    from hbcore_tf.embedding.sharding import creating_shards
-    from hbcore_tf._base.rank_local import shard_info
-    from hbcore_tf.embedding.table import make_keras_shard
-
-    for cls, attr in _slot_factories():
-        original = cls.__dict__.get(attr)
-        if original is None or getattr(original, "_hb_slot_tagging", False):
-            continue
-
-        def make(original: Any) -> Any:
-            def create_slot(self, reference, *args, **kwargs):
-                info = shard_info(reference)
-                if info is None:
-                    return original(self, reference, *args, **kwargs)
-                with creating_shards():
-                    slot = original(self, reference, *args, **kwargs)
-                # Named "<table>/<slot>", as tf.compat.v1 slots' slices are.
-                slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
-                slot_info = info._replace(name="%s/%s" % (
-                    info.name, slot_name.rsplit("/", 1)[-1]))
-                make_keras_shard(slot, slot_info)
-                return slot
-            create_slot._hb_slot_tagging = True
-            create_slot.__doc__ = original.__doc__
-            create_slot.__name__ = original.__name__
-            return create_slot
-
-        _slot_patches.append((cls, attr, original))
-        setattr(cls, attr, make(original))
 
 
 # --- learning rate, momentum, iterations ----------------------------------------

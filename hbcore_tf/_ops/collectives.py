@@ -33,6 +33,7 @@ from hbcore import Adasum, Average, NotInitializedError, ReduceOp, Sum, size
 from hbcore._native import core
 from hbcore.ops import resolve_op as _resolve_op
 from hbcore_tf._ops import naming as _naming
+from hbcore_tf._ops.library import collectives_unordered as _collectives_unordered
 from hbcore_tf._ops.library import lib as _lib
 from hbcore_tf._ops.xla import check_not_xla
 from hbcore_tf.compression import Compression
@@ -160,6 +161,7 @@ def _collective(tensors: Sequence[Any], op_code: int, kind: str,
         _refuse_xla(kind)
     with _naming.op_scope(_set_kind(kind, process_set_id), name,
                           ignore_name_scope, eager) as base, _placement():
+        _collectives_unordered()
         outputs = _lib.hbcore_collective(
             tensors, _names_tensor(base, len(tensors), eager), op=op_code,
             reduce_op=int(reduce_op), root_rank=int(root_rank),
@@ -598,6 +600,7 @@ def alltoall_int64_splits(tensor: TensorLike, splits: Optional[Any],
     _refuse_xla("HbcoreAlltoall")
     with _naming.op_scope(_set_kind("HbcoreAlltoall", set_id), name,
                           ignore_name_scope) as op_name, _placement():
+        _collectives_unordered()
         output, received = _lib.hbcore_alltoall(
             tensor, splits_tensor, _name_scalar(op_name),
             eager=tf.executing_eagerly(), process_set_id=set_id)

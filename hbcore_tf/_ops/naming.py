@@ -46,7 +46,6 @@ import threading
 from typing import Any, Dict, Optional, Set
 
 import tensorflow as tf
-from tensorflow.python.eager import context as _context
 
 from hbcore.ops import auto_name
 
@@ -65,7 +64,8 @@ def _scope_base(name: str) -> str:
 
 
 def _eager_is_async() -> bool:
-    return _context.context().is_async()
+    # TF's public face of its eager context's is_async().
+    return not tf.config.experimental.get_synchronous_execution()
 
 
 def graph_path(graph: Any) -> str:

@@ -5,18 +5,16 @@ Used by the collectives, the gradient reduction and SyncBatchNormalization.
 """
 import tensorflow as tf
 
+from hbcore_tf._patches import internals
+
 
 def in_xla_context() -> bool:
     """Returns whether ops being built now go to XLA (jit_compile=True),
     where hbcore's custom ops have no kernel."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:  # pragma: no cover
-        return False
     if tf.executing_eagerly():
         return False
     graph = tf.compat.v1.get_default_graph()
-    return bool(control_flow_util.GraphOrParentsInXlaContext(graph))
+    return bool(internals.XLA_CONTEXT.load()(graph))
 
 
 def check_not_xla(what: str) -> None:

@@ -16,12 +16,6 @@ and checkpoint keys do not change):
   (hbcore_tf._parallel.step_weight), and makes ``fit`` broadcast the model's and
   the optimizer's variables (slots built first) from rank 0 before the
   first step.
-- Keras saving (``make_saving_collective``, applied to the flavour's
-  Model class, in or outside hb.scope): for a model holding sharded
-  embedding tables (hb.keras.layers.ShardedEmbedding), ``save_weights``
-  and ``save`` are collective (every rank calls them: the tables are
-  allgathered) and only rank 0 writes the file; the other ranks write to
-  a temporary file they delete.
 
 Every reduction uses ``BucketReducer``: ``grad_nbuckets`` fused
 grouped_allreduce calls per step, over the gradients in REVERSE variable
@@ -30,18 +24,12 @@ first group is ready first; PyTorch DDP builds its buckets the same way).
 The plan depends only on the variable list, so every rank issues the same
 collectives.
 """
-import contextlib
-import functools
-import os
-import shutil
-import tempfile
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from hbcore_tf._base import compat as _compat
 from hbcore_tf._base.options import options
-from hbcore_tf._base.rank_local import is_sharded
 from hbcore_tf._parallel import distributed_optimizer as hvd_optimizers
 from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf._parallel.gradient_reduction import GradientReducer
@@ -211,133 +199,6 @@ def broadcast_model(model: Any) -> None:
 
 def _first_of(data: Any) -> Any:
     return data[0] if isinstance(data, (tuple, list)) else data
-
-
-def has_sharded_weights(model: Any) -> bool:
-    """Whether a Keras model holds a sharded embedding table's shard."""
-    try:
-        weights = list(model.weights)
-    except ValueError:  # tf_keras: weights not created yet
-        return False
-    return any(is_sharded(w) for w in weights)
-
-
-# The Keras file formats that save a layer through its own
-# save_own_variables (Keras 3's saving_lib, also tf_keras'), and tf_keras's
-# legacy HDF5 files, whose writer hbcore_tf.keras.legacy_h5 makes store
-# whole tables; the others (a tf_keras SavedModel) read weights directly
-# and would store one rank's rows.
-_COLLECTIVE_FORMATS = (".weights.h5", ".keras")
-_TF_KERAS_LEGACY_H5 = (".h5", ".hdf5")
-# The suffixes tf_keras does not write as a TensorFlow checkpoint
-# (saving_utils.is_hdf5_filepath): save_weights to any other path,
-# save_format None or "tf", writes one.
-_TF_KERAS_H5_SUFFIXES = _TF_KERAS_LEGACY_H5 + (".keras",)
-
-
-def writes_tf_checkpoint(filepath: Any, save_format: Any) -> bool:
-    """Whether tf_keras's ``save_weights(filepath, save_format=...)``
-    writes a TensorFlow checkpoint (tf_keras's own rule)."""
-    if save_format is not None:
-        return str(save_format).lower().strip() in ("tf", "tensorflow")
-    return not os.fspath(filepath).endswith(_TF_KERAS_H5_SUFFIXES)
-
-
-@contextlib.contextmanager
-def rank_zero_writes(model: Any, filepath: Any, what: str,
-                     tf_keras: bool = False) -> Iterator[Any]:
-    """The path a rank saves ``model`` to: ``filepath`` on rank 0 and for
-    models without sharded tables; for a model with sharded tables on
-    other ranks, a file of the same name in a temporary directory removed
-    afterwards (their save still runs: assembling the tables is
-    collective). All ranks leave together (a barrier after rank 0 closed
-    the file), so any rank may read the file next.
-
-    Args:
-        model: the model saved.
-        filepath: where the caller saves it.
-        what: the method's name, for messages.
-        tf_keras: the model is tf_keras's (legacy .h5 files are then
-            collective too).
-
-    Raises:
-        NotImplementedError: a model with sharded tables saved in a format
-            that would store one rank's rows (a tf_keras SavedModel; with
-            Keras 3 any other suffix).
-    """
-    if not has_sharded_weights(model):
-        yield filepath
-        return
-    name = os.path.basename(os.fspath(filepath))
-    formats = _COLLECTIVE_FORMATS + (_TF_KERAS_LEGACY_H5 if tf_keras else ())
-    if not name.endswith(formats):
-        raise NotImplementedError(
-            "%s(%r): a model with sharded embedding tables saves to "
-            ".weights.h5 (save_weights) or .keras (save) files, or with "
-            "tf_keras to .h5 files or a TensorFlow checkpoint (save_weights "
-            "to a path without .h5); the other formats would store one "
-            "rank's rows of each table. Export a serving model with "
-            "hb.keras.layers.export_plain_model." % (what, name))
-    import hbcore
-
-    tmp = None if hbcore.rank() == 0 else tempfile.mkdtemp(prefix="hb_save_")
-    try:
-        yield filepath if tmp is None else os.path.join(tmp, name)
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    hbcore.barrier()
-
-
-_collective_saving: set = set()
-
-
-def make_saving_collective(model_base: type, tf_keras: bool) -> None:
-    """Wraps ``model_base.save`` and ``save_weights`` (once per class) in
-    ``rank_zero_writes``: a model holding sharded tables is saved
-    collectively, every rank calling, rank 0 alone writing the file; other
-    models save exactly as before. Done for the Keras flavour's Model class
-    when its ShardedEmbedding class is made, so models built outside
-    hb.scope() are covered too: before, each of their ranks wrote the same
-    file at once.
-
-    tf_keras's TensorFlow checkpoint format (``save_weights`` to a path
-    without an HDF5 suffix) is passed through unchanged on every rank: it
-    is written by tf.train.Checkpoint, whose save is already collective for
-    sharded tables (hbcore_tf.embedding.saving: rank 0 writes, the other
-    ranks' rows are merged in), and read back slice by slice at any world
-    size by ``load_weights``.
-
-    Args:
-        model_base: ``keras.Model`` of Keras 3 or of tf_keras.
-        tf_keras: whether ``model_base`` is tf_keras's.
-    """
-    if model_base in _collective_saving:
-        return
-    _collective_saving.add(model_base)
-    if tf_keras:
-        from hbcore_tf.keras import legacy_h5
-
-        legacy_h5.install()
-    plain_save, plain_save_weights = model_base.save, model_base.save_weights
-
-    @functools.wraps(plain_save)
-    def save(self, filepath, *args, **kwargs):
-        with rank_zero_writes(self, filepath, "save", tf_keras) as path:
-            return plain_save(self, path, *args, **kwargs)
-
-    @functools.wraps(plain_save_weights)
-    def save_weights(self, filepath, *args, **kwargs):
-        save_format = kwargs.get("save_format",
-                                 args[1] if len(args) > 1 else None)
-        if tf_keras and writes_tf_checkpoint(filepath, save_format):
-            return plain_save_weights(self, filepath, *args, **kwargs)
-        with rank_zero_writes(self, filepath, "save_weights",
-                              tf_keras) as path:
-            return plain_save_weights(self, path, *args, **kwargs)
-
-    model_base.save = save
-    model_base.save_weights = save_weights
 
 
 def model_class(base: type) -> type:

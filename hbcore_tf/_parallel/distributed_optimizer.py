@@ -333,7 +333,9 @@ def distributed_keras_class(base: type, settings: _Settings,
     if family is None:
         family = _compat.optimizer_class_family(base)
     if family == _compat.KERAS3:
-        _keras_xla.install()  # models using it compile without XLA
+        # The moment: the first Keras 3 DistributedOptimizer class; models
+        # using it compile without XLA.
+        _keras_xla.install()
     methods = (_keras3_methods(base) if family == _compat.KERAS3
                else _tf_keras_methods(base, family))
 

@@ -11,18 +11,16 @@ hvd.DistributedOptimizer(...))`` should run as written.
 Keras decides with one function, ``model_supports_jit(model)`` (its layers
 answer through ``supports_jit``; SyncBatchNormalization says no). The
 optimizer is not asked, so :func:`install` wraps that function, once per
-process: a model whose optimizer (or a LossScaleOptimizer's inner
+process (the patch is hbcore_tf._patches.keras_jit): a model whose optimizer (or a LossScaleOptimizer's inner
 optimizer) is distributed by hbcore does not support XLA, so "auto" picks
 no XLA and an explicit True falls back with Keras' own warning ("Model
 doesn't support `jit_compile=True`"). Every other model gets Keras' answer.
 Keras sets ``model.optimizer`` before it resolves ``jit_compile`` in
 ``compile()``, so the answer is known in time.
 """
-import threading
 from typing import Any
 
-_lock = threading.Lock()
-_installed = False
+from hbcore_tf._patches import keras_jit
 
 
 def uses_hbcore_optimizer(model: Any) -> bool:
@@ -39,24 +37,7 @@ def uses_hbcore_optimizer(model: Any) -> bool:
 
 
 def install() -> None:
-    """Wraps Keras 3's ``model_supports_jit`` (see the module doc); a no-op
-    when already done or when this Keras has no such function."""
-    global _installed
-    with _lock:
-        if _installed:
-            return
-        try:
-            from keras.src.trainers import trainer
-        except ImportError:  # Keras 3 not installed
-            return
-        original = getattr(trainer, "model_supports_jit", None)
-        if original is None:
-            return
-
-        def model_supports_jit(model: Any) -> bool:
-            if uses_hbcore_optimizer(model):
-                return False
-            return original(model)
-
-        trainer.model_supports_jit = model_supports_jit
-        _installed = True
+    """Makes Keras 3's ``model_supports_jit`` answer False for models
+    using hbcore's optimizer (hbcore_tf._patches.keras_jit; idempotent,
+    a no-op without Keras 3, a warning when Keras renamed the function)."""
+    keras_jit.install(uses_hbcore_optimizer)

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import tensorflow as tf
 
+from hbcore_tf._patches import internals
+
 # Smaller constants are left alone: the memory is not worth a graph change.
 _MIN_BYTES = 1 << 20
 
@@ -35,7 +37,6 @@ def _splat_scalar(tensor: Any) -> Any:
     constants, of at least ``_MIN_BYTES``, as a numpy scalar; None for
     anything else."""
     from tensorflow.core.framework import tensor_pb2
-    from tensorflow.python.framework import tensor_util
 
     if not isinstance(tensor, tf.Tensor):
         return None
@@ -45,7 +46,7 @@ def _splat_scalar(tensor: Any) -> Any:
     if shape.num_elements() * tensor.dtype.size < _MIN_BYTES:
         return None
     if tensor.op.type == "Fill":
-        value = tensor_util.constant_value(tensor.op.inputs[1])
+        value = internals.CONSTANT_VALUE.load()(tensor.op.inputs[1])
         return None if value is None else value
     if tensor.op.type != "Const":
         return None
@@ -60,7 +61,7 @@ def _splat_scalar(tensor: Any) -> Any:
     scalar = tensor_pb2.TensorProto()
     scalar.CopyFrom(proto)
     scalar.tensor_shape.Clear()
-    return tensor_util.MakeNdarray(scalar)
+    return internals.MAKE_NDARRAY.load()(scalar)
 
 
 def fill_splat_initial_values(next_creator: Callable, **kwargs: Any) -> Any:

@@ -9,10 +9,6 @@ docs/embedding.md.
 from hbcore_tf.embedding.partition import RowPartition
 from hbcore_tf.embedding.feature_columns import dense_features
 from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
-from hbcore_tf.embedding import saving
-
-# Collective Saver.save for graphs with sharded tables (see saving.py).
-saving.install()
 
 __all__ = ["RowPartition", "ShardInfo", "dense_features", "is_sharded",
            "shard_info"]

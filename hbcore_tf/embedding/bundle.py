@@ -14,7 +14,7 @@ mapping:
   list of slices (``TensorSliceProto``), each stored under its own key
   (``slice_key``) with an entry of the first kind.
 
-hbcore_tf.embedding.saving rewrites a merged checkpoint of sharded tables
+hbcore_tf.embedding.save_protocol rewrites a merged checkpoint of sharded tables
 with these pieces so that its bytes do not depend on the world size that
 wrote it (see canonical.py). TensorFlow has no Python API for writing an
 entry whose bytes it did not hold in memory at once, which a table larger

@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from hbcore_tf._base.rank_local import ShardInfo
+from hbcore_tf._patches import internals
 from hbcore_tf.mpi_ops import alltoall_int64_splits
 
 _state = threading.local()  # .depth: nesting of feature_column_tables
@@ -128,7 +129,7 @@ def _call_as_hybridbackend(initializer: Callable, shape: List[int],
                            dtype: tf.DType, partitioner: Any) -> tf.Tensor:
     """This rank's round-robin rows from ``initializer``, called as
     HybridBackend calls it (once, or once per partition)."""
-    from tensorflow.python.ops.variable_scope import _PartitionInfo
+    _PartitionInfo = internals.PARTITION_INFO.load()  # noqa: N806
 
     if partitioner is None or shape[0] == 0:
         return tf.convert_to_tensor(

@@ -30,10 +30,9 @@ from collections.abc import Mapping
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.python.feature_column import feature_column as fc_v1
-from tensorflow.python.feature_column import feature_column_v2 as fc_v2
 
 from hbcore_tf._base.compat import GraphModeRequired
+from hbcore_tf._patches import internals
 from hbcore_tf.embedding.column_init import feature_column_tables
 from hbcore_tf.embedding.exchange import lookup_column
 from hbcore_tf.embedding.sharding import sharding_variable_scope
@@ -124,7 +123,7 @@ def check_column(column: Any) -> None:
             wrong.
     """
     name = getattr(column, "name", repr(column))
-    if isinstance(column, fc_v2.SharedEmbeddingColumn):
+    if isinstance(column, internals.FC_V2_SHARED_EMBEDDING_COLUMN.load()):
         raise ValueError(
             "feature column %r (a tf.feature_column.shared_embeddings "
             "column) cannot be sharded: its table is made by TF's "
@@ -141,8 +140,9 @@ def check_column(column: Any) -> None:
             "emb_num_buckets_max is %d); a table of unchecked ids "
             "(hb.feature_column.raw_categorical_column) needs DeepRec's "
             "EmbeddingVariable" % (name, categorical.name, buckets, limit))
-    if isinstance(categorical, (fc_v2.SequenceCategoricalColumn,
-                                fc_v1._SequenceCategoricalColumn)):  # noqa
+    if isinstance(categorical, (
+            internals.FC_V2_SEQUENCE_CATEGORICAL.load(),
+            internals.FC_V1_SEQUENCE_CATEGORICAL.load())):
         raise ValueError(
             "feature column %r cannot be sharded: its categorical column "
             "%r is a sequence column (one row per step, not per example); "
@@ -230,7 +230,7 @@ def build_columns(features: Mapping, columns: Sequence[Any],
                 # (from_template: no scope of its own), with TF's own
                 # per-column variable scope, lookup and reshape to
                 # [rows, width]; it checks that the column is dense.
-                fc_v1._internal_input_layer(  # noqa
+                internals.FC_V1_INTERNAL_INPUT_LAYER.load()(
                     seen, [column],
                     scope=tf.compat.v1.get_variable_scope(),
                     from_template=True, cols_to_output_tensors=outputs)
@@ -264,7 +264,7 @@ def normalize_columns(feature_columns: Sequence[Any]) -> List[Any]:
     Raises:
         ValueError: empty, or a name twice.
     """
-    return list(fc_v1._normalize_feature_columns(feature_columns))  # noqa
+    return list(internals.FC_V1_NORMALIZE.load()(feature_columns))
 
 
 def dense_features(features: Mapping,

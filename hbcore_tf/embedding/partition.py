@@ -6,7 +6,7 @@ rank r owns ``num_rows // num_shards`` rows, plus one when
 ``r < num_rows % num_shards``, starting at row ``offset(r)``. This is the
 same split as ``reducescatter``'s. Contiguous blocks make a rank's rows one
 slice of the full table, so a checkpoint stores the table in id order as
-one slice per rank whatever the world size (see hbcore_tf.embedding.saving).
+one slice per rank whatever the world size (see hbcore_tf.embedding.save_protocol).
 Ids hashed into the table spread evenly over the blocks. The lookup's
 routing kernel (csrc/tf/shard_route.cc) computes the owner of an id with
 the same formula.

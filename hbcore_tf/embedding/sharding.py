@@ -30,7 +30,7 @@ in the variable scope is accepted (hbcore_tf.embedding.column_init).
 
 A request made while a shard is being created (a table's block passed on
 by an enclosing sharding scope's getter, or an optimizer slot of a
-sharded table, see ``_install_slot_hooks``) is this rank's rows already and
+sharded table, see ``install_table_patches``) is this rank's rows already and
 is passed through unchanged.
 
 Put only embedding tables inside: any 2-D variable large enough is sharded,
@@ -50,9 +50,10 @@ import tensorflow as tf
 from hbcore_tf._base.context import context
 from hbcore_tf._base.options import options
 from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
-from hbcore_tf.embedding import column_init
+from hbcore_tf._patches import internals, keras_slots, slot_creator
+from hbcore_tf.embedding import checkpoint_savers, column_init
 from hbcore_tf.embedding.partition import RowPartition
-from hbcore_tf.embedding.table import make_sharded
+from hbcore_tf.embedding.table import make_keras_shard, make_sharded
 
 
 _creating = threading.local()
@@ -190,7 +191,7 @@ def local_initializer(initializer: Any, info: ShardInfo) -> Callable:
         ValueError: a constant initializer whose value is not of the
             table's shape ``[num_rows, dim]``.
     """
-    from tensorflow.python.ops.variable_scope import _PartitionInfo
+    _PartitionInfo = internals.PARTITION_INFO.load()  # noqa: N806
 
     if inspect.isclass(initializer):
         # tf.compat.v1.get_variable instantiates an initializer class.
@@ -239,59 +240,69 @@ def sharding_suspended() -> Iterator[None]:
         _suspended.pop()
 
 
-_slot_hooks_installed = False
+def _slot_of_shard(original: Callable) -> Callable:
+    """The replacement of one of TF's slot_creator functions
+    (hbcore_tf._patches.slot_creator): a slot of a sharded table is
+    created in ``creating_shards()``; other slots as TF creates them."""
+    @functools.wraps(original)
+    def create(primary: Any, *args: Any, **kwargs: Any) -> Any:
+        info = shard_info(primary)
+        if info is None:
+            return original(primary, *args, **kwargs)
+        if tf.executing_eagerly():
+            # TF's slot_creator names the slot of a variable stored as
+            # a checkpoint slice after the variable's graph op, which
+            # an eager variable lacks (an AttributeError otherwise).
+            raise NotImplementedError(
+                "sharded embedding table %r: tf.compat.v1 optimizers "
+                "create slots of sharded tables in tf.compat.v1 graphs "
+                "only; eagerly or in a tf.function, use a Keras "
+                "optimizer" % info.name)
+        with creating_shards():
+            return original(primary, *args, **kwargs)
+    return create
 
 
-def _install_slot_hooks() -> None:
-    """Makes the optimizer slots of sharded tables rank-local shards.
+def _keras_slot_of_shard(original: Callable, optimizer: Any, reference: Any,
+                         *args: Any, **kwargs: Any) -> Any:
+    """What the Keras slot factories run (hbcore_tf._patches.keras_slots):
+    a slot of a sharded table is created in ``creating_shards()`` and
+    tagged as the shard ``<table>/<slot>`` (as tf.compat.v1 slots' slices
+    are named), so broadcasts of a model's and an optimizer's variables
+    leave it alone (hbcore_tf._base.rank_local.is_rank_local)."""
+    info = shard_info(reference)
+    if info is None:
+        return original(optimizer, reference, *args, **kwargs)
+    with creating_shards():
+        slot = original(optimizer, reference, *args, **kwargs)
+    slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
+    make_keras_shard(slot, info._replace(name="%s/%s" % (
+        info.name, slot_name.rsplit("/", 1)[-1])))
+    return slot
 
-    tf.compat.v1 optimizers create a slot with ``slot_creator`` (through
-    ``get_variable``, so through the sharding getter when the optimizer is
-    built inside a sharding scope) and Keras optimizers with
-    ``add_variable_from_reference`` / ``add_slot``. A slot of a sharded
-    table holds this rank's rows of the table's slot: it is created in
-    ``creating_shards()``, so the sharding getter does not shard it again
-    and hb.scope does not broadcast rank 0's initial value (whose shape
-    differs on ranks holding fewer rows); Keras slots are also tagged as
-    ``<table>/<slot>`` shards (``_compat.tag_slots_of_sharded_tables``), as
-    those of ``hb.keras.layers.ShardedEmbedding`` are. Installed by the
-    first sharded table made with get_variable (and kept); the wrappers
-    change nothing for other variables.
+
+def install_table_patches() -> None:
+    """Installs the TF/Keras patches sharded tables need, at the first
+    sharded table (and again at each later one: idempotent, and a tf_keras
+    imported since is covered then). Kept for the process: the tables
+    outlive any scope, and every patch changes nothing for other
+    variables.
+
+    - Optimizer slots of sharded tables are rank-local shards: tf.compat.v1
+      optimizers create a slot with ``slot_creator`` (through
+      ``get_variable``, so through the sharding getter when the optimizer
+      is built inside a sharding scope), Keras optimizers with
+      ``add_variable_from_reference`` / ``add_slot``. A slot of a sharded
+      table holds this rank's rows of the table's slot: it is created in
+      ``creating_shards()``, so the sharding getter does not shard it
+      again and hb.scope does not broadcast rank 0's initial value (whose
+      shape differs on ranks holding fewer rows).
+    - Saver.save and tf.train.Checkpoint saves of sharded tables are
+      collective (checkpoint_savers.install_patches).
     """
-    global _slot_hooks_installed
-    from hbcore_tf._base import compat as _compat
-
-    _compat.tag_slots_of_sharded_tables()  # idempotent; a Keras imported
-    if _slot_hooks_installed:               # later is covered next time
-        return
-    from tensorflow.python.training import slot_creator
-
-    def wrap(original: Callable) -> Callable:
-        @functools.wraps(original)
-        def create(primary: Any, *args: Any, **kwargs: Any) -> Any:
-            info = shard_info(primary)
-            if info is None:
-                return original(primary, *args, **kwargs)
-            if tf.executing_eagerly():
-                # TF's slot_creator names the slot of a variable stored as
-                # a checkpoint slice after the variable's graph op, which
-                # an eager variable lacks (an AttributeError otherwise).
-                raise NotImplementedError(
-                    "sharded embedding table %r: tf.compat.v1 optimizers "
-                    "create slots of sharded tables in tf.compat.v1 graphs "
-                    "only; eagerly or in a tf.function, use a Keras "
-                    "optimizer" % info.name)
-            with creating_shards():
-                return original(primary, *args, **kwargs)
-        create._hb_slot_of_shard = True
-        return create
-
-    for name in ("create_slot", "create_slot_with_initializer",
-                 "create_zeros_slot"):
-        original = getattr(slot_creator, name)
-        if not getattr(original, "_hb_slot_of_shard", False):
-            setattr(slot_creator, name, wrap(original))
-    _slot_hooks_installed = True
+    slot_creator.install(_slot_of_shard)
+    keras_slots.install(_keras_slot_of_shard)
+    checkpoint_savers.install_patches()
 
 
 def _sharding_getter(getter: Callable, name: str, *args: Any,
@@ -336,7 +347,7 @@ def _sharding_getter(getter: Callable, name: str, *args: Any,
         variable = getter(name, *args, **kwargs)
     if is_sharded(variable):  # reuse of a table made before
         return variable
-    _install_slot_hooks()
+    install_table_patches()  # the moment: the first sharded get_variable table
     return make_sharded(variable, info._replace(
         name=variable.name.split(":")[0]))
 

@@ -20,7 +20,7 @@ rank's rows (``RowPartition``), tagged with a ``ShardInfo``
 - Checkpoints: the variable carries TF's ``SaveSliceInfo`` for its block of
   the full ``[num_rows, dim]`` tensor under the table's own name, so
   ``tf.compat.v1.train.Saver`` saves and restores it as a slice of the full
-  table, and optimizer slots inherit slices of their own (see saving.py);
+  table, and optimizer slots inherit slices of their own (see save_protocol.py);
   its ``_serialize_to_tensors`` gives tf.train.Checkpoint the same slice.
 
 A Keras table (hbcore_tf.keras.layers.ShardedEmbedding) runs its own
@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from hbcore_tf._base.rank_local import (ShardInfo, note_table, shard_info,
                                         tag)
+from hbcore_tf._patches import internals
 from hbcore_tf.embedding.exchange import sharded_lookup
 
 _lookup_classes: Dict[type, type] = {}
@@ -101,7 +102,7 @@ def make_keras_shard(variable: Any, info: ShardInfo) -> None:
     local shard described by ``info`` (``tag``) and makes tf.train.Checkpoint
     (and so tf_keras's TensorFlow-format save_weights) store it as its rows
     of the full ``[num_rows, dim]`` tensor: the parts the ranks write merge
-    into the whole table (hbcore_tf.embedding.saving), and each rank
+    into the whole table (hbcore_tf.embedding.save_protocol), and each rank
     restores its own rows at any world size. Keras 3 variables delegate
     checkpointing to the tf.Variable inside, which gets the slice. A slot of
     another shape (a factored one) is tagged only.
@@ -111,13 +112,11 @@ def make_keras_shard(variable: Any, info: ShardInfo) -> None:
             slots (a Keras variable or a tf.Variable).
         info: the table's ShardInfo on this rank.
     """
-    from tensorflow.python.ops import resource_variable_ops
-
     tag(variable, info)
     inner = getattr(variable, "value", None)
     if isinstance(inner, tf.Variable) and inner is not variable:
         variable = inner
-    if (not isinstance(variable, resource_variable_ops.BaseResourceVariable)
+    if (not isinstance(variable, internals.BASE_RESOURCE_VARIABLE.load())
             or tuple(variable.shape.as_list()) != (info.rows, info.dim)):
         return
     cls = type(variable)
@@ -145,9 +144,7 @@ def make_sharded(variable: Any, info: ShardInfo) -> Any:
         TypeError: not a resource variable (create tables with
             ``use_resource=True``; embedding_scope does).
     """
-    from tensorflow.python.ops import resource_variable_ops
-
-    if not isinstance(variable, resource_variable_ops.BaseResourceVariable):
+    if not isinstance(variable, internals.BASE_RESOURCE_VARIABLE.load()):
         raise TypeError("sharded embedding table %r must be a resource "
                         "variable, got %s" % (info.name, type(variable).__name__))
     tag(variable, info)

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from hbcore_tf._patches import internals
 from hbcore_tf.embedding.feature_columns import (build_columns,
                                                  check_graph_mode,
                                                  normalize_columns)
@@ -62,7 +63,6 @@ def _make_class() -> type:
         raise ImportError(
             "hb.keras.layers.DenseFeatures is a tf_keras layer (Keras 3 "
             "has no feature columns): pip install tf_keras") from None
-    from tensorflow.python.feature_column import serialization
 
     @tf_keras.utils.register_keras_serializable(package="hbcore_tf")
     class DenseFeatures(tf_keras.layers.Layer):
@@ -184,7 +184,7 @@ def _make_class() -> type:
         def get_config(self) -> Dict[str, Any]:
             config = super().get_config()
             config.update({
-                "feature_columns": serialization.serialize_feature_columns(
+                "feature_columns": internals.FC_SERIALIZE.load()(
                     self._feature_columns),
                 "num_groups": self._num_groups,
                 "enable_concat": self._enable_concat})
@@ -195,7 +195,7 @@ def _make_class() -> type:
                         custom_objects: Any = None) -> Any:
             config = dict(config)
             config["feature_columns"] = \
-                serialization.deserialize_feature_columns(
+                internals.FC_DESERIALIZE.load()(
                     config["feature_columns"], custom_objects=custom_objects)
             return cls(**config)
 

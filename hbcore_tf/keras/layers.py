@@ -33,7 +33,7 @@ What the layer does (the table's machinery is hbcore_tf.embedding):
    assembles the table with an allgather: it is collective (every rank
    calls ``save_weights`` / ``save``), and rank 0 alone writes the file,
    whether or not the model was built inside ``hb.scope()``
-   (``make_saving_collective`` in hbcore_tf._parallel.data_parallel). Loading reads
+   (``make_saving_collective`` in hbcore_tf.keras.model_saving). Loading reads
    only this rank's rows.
 4. ``export_plain_model`` turns a trained model into a plain one (whole
    tables, plain gathers) for ``model.export`` / ``tf.saved_model.save``.
@@ -52,12 +52,13 @@ import tensorflow as tf
 
 from hbcore_tf._base import compat as _compat
 from hbcore_tf._base.rank_local import whole_value
-from hbcore_tf._parallel.data_parallel import make_saving_collective
 from hbcore_tf.embedding.exchange import sharded_lookup
 from hbcore_tf.embedding.sharding import (creating_shards,
+                                          install_table_patches,
                                           local_initializer, shard_plan)
 from hbcore_tf.embedding.table import make_keras_shard
 from hbcore_tf.keras import dense_features
+from hbcore_tf.keras.model_saving import make_saving_collective
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
 
@@ -94,8 +95,6 @@ def _make_class(legacy: bool) -> type:
     else:
         import keras
         register = keras.saving.register_keras_serializable
-    make_saving_collective(keras.Model, tf_keras=legacy)
-
     class ShardedEmbedding(keras.layers.Layer):
         """Embedding layer whose ``[input_dim, output_dim]`` table is split
         row-wise over the ranks (each rank holds about 1/N of it).
@@ -174,7 +173,9 @@ def _make_class(legacy: bool) -> type:
             if info is not None:
                 shape = (info.rows, info.dim)
                 initializer = local_initializer(initializer, info)
-                _compat.tag_slots_of_sharded_tables()
+                # The moment: the first sharded Keras table is built.
+                install_table_patches()
+                make_saving_collective(tf_keras=legacy)
                 local = creating_shards()
             with local:
                 weight = self.add_weight(

@@ -14,14 +14,14 @@
 - ``replace_default_saver``: puts an ``hb.train.Saver`` in the graph's
   SAVERS collection (hbcore_tf.train.saver);
 - ``export``: a SavedModel from a checkpoint with sharded tables
-  (hbcore_tf.embedding.saving.export).
+  (hbcore_tf.embedding.export.export).
 """
 from hbcore_tf.train.optimizers import OPTIMIZERS, wraps_optimizer
 from hbcore_tf.train.saver import Saver, replace_default_saver
 from hbcore_tf.train.server import Server, device_setter, monitored_session
 from hbcore_tf.train.session import MonitoredTrainingSession
 from hbcore_tf.train.step_stat_hook import StepStatHook
-from hbcore_tf.embedding.saving import export
+from hbcore_tf.embedding.export import export
 
 globals().update(OPTIMIZERS)
 

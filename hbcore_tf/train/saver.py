@@ -7,7 +7,7 @@ the checkpoint state file and the meta graph. In hbcore most of that is
 already true of the plain Saver, and this class adds only the rest:
 
 - sharded tables: a plain Saver whose variables include them already
-  saves collectively (hbcore_tf.embedding.saving: every rank calls save,
+  saves collectively (hbcore_tf.embedding.save_protocol: every rank calls save,
   rank 0 writes and merges, every rank returns the prefix); this class
   calls that save unchanged;
 - no sharded tables, world size > 1: TF's save would write the same files
@@ -33,7 +33,7 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from hbcore_tf._base.context import context
-from hbcore_tf.embedding import saving as _saving
+from hbcore_tf.embedding import checkpoint_savers as _saving
 
 _V1 = tf.compat.v1
 
@@ -87,7 +87,7 @@ class Saver(_V1.train.Saver):
             the Saver has no variables.
 
         Raises:
-            hbcore_tf.embedding.saving.ShardedSaveError: a collective save
+            hbcore_tf.embedding.save_protocol.ShardedSaveError: a collective save
                 of sharded tables failed on some rank (raised on every
                 rank).
             ValueError, TypeError, RuntimeError: as TF's Saver.save, on

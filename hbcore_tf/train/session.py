@@ -34,14 +34,14 @@ Contract: every rank calls this with the same graph, so the broadcast
 from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.training import monitored_session
 
 from hbcore_tf._base import compat as _compat
 from hbcore_tf._base.context import context
 from hbcore_tf.data.detect_end import DetectEndHook
 from hbcore_tf._parallel.hooks import BroadcastGlobalVariablesHook
-from hbcore_tf.embedding.saving import (CollectiveCheckpointSaverHook,
-                                        graph_has_sharded_tables)
+from hbcore_tf._patches import internals
+from hbcore_tf.embedding.session_hook import CollectiveCheckpointSaverHook
+from hbcore_tf.embedding.sharded_state import graph_has_sharded_tables
 
 _USE_DEFAULT = object()
 
@@ -191,7 +191,7 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     if checkpoint_dir and (secs or steps):
         if graph_has_sharded_tables() and context.world_size > 1:
             # Saving sharded tables is collective: every rank saves, rank
-            # 0 writes (hbcore_tf.embedding.saving).
+            # 0 writes (hbcore_tf.embedding.save_protocol).
             all_hooks.append(CollectiveCheckpointSaverHook(
                 checkpoint_dir, writer=context.is_chief, save_secs=secs,
                 save_steps=steps, scaffold=scaffold,
@@ -229,7 +229,7 @@ def MonitoredTrainingSession(  # noqa: N802 - TF's name
     kwargs = {k: v for k, v in summaries.items() if v is not _USE_DEFAULT}
     # TF's own function, from its defining module: inside hb.scope the
     # public tf.compat.v1.train name is this function (hbcore_tf.scope).
-    return monitored_session.MonitoredTrainingSession(
+    return internals.MONITORED_TRAINING_SESSION.load()(
         master=master, is_chief=True, checkpoint_dir=checkpoint_dir,
         scaffold=scaffold, hooks=all_hooks, chief_only_hooks=None,
         save_checkpoint_secs=None, save_checkpoint_steps=None,

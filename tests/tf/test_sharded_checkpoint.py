@@ -1,5 +1,5 @@
 """Checkpoints, resharding and export of sharded embedding tables
-(tf.compat.v1 graphs; hbcore_tf/embedding/saving.py), at 2 and 3 ranks.
+(tf.compat.v1 graphs; hbcore_tf/embedding/save_protocol.py), at 2 and 3 ranks.
 
 Launches, each with a hard timeout and a short stall shutdown so that a
 desynchronised collective is an error, not a hang:
