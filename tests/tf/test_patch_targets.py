@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from train_util import (_pythonpath, case_tests, launch, tensorflow_missing,
+from train_util import (_pythonpath, rank_script_tests, tensorflow_missing,
                         tf_keras_path)
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -107,5 +107,5 @@ def test_patch_restores_the_original_object() -> None:
     assert module.value == frozenset({1}) and not value.installed
 
 
-test_launch_is_clean, test_case = case_tests(
-    SCRIPT, lambda np_: launch(SCRIPT, np_, timeout=240), nps=(2,))
+test_launch_is_clean, test_case, _run = rank_script_tests(
+    SCRIPT, nps=(2,), timeout=240)
