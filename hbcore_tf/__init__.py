@@ -50,7 +50,8 @@ from hbcore_tf._base.context import Context, context, context_scope
 from hbcore_tf.scope import embedding_scope, function, scope, wraps
 from hbcore_tf.embedding import dense_features
 from hbcore_tf import (data, feature_column, layers, metrics, saved_model,
-                       train)
+                       train, util)
+from hbcore_tf.util import _executing_eagerly
 
 from hbcore import __version__
 
