@@ -137,7 +137,11 @@ def process_set_id(process_set: Optional[ProcessSet]) -> int:
 
     Raises:
         ValueError: the set was never registered (pass it to init or
-            add_process_set first) or was removed.
+            add_process_set first) or was removed, or its
+            ``process_set_id`` names no set the runtime knows (as Horovod,
+            when the collective is called, not when it runs).
+        NotInitializedError: a non-global set while hbcore is not
+            initialized.
     """
     if process_set is None or process_set is global_process_set:
         return 0
@@ -147,6 +151,9 @@ def process_set_id(process_set: Optional[ProcessSet]) -> int:
             "%s is not registered: pass it to init(process_sets=[...]) or "
             "add_process_set() first (a removed set cannot be used)"
             % (process_set,))
+    if core.process_set_info(int(set_id)) is None:
+        raise ValueError("%s: no known process set with id %d"
+                         % (process_set, int(set_id)))
     return int(set_id)
 
 

@@ -2,7 +2,7 @@
 (tests/rank_scripts/process_set_args.py, HB_DYNAMIC_PROCESS_SETS=1): an
 empty list is a ValueError as in Horovod 0.28.1 (not a MismatchError from
 the negotiation), out-of-range and repeated ranks are ValueErrors naming
-the rank, all raised by the calling rank alone before anything collective
+the rank, an unknown process_set_id a ValueError naming it, all raised by the calling rank alone before anything collective
 (the ranks that made no bad call then add a set together with the others
 and use it).
 """
@@ -12,7 +12,7 @@ from harness import run_ranks, script_path
 
 NPS = [2, 3]
 CASES = ["empty_on_rank0", "out_of_range_on_last", "repeated_everywhere",
-         "valid_add_after"]
+         "unknown_id_everywhere", "valid_add_after"]
 _runs = {}
 
 

@@ -17,6 +17,10 @@ Cases:
   raise ValueError naming the rank and the range.
 - repeated_everywhere: every rank: [0, 0] raises ValueError ("appears
   more than once").
+- unknown_id_everywhere: every rank: a ProcessSet whose process_set_id
+  is set by hand to an id no set has (10) makes allreduce raise
+  ValueError naming the id when called, as Horovod's size() check does,
+  before anything is submitted.
 - valid_add_after: every rank adds [0, size - 1] ([1] at 2 ranks, where
   [0, 1] is the global set): it gets id 1 (no set was added before), the
   registered ids are [0, 1], and an allreduce on it gives the numpy sum of
@@ -34,7 +38,7 @@ from common import (CaseFailure, Checker, assert_close, env_rank,  # noqa: E402
 import hbcore as hb  # noqa: E402
 
 CASES = ["empty_on_rank0", "out_of_range_on_last", "repeated_everywhere",
-         "valid_add_after"]
+         "unknown_id_everywhere", "valid_add_after"]
 
 
 def main() -> None:
@@ -62,6 +66,13 @@ def main() -> None:
         expect_raises(lambda: hb.add_process_set([0, 0]), ValueError,
                       "rank 0 appears more than once")
 
+    def unknown_id_everywhere() -> None:
+        forged = hb.ProcessSet([0])
+        forged.process_set_id = 10
+        expect_raises(
+            lambda: hb.allreduce(np.ones(2), name="forged", process_set=forged),
+            ValueError, "no known process set with id 10")
+
     def valid_add_after() -> None:
         members = [0, size - 1] if size > 2 else [size - 1]
         ps = hb.add_process_set(list(reversed(members)))
@@ -80,6 +91,7 @@ def main() -> None:
     for name, fn in [("empty_on_rank0", empty_on_rank0),
                      ("out_of_range_on_last", out_of_range_on_last),
                      ("repeated_everywhere", repeated_everywhere),
+                     ("unknown_id_everywhere", unknown_id_everywhere),
                      ("valid_add_after", valid_add_after)]:
         check.run(name, fn)
     # Members may still be in the set's allreduce: shutting down before
