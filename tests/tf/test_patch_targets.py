@@ -18,19 +18,22 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 SCRIPT = "patch_moments.py"
 
 
-def _run_check() -> subprocess.CompletedProcess:
+def _run_check(cwd: str) -> subprocess.CompletedProcess:
+    # Run from outside the checkout: ``python -m`` puts the working
+    # directory first on sys.path, where an unbuilt checkout (CI's) would
+    # shadow the installed package.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(_pythonpath()),
                TF_CPP_MIN_LOG_LEVEL="2")
     return subprocess.run(
         [sys.executable, "-m", "hbcore_tf._patches.check"], env=env,
-        capture_output=True, text=True, timeout=300)
+        capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 @pytest.mark.skipif(tf_keras_path() != "", reason="tf_keras not installed")
-def test_check_passes_and_prints_every_entry() -> None:
+def test_check_passes_and_prints_every_entry(tmp_path) -> None:
     from hbcore_tf._patches import internals
 
-    done = _run_check()
+    done = _run_check(str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     entries = internals.all_internals()
