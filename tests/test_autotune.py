@@ -85,7 +85,7 @@ def test_two_ranks_converge_with_cycle_time_fixed(tmp_path):
     env = tuning_env(tmp_path, warmup=1, steps=3, samples=5,
                      HB_CYCLE_TIME="2")
     zero = check_run(run_ranks(script_path("autotune.py"), 2, timeout=150,
-                               env=env, args=["40"]), 2)
+                               env=env, args=["10", "6"]), 2)
     # 1 warm-up and 5 scored samples, each followed by one proposal; the
     # last is final.
     assert len(zero["history"]) == 6, zero["history"]
@@ -109,7 +109,7 @@ def test_three_ranks_job_ends_before_convergence(tmp_path):
     env = tuning_env(tmp_path, warmup=0, steps=3, samples=50,
                      HB_FUSION_THRESHOLD="1048576")
     zero = check_run(run_ranks(script_path("autotune.py"), 3, timeout=150,
-                               env=env, args=["14"]), 3)
+                               env=env, args=["14", "2"]), 3)
     assert not bit(zero, "fusion_threshold") and bit(zero, "cache_enabled")
     assert len(zero["history"]) >= 2
     assert {h[1]["fusion_threshold"] for h in zero["history"]} == {1048576}
@@ -122,7 +122,7 @@ def test_hosts_2x2_tune_switches_with_allgather_fixed(tmp_path):
     env.update(tuning_env(tmp_path, warmup=0, steps=2, samples=6,
                           HB_HIERARCHICAL_ALLGATHER="1"))
     zero = check_run(run_ranks(script_path("autotune.py"), 4, timeout=180,
-                               env=env, args=["30"], hbrun_args=hbrun_args),
+                               env=env, args=["10", "6"], hbrun_args=hbrun_args),
                      4)
     assert bit(zero, "hierarchical_allreduce") and bit(zero, "ring_allreduce")
     assert bit(zero, "pipeline_piece_bytes")

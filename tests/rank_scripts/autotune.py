@@ -1,10 +1,12 @@
 """Rank script: autotune while a job trains (tests/test_autotune.py).
 
-    hbrun -np N python autotune.py STEPS
+    hbrun -np N python autotune.py STEPS [PROPOSALS]
 
 Every rank first checks that bad autotune values fail init with a
 ConfigError naming the knob (before MPI is touched, so on every rank
-alike). Then it runs STEPS steps of a small model's gradient exchange:
+alike). Then it runs at least STEPS steps of a small model's gradient exchange,
+and on until the job has applied PROPOSALS autotune proposals (default 0;
+common.train_while_tuning):
 TENSORS allreduces of rank-seeded float32 arrays of several sizes, started
 together so that they fuse, and one allgather, every result checked
 against numpy. Autotune runs meanwhile, as the launch's HB_AUTOTUNE_*
@@ -19,7 +21,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Checker, expect_raises, rank_data, report  # noqa: E402
+from common import (Checker, expect_raises, rank_data, report,  # noqa: E402
+                    train_while_tuning)
 
 import hbcore as hb  # noqa: E402
 from hbcore import exceptions as hx  # noqa: E402
@@ -69,11 +72,15 @@ def step(step_index: int, size: int) -> bool:
 
 def main() -> None:
     steps = int(sys.argv[1])
+    proposals = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     checker = Checker()
     check_bad_values(checker)
     hb.init()
     rank = hb.rank()
-    results_ok = all([step(i, hb.size()) for i in range(steps)])
+    results_ok = train_while_tuning(
+        lambda i: step(i, hb.size()), steps, proposals,
+        lambda done: bool(hb.broadcast(np.array([done], np.int32), 0,
+                                       name="tuning.stop")[0]))
     # After shutdown every rank's loop has ended after the same cycle, so
     # the record of applied parameters is complete (the core keeps it), and
     # rank 0's tuner thread has ended: the log is complete too.

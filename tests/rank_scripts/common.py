@@ -339,3 +339,44 @@ def wait_poll(handle: Any, poll: Callable[[Any], bool],
         if time.monotonic() > deadline:
             raise CaseFailure("poll() still False after %ss" % timeout)
         time.sleep(0.001)
+
+
+# The most steps a tuning rank script runs (tests/rank_scripts/autotune.py,
+# tests/tf/rank_scripts/autotune_tf.py) waiting for the proposals it wants:
+# far more than any job needs, so that a tuner that never proposes ends the
+# job with a short history (the test names it) well before the test's
+# timeout.
+MAX_TUNING_STEPS = 5000
+
+
+def train_while_tuning(step: Callable[[int], bool], min_steps: int,
+                       proposals: int,
+                       stop_flag: Callable[[bool], bool]) -> bool:
+    """Runs ``step(i)`` for at least ``min_steps`` steps and until this job
+    has applied ``proposals`` autotune proposals: how many samples the tuner
+    closes in a fixed number of steps depends on how fast its thread gets
+    the CPU, so a fixed step count is a race on a loaded machine.
+
+    Rank 0 decides (its record of applied proposals is the same as every
+    rank's, cycle for cycle) and ``stop_flag(decision)`` carries its
+    decision to every rank (a broadcast from rank 0 through the front end
+    under test), so every rank stops after the same step.
+
+    Args:
+        step: one training step; returns True when its results matched.
+        min_steps: steps run whatever the tuner does.
+        proposals: applied proposals to wait for (0: none).
+        stop_flag: broadcasts rank 0's boolean to every rank.
+
+    Returns:
+        True when every step's results matched.
+    """
+    from hbcore._native import core
+    ok = True
+    for i in range(MAX_TUNING_STEPS):
+        ok = step(i) and ok
+        done = i + 1 >= min_steps and (
+            len(core.autotune_history()) >= proposals)
+        if stop_flag(done):
+            break
+    return ok

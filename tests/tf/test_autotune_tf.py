@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
 
 def test_tf_job_converges_with_ranks_in_agreement():
     # The first TF launch of a session may compile the op library.
-    run = launch("autotune_tf.py", 2, timeout=420, args=["40"], env={
+    run = launch("autotune_tf.py", 2, timeout=420, args=["10", "5"], env={
         "HB_AUTOTUNE": "1", "HB_AUTOTUNE_WARMUP_SAMPLES": "1",
         "HB_AUTOTUNE_STEPS_PER_SAMPLE": "2",
         "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "4"})

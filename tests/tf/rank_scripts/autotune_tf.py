@@ -1,8 +1,9 @@
 """Rank script: autotune under hbcore_tf (tests/tf/test_autotune_tf.py).
 
-    hbrun -np N python autotune_tf.py STEPS
+    hbrun -np N python autotune_tf.py STEPS [PROPOSALS]
 
-A small Keras model trains for STEPS steps of SGD through
+A small Keras model trains for at least STEPS steps, and on until the job
+has applied PROPOSALS autotune proposals (common.train_while_tuning), of SGD through
 DistributedGradientTape in a tf.function, with autotune on (the launch's
 HB_AUTOTUNE_* variables); each step also allreduces a rank-seeded tensor
 through hbcore_tf, checked against numpy. Reports the parameters this rank
@@ -17,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "rank_scripts"))
-from common import rank_data, report  # noqa: E402
+from common import rank_data, report, train_while_tuning  # noqa: E402
 
 import tensorflow as tf  # noqa: E402
 
@@ -28,6 +29,7 @@ from hbcore.autotune import runner  # noqa: E402
 
 def main() -> None:
     steps = int(sys.argv[1])
+    proposals = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     keras = tf.keras
@@ -50,14 +52,21 @@ def main() -> None:
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    ok = True
     expected = sum(rank_data(7, r, [300], "float32").astype(np.float64)
                    for r in range(size))
-    for _ in range(steps):
+
+    def step(_: int) -> bool:
         train()
         got = hvd.allreduce(tf.constant(rank_data(7, rank, [300], "float32")),
                             op=hvd.Sum, name="check")
-        ok = ok and np.allclose(got.numpy(), expected, rtol=1e-5)
+        return bool(np.allclose(got.numpy(), expected, rtol=1e-5))
+
+    def stop_flag(done: bool) -> bool:
+        flag = hvd.broadcast(tf.constant([int(done)], tf.int32), 0,
+                             name="tuning.stop")
+        return bool(flag.numpy()[0])
+
+    ok = train_while_tuning(step, steps, proposals, stop_flag)
     checksum = float(sum(float(tf.reduce_sum(v))
                          for v in model.trainable_variables))
     # After shutdown the record of applied parameters is complete on every
