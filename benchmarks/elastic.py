@@ -33,9 +33,12 @@ figures).  Rows:
                      commit).  Targets: detection under 5 s, recovery
                      under 15 s at 3 ranks.
 
-At 2 and 3 ranks.  Horovod + Gloo elastic is not measured: no Horovod
-build sits beside this checkout's TensorFlow (docs/benchmarks.md says how
-to make one); its figures would be added as further rows.
+At 2 and 3 ranks.  When Horovod with TensorFlow and Gloo is importable
+in this python (docs/benchmarks.md, "Building Horovod 0.28.1 for the
+comparison"), Horovod elastic's commit and recovery are measured in the
+same run and added as rows with hbcore / Horovod ratios
+(benchmarks/elastic_horovod.py says what they run); else one line says
+why not.
 """
 import argparse
 import json
@@ -53,6 +56,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _launch import ROOT, hbrun, print_and_save, worker_env  # noqa: E402
+import elastic_horovod  # noqa: E402
 
 DENSE_MB = 20
 KILL_STEP = 15
@@ -208,6 +212,7 @@ def main() -> None:
     if args.quick:
         args.scale, args.reps = 8, 5
     results = {np_: measure(np_, args) for np_ in (2, 3)}
+    horovod = elastic_horovod.measure_all(args)
     lines = ["hbcore elastic (numpy front end; hosts emulated by hydra's "
              "fork launcher)",
              "%-8s %-38s %12s %12s" % ("ranks", "row", "value", "target")]
@@ -233,8 +238,9 @@ def main() -> None:
                                          r["reform_s"], ""),
             "%-8d %-38s %10.2f s %12s" % (np_, "  state sync", r["sync_s"],
                                          "")]
-    lines.append("Horovod + Gloo elastic: not measured (no Horovod build "
-                 "beside this TensorFlow)")
+    lines += elastic_horovod.table_lines(results, horovod)
+    for np_ in results if isinstance(horovod, dict) else ():
+        results[np_]["horovod"] = horovod[np_]
     print_and_save(lines, results, args.json)
 
 
