@@ -30,19 +30,24 @@ and keys its hosts, blacklist included, by the name, so ``localhost``,
                           ObjectState loop over the 20 MB array (replaced
                           each step, never changed in place); from the
                           kill to the first step after the restore, split
-                          by marks in rank 0: detection (the kill to
+                          by marks in every survivor, each part ending at
+                          the last survivor's mark: detection (the kill to
                           ``restore()``, run when the failed collective
-                          raises HorovodInternalError), re-formation (that
-                          to the reset callback: ``shutdown()``, ``init()``
-                          and Gloo's new rendezvous, in the surviving
-                          processes) and state sync (``sync()``, the
-                          broadcast of the 20 MB commit).
+                          raises HorovodInternalError; a survivor not
+                          talking to the killed rank then waits for Gloo's
+                          timeout, HOROVOD_GLOO_TIMEOUT_SECONDS, 30 s by
+                          default), re-formation (that to the reset
+                          callback: ``shutdown()``, ``init()`` and Gloo's
+                          new rendezvous, in the surviving processes) and
+                          state sync (``sync()``, the broadcast of the
+                          20 MB commit).
 
 Horovod keeps commits in memory and has no sharded state, so there is no
 sharded-rows row.  Run this file only through elastic.py (its ``--rank``
 arguments are the rank side of the jobs).
 """
 import argparse
+import glob
 import importlib.util
 import json
 import os
@@ -233,9 +238,9 @@ def rank_recovery(args: argparse.Namespace) -> None:
                 state.commit()
 
     train(state)
-    if hvd.rank() == 0:
-        with open(os.path.join(args.out, "recovery.json"), "w") as f:
-            json.dump(marks, f)
+    with open(os.path.join(args.out, "recovery.%d.json" % os.getpid()),
+              "w") as f:
+        json.dump(marks, f)
 
 
 # --- driver side -------------------------------------------------------------
@@ -265,13 +270,41 @@ def measure(np_: int, args: argparse.Namespace) -> dict:
     _job(np_, "recovery", args, out)
     with open(os.path.join(out, "kill.json")) as f:
         kill = json.load(f)["kill"]
-    with open(os.path.join(out, "recovery.json")) as f:
-        marks = json.load(f)
-    result["recovery_s"] = marks["first"] - kill
-    if "restore" in marks:  # else a host-update notice came first
-        result.update(detect_s=marks["restore"] - kill,
-                      reform_s=marks["reset"] - marks["restore"])
-    result["sync_s"] = marks["first"] - marks["reset"]
+    survivors = []
+    for path in glob.glob(os.path.join(out, "recovery.*.json")):
+        with open(path) as f:
+            survivors.append(json.load(f))
+    result.update(split_recovery(kill, survivors))
+    return result
+
+
+def split_recovery(kill: float, survivors: List[Dict[str, float]]
+                   ) -> Dict[str, float]:
+    """Recovery time and its parts from the survivors' marks.
+
+    Each part ends when the last survivor reached its mark: the new world
+    forms only when every survivor has noticed the loss.
+
+    Args:
+        kill: When the rank killed itself.
+        survivors: Per surviving process, when it reached "restore"
+            (absent when a host-update notice came first), "reset" and
+            "first".
+
+    Returns:
+        recovery_s, sync_s and, when every survivor has a "restore" mark,
+        detect_s (the last survivor's), detect_first_s (the first's) and
+        reform_s.
+    """
+    last = {mark: max(m[mark] for m in survivors)
+            for mark in ("reset", "first")}
+    result = {"recovery_s": last["first"] - kill,
+              "sync_s": last["first"] - last["reset"]}
+    if all("restore" in m for m in survivors):
+        restores = [m["restore"] for m in survivors]
+        result.update(detect_s=max(restores) - kill,
+                      detect_first_s=min(restores) - kill,
+                      reform_s=last["reset"] - max(restores))
     return result
 
 
@@ -295,13 +328,14 @@ def table_lines(hbcore: Dict[int, dict],
         return ["Horovod + Gloo elastic: not measured (%s)" % horovod]
     row = "%-8d %-38s %12s %12s"
     lines = ["Horovod + Gloo elastic (horovod.tensorflow, horovodrun "
-             "--gloo; hosts %s on this machine)" % ", ".join(
+             "--gloo; hosts %s on this machine; ObjectState of the numpy "
+             "array, TensorFlowState of a tf.Variable; hbcore / Horovod: "
+             "ratio of times, below 1 hbcore is faster)" % ", ".join(
                  local_host_names(max(horovod)))]
     for np_, r in horovod.items():
         mine = hbcore[np_]
-        for label, key in [("ObjectState (keeps a reference)", "object_ms"),
-                           ("TensorFlowState, a tf.Variable",
-                            "variable_ms")]:
+        for label, key in [("ObjectState", "object_ms"),
+                           ("TensorFlowState", "variable_ms")]:
             lines += [
                 row % (np_, "Horovod commit, " + label, "%.2f ms" % r[key],
                        ""),
@@ -313,7 +347,8 @@ def table_lines(hbcore: Dict[int, dict],
                             "%.1f ms" % r["step_ms"], ""))
         lines.append(row % (np_, "Horovod recovery: kill -> first step",
                             "%.2f s" % r["recovery_s"], ""))
-        for label, key in [("  detection", "detect_s"),
+        for label, key in [("  detection (last survivor)", "detect_s"),
+                           ("    first survivor", "detect_first_s"),
                            ("  re-formation", "reform_s"),
                            ("  state sync", "sync_s")]:
             lines.append(row % (np_, label, "%.2f s" % r[key] if key in r

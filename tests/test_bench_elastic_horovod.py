@@ -73,3 +73,16 @@ def test_table_rows():
     assert "2.0 x" in text           # recovery 6 / 3
     detection = [line for line in lines if "detection" in line]
     assert detection and detection[0].split()[-2:] == ["not", "seen"]
+
+
+def test_split_recovery():
+    # Survivor b notices at Gloo's timeout: the parts end at its marks.
+    a = {"restore": 100.5, "reset": 131.0, "first": 131.5}
+    b = {"restore": 130.0, "reset": 131.2, "first": 131.6}
+    got = bench.split_recovery(100.0, [a, b])
+    want = {"recovery_s": 31.6, "detect_s": 30.0, "detect_first_s": 0.5,
+            "reform_s": 1.2, "sync_s": 0.4}
+    assert set(got) == set(want)
+    assert all(abs(got[k] - want[k]) < 1e-9 for k in want), got
+    notice = bench.split_recovery(100.0, [{"reset": 102.0, "first": 103.0}])
+    assert notice == {"recovery_s": 3.0, "sync_s": 1.0}
