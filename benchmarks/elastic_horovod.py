@@ -2,8 +2,8 @@
 
 elastic.py calls ``measure_all(args)`` and ``table_lines(...)``; when
 Horovod with TensorFlow and Gloo is importable in the running python (a
-build as in docs/benchmarks.md, "Building Horovod 0.28.1 for the
-comparison"), Horovod elastic is measured in the same run on the same
+build as in docs/benchmarks.md ("Building Horovod 0.28.1 for the
+comparison")), Horovod elastic is measured in the same run on the same
 machine, else one line says why not.
 
 What a Horovod user would write: ``horovod.tensorflow`` (Horovod has no
@@ -110,9 +110,9 @@ def missing_features(sections: Dict[str, Dict[str, bool]]) -> List[str]:
 def unavailable() -> Optional[str]:
     """Why Horovod elastic cannot be measured in this python, or None."""
     if importlib.util.find_spec("horovod") is None:
-        return ("Horovod is not installed in this python (docs/"
-                "benchmarks.md, \"Building Horovod 0.28.1 for the "
-                "comparison\", builds it with Gloo)")
+        return ("Horovod is not installed in this python; docs/benchmarks.md "
+                "(\"Building Horovod 0.28.1 for the comparison\") builds "
+                "it with Gloo")
     check = subprocess.run([sys.executable, "-m", "horovod.runner.launch",
                             "--check-build"], capture_output=True, text=True,
                            errors="replace", timeout=CHECK_S,
