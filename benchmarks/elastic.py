@@ -34,8 +34,8 @@ figures).  Rows:
                      under 15 s at 3 ranks.
 
 At 2 and 3 ranks.  When Horovod with TensorFlow and Gloo is importable
-in this python (docs/benchmarks.md, "Building Horovod 0.28.1 for the
-comparison"), Horovod elastic's commit and recovery are measured in the
+in this python (docs/benchmarks.md ("Building Horovod 0.28.1 for the
+comparison")), Horovod elastic's commit and recovery are measured in the
 same run and added as rows with hbcore / Horovod ratios
 (benchmarks/elastic_horovod.py says what they run); else one line says
 why not.
