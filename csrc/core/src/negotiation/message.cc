@@ -131,6 +131,24 @@ bool Read(Reader* in, Response* r) {
          in->Pod(&r->device) && in->Ints(&r->rank_dims);
 }
 
+// A list of messages (Request or Response): its length, then each one.
+template <typename M>
+void WriteAll(Writer* w, const std::vector<M>& messages) {
+  w->Pod<uint64_t>(messages.size());
+  for (const M& m : messages) Write(w, m);
+}
+
+template <typename M>
+bool ReadAll(Reader* in, std::vector<M>* messages) {
+  uint64_t n = 0;
+  if (!in->Pod(&n)) return false;
+  messages->resize(n);
+  for (M& m : *messages) {
+    if (!Read(in, &m)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool Request::SameSignature(const Request& o) const {
@@ -142,8 +160,7 @@ bool Request::SameSignature(const Request& o) const {
 
 std::string Serialize(const RequestList& list) {
   Writer w;
-  w.Pod<uint64_t>(list.requests.size());
-  for (const Request& r : list.requests) Write(&w, r);
+  WriteAll(&w, list.requests);
   w.Pod<uint8_t>(list.shutdown);
   w.Str(list.shutdown_reason);
   w.Pod<uint8_t>(list.stall_check);
@@ -158,8 +175,7 @@ std::string Serialize(const RequestList& list) {
 
 std::string Serialize(const ResponseList& list) {
   Writer w;
-  w.Pod<uint64_t>(list.responses.size());
-  for (const Response& r : list.responses) Write(&w, r);
+  WriteAll(&w, list.responses);
   w.Pod<uint8_t>(list.shutdown);
   w.Str(list.shutdown_reason);
   w.Str(list.tuning);
@@ -168,12 +184,8 @@ std::string Serialize(const ResponseList& list) {
 
 bool Deserialize(const std::string& bytes, RequestList* list) {
   Reader in(bytes);
+  if (!ReadAll(&in, &list->requests)) return false;
   uint64_t n = 0;
-  if (!in.Pod(&n)) return false;
-  list->requests.resize(n);
-  for (Request& r : list->requests) {
-    if (!Read(&in, &r)) return false;
-  }
   uint8_t shutdown = 0, stall = 0;
   if (!in.Pod(&shutdown) || !in.Str(&list->shutdown_reason) ||
       !in.Pod(&stall) || !in.Pod(&n)) {
@@ -194,12 +206,7 @@ bool Deserialize(const std::string& bytes, RequestList* list) {
 
 bool Deserialize(const std::string& bytes, ResponseList* list) {
   Reader in(bytes);
-  uint64_t n = 0;
-  if (!in.Pod(&n)) return false;
-  list->responses.resize(n);
-  for (Response& r : list->responses) {
-    if (!Read(&in, &r)) return false;
-  }
+  if (!ReadAll(&in, &list->responses)) return false;
   uint8_t shutdown = 0;
   if (!in.Pod(&shutdown) || !in.Str(&list->shutdown_reason) ||
       !in.Str(&list->tuning)) {
