@@ -36,8 +36,10 @@ Rows per job:
                    pinned are measured in turn, 3 rounds (2 with --quick),
                    after the search, so drift hits them alike; each row is
                    the median of its rounds.
-  bound            the default's slowest round over its fastest: the
-                   noise of this machine between runs of one
+  bound            the widest spread of the judged rows' rounds: the
+                   slowest round over the fastest of whichever of default,
+                   grid best and pinned varied most (named in the row).
+                   That is the noise of this machine between runs of one
                    configuration, which bounds how close any comparison
                    here can be judged (no target). Where it exceeds 5%, a
                    missed target reads "MISS (noise)".
@@ -247,6 +249,11 @@ def median(values: Sequence[float]) -> float:
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
+# The judged rows' keys in the worker's "times", with their row names.
+JUDGED = {"default": "default", "grid": "grid best",
+          "tuned": "autotuned (pinned)"}
+
+
 def rows_of(result: dict) -> List[dict]:
     times = result["times"]
     default, grid, tuned = (median(times[k])
@@ -255,17 +262,20 @@ def rows_of(result: dict) -> List[dict]:
     job = result["job"]
     vs_grid = ratio(tuned, grid)
     vs_default = ratio(tuned, default)
-    runs = times["default"]
-    spread = ratio(max(runs), min(runs))
+    # The noise bound: the judged configuration whose rounds differ most
+    # (a noisy pinned or grid row is noise as much as a noisy default).
     # Where runs of one configuration differ by more than a target's
     # margin, that target cannot be judged on this machine.
+    spreads = {k: ratio(max(times[k]), min(times[k])) for k in JUDGED}
+    noisiest = max(JUDGED, key=lambda k: spreads[k])
+    spread = spreads[noisiest]
     noisy = spread - 1 > TARGET_VS_GRID - 1
     met = bool(auto["converged"] and vs_grid <= TARGET_VS_GRID
                and vs_default <= TARGET_VS_DEFAULT)
     fmt = lambda ts: " / ".join("%.1f" % (t * 1e3) for t in ts)  # noqa: E731
     return [
         {"job": job, "config": "default", "ms": default * 1e3,
-         "note": "runs " + fmt(runs)},
+         "note": "runs " + fmt(times["default"])},
         {"job": job, "config": "grid best", "ms": grid * 1e3,
          "note": _point(result["best"]) + " (of %d); runs %s" % (
              len(result["grid"]), fmt(times["grid"]))},
@@ -277,8 +287,10 @@ def rows_of(result: dict) -> List[dict]:
          "vs_grid": vs_grid, "vs_default": vs_default,
          "samples": auto["samples"], "passed": met, "noisy": noisy,
          "note": "runs " + fmt(times["tuned"])},
-        {"job": job, "config": "bound: default slowest / fastest run",
-         "vs_default": spread, "note": "noise between runs of one config"},
+        {"job": job, "config": "bound: widest slowest / fastest run",
+         "vs_default": spread,
+         "note": "noise between runs of one config (%s)"
+         % JUDGED[noisiest]},
     ]
 
 

@@ -67,6 +67,18 @@ def test_raising_fn_names_the_rank_and_its_traceback():
     assert "fail_on_rank" in message
 
 
+def test_root_failure_is_reported_not_a_peers_shutdown_error():
+    """Rank 0's ShutdownError (a consequence of rank 1's exit) reaches the
+    launcher first; the error reported is rank 1's own."""
+    with Watchdog():
+        with pytest.raises(RuntimeError) as exc:
+            run(run_fns.raise_while_peer_waits, args=(1,), np=2)
+    first_line = str(exc.value).splitlines()[0]
+    assert first_line == ("hbcore.run: rank 1 raised ValueError: root cause "
+                          "on rank 1"), str(exc.value)
+    assert "raise_while_peer_waits" in str(exc.value)
+
+
 def test_killed_rank_is_reported():
     with Watchdog():
         with pytest.raises(RuntimeError,

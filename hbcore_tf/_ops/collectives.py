@@ -23,7 +23,7 @@ local argument (root rank, splits, dtype) and ``tf.errors.UnknownError``
 Python.
 """
 import contextlib
-from typing import (Any, Dict, List, Mapping, Optional, Sequence,
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
                     Tuple, Union)
 
 import hbcore
@@ -772,40 +772,37 @@ def _process_set_info(process_set_id: int) -> tuple:
     return info
 
 
-def local_size_op(name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: the number of ranks on this host.
+def _topology_op(what: str, meaning: str) -> Callable[..., tf.Tensor]:
+    """Makes the public op function ``<what>_op`` (Horovod's ``rank_op``,
+    ``local_rank_op``, ``local_size_op``): an int32 scalar op that reads
+    the runtime's ``what`` when it runs, not when the graph is built.
+
+    Args:
+        what: the value the op kernel reads ("rank", "local_rank",
+            "local_size").
+        meaning: what the value is, for the docstring.
+
+    Returns:
+        A function ``(name=None) -> tf.Tensor``.
+    """
+    def topology_op(name: Optional[str] = None) -> tf.Tensor:
+        return _lib.hbcore_topology(what=what, name=name)
+
+    topology_op.__name__ = topology_op.__qualname__ = what + "_op"
+    topology_op.__doc__ = """An int32 scalar op: %s.
 
     Args:
         name: name of the op in the graph.
 
     Returns:
         An int32 scalar tensor, read when the op runs.
-    """
-    return _lib.hbcore_topology(what="local_size", name=name)
+    """ % meaning
+    return topology_op
 
 
-def rank_op(name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: this process's rank, read at execution time.
-
-    Args:
-        name: name of the op in the graph.
-
-    Returns:
-        An int32 scalar tensor, read when the op runs.
-    """
-    return _lib.hbcore_topology(what="rank", name=name)
-
-
-def local_rank_op(name: Optional[str] = None) -> tf.Tensor:
-    """An int32 scalar op: this process's rank on its host.
-
-    Args:
-        name: name of the op in the graph.
-
-    Returns:
-        An int32 scalar tensor, read when the op runs.
-    """
-    return _lib.hbcore_topology(what="local_rank", name=name)
+local_size_op = _topology_op("local_size", "the number of ranks on this host")
+rank_op = _topology_op("rank", "this process's rank, read at execution time")
+local_rank_op = _topology_op("local_rank", "this process's rank on its host")
 
 
 def process_set_included_op(process_set_id: int = 0,

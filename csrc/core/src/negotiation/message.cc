@@ -59,61 +59,94 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// An op type on the wire: int32, read back only if it names a known op.
+void WriteOp(Writer* w, OpType op) { w->Pod(static_cast<int32_t>(op)); }
+
+bool ReadOp(Reader* in, OpType* op) {
+  int32_t v = 0;
+  if (!in->Pod(&v) || !(IsValidOpType(v) || IsInternalOpType(v))) {
+    return false;
+  }
+  *op = static_cast<OpType>(v);
+  return true;
+}
+
+// The collective's parameters that Request and Response both carry, written
+// once for both and in this order in both encodings: reduce op, dtype,
+// shape, root rank, prescale, postscale. M is Request or Response.
+template <typename M>
+void WriteCollectiveFields(Writer* w, const M& m) {
+  w->Pod(static_cast<int32_t>(m.reduce_op));
+  w->Pod(static_cast<int32_t>(m.dtype));
+  w->Ints(m.shape);
+  w->Pod(m.root_rank);
+  w->Pod(m.prescale);
+  w->Pod(m.postscale);
+}
+
+// Reads what WriteCollectiveFields wrote; false on a short read or an enum
+// value this build does not know.
+template <typename M>
+bool ReadCollectiveFields(Reader* in, M* m) {
+  int32_t reduce = 0, dtype = 0;
+  if (!in->Pod(&reduce) || !in->Pod(&dtype) || !in->Ints(&m->shape) ||
+      !in->Pod(&m->root_rank) || !in->Pod(&m->prescale) ||
+      !in->Pod(&m->postscale) || !IsValidReduceOp(reduce) ||
+      !IsValidDataType(dtype)) {
+    return false;
+  }
+  m->reduce_op = static_cast<ReduceOp>(reduce);
+  m->dtype = static_cast<DataType>(dtype);
+  return true;
+}
+
 void Write(Writer* w, const Request& r) {
   w->Pod(r.rank);
   w->Str(r.name);
-  w->Pod(static_cast<int32_t>(r.op));
-  w->Pod(static_cast<int32_t>(r.reduce_op));
-  w->Pod(static_cast<int32_t>(r.dtype));
-  w->Ints(r.shape);
-  w->Pod(r.root_rank);
-  w->Pod(r.prescale);
-  w->Pod(r.postscale);
+  WriteOp(w, r.op);
+  WriteCollectiveFields(w, r);
   w->Ints(r.splits);
   w->Pod(r.device);
 }
 
 bool Read(Reader* in, Request* r) {
-  int32_t op = 0, reduce = 0, dtype = 0;
-  return in->Pod(&r->rank) && in->Str(&r->name) && in->Pod(&op) &&
-         in->Pod(&reduce) && in->Pod(&dtype) && in->Ints(&r->shape) &&
-         in->Pod(&r->root_rank) && in->Pod(&r->prescale) &&
-         in->Pod(&r->postscale) && in->Ints(&r->splits) &&
-         in->Pod(&r->device) && (IsValidOpType(op) || IsInternalOpType(op)) &&
-         IsValidReduceOp(reduce) && IsValidDataType(dtype) &&
-         (r->op = static_cast<OpType>(op),
-          r->reduce_op = static_cast<ReduceOp>(reduce),
-          r->dtype = static_cast<DataType>(dtype), true);
+  return in->Pod(&r->rank) && in->Str(&r->name) && ReadOp(in, &r->op) &&
+         ReadCollectiveFields(in, r) && in->Ints(&r->splits) &&
+         in->Pod(&r->device);
 }
 
 void Write(Writer* w, const Response& r) {
-  w->Pod(static_cast<int32_t>(r.op));
+  WriteOp(w, r.op);
   w->Str(r.name);
   w->Str(r.error);
   w->Pod(r.error_code);
-  w->Pod(static_cast<int32_t>(r.reduce_op));
-  w->Pod(static_cast<int32_t>(r.dtype));
-  w->Ints(r.shape);
-  w->Pod(r.root_rank);
-  w->Pod(r.prescale);
-  w->Pod(r.postscale);
+  WriteCollectiveFields(w, r);
   w->Pod(r.device);
   w->Ints(r.rank_dims);
 }
 
 bool Read(Reader* in, Response* r) {
-  int32_t op = 0, reduce = 0, dtype = 0;
-  return in->Pod(&op) && in->Str(&r->name) && in->Str(&r->error) &&
-         in->Pod(&r->error_code) && in->Pod(&reduce) && in->Pod(&dtype) &&
-         in->Ints(&r->shape) && in->Pod(&r->root_rank) &&
-         in->Pod(&r->prescale) && in->Pod(&r->postscale) &&
-         in->Pod(&r->device) && in->Ints(&r->rank_dims) &&
-         (IsValidOpType(op) || IsInternalOpType(op)) &&
-         IsValidReduceOp(reduce) &&
-         IsValidDataType(dtype) &&
-         (r->op = static_cast<OpType>(op),
-          r->reduce_op = static_cast<ReduceOp>(reduce),
-          r->dtype = static_cast<DataType>(dtype), true);
+  return ReadOp(in, &r->op) && in->Str(&r->name) && in->Str(&r->error) &&
+         in->Pod(&r->error_code) && ReadCollectiveFields(in, r) &&
+         in->Pod(&r->device) && in->Ints(&r->rank_dims);
+}
+
+// A list of messages (Request or Response): its length, then each one.
+template <typename M>
+void WriteAll(Writer* w, const std::vector<M>& messages) {
+  w->Pod<uint64_t>(messages.size());
+  for (const M& m : messages) Write(w, m);
+}
+
+template <typename M>
+bool ReadAll(Reader* in, std::vector<M>* messages) {
+  uint64_t n = 0;
+  if (!in->Pod(&n)) return false;
+  messages->resize(n);
+  for (M& m : *messages) {
+    if (!Read(in, &m)) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -127,8 +160,7 @@ bool Request::SameSignature(const Request& o) const {
 
 std::string Serialize(const RequestList& list) {
   Writer w;
-  w.Pod<uint64_t>(list.requests.size());
-  for (const Request& r : list.requests) Write(&w, r);
+  WriteAll(&w, list.requests);
   w.Pod<uint8_t>(list.shutdown);
   w.Str(list.shutdown_reason);
   w.Pod<uint8_t>(list.stall_check);
@@ -143,8 +175,7 @@ std::string Serialize(const RequestList& list) {
 
 std::string Serialize(const ResponseList& list) {
   Writer w;
-  w.Pod<uint64_t>(list.responses.size());
-  for (const Response& r : list.responses) Write(&w, r);
+  WriteAll(&w, list.responses);
   w.Pod<uint8_t>(list.shutdown);
   w.Str(list.shutdown_reason);
   w.Str(list.tuning);
@@ -153,12 +184,8 @@ std::string Serialize(const ResponseList& list) {
 
 bool Deserialize(const std::string& bytes, RequestList* list) {
   Reader in(bytes);
+  if (!ReadAll(&in, &list->requests)) return false;
   uint64_t n = 0;
-  if (!in.Pod(&n)) return false;
-  list->requests.resize(n);
-  for (Request& r : list->requests) {
-    if (!Read(&in, &r)) return false;
-  }
   uint8_t shutdown = 0, stall = 0;
   if (!in.Pod(&shutdown) || !in.Str(&list->shutdown_reason) ||
       !in.Pod(&stall) || !in.Pod(&n)) {
@@ -179,12 +206,7 @@ bool Deserialize(const std::string& bytes, RequestList* list) {
 
 bool Deserialize(const std::string& bytes, ResponseList* list) {
   Reader in(bytes);
-  uint64_t n = 0;
-  if (!in.Pod(&n)) return false;
-  list->responses.resize(n);
-  for (Response& r : list->responses) {
-    if (!Read(&in, &r)) return false;
-  }
+  if (!ReadAll(&in, &list->responses)) return false;
   uint8_t shutdown = 0;
   if (!in.Pod(&shutdown) || !in.Str(&list->shutdown_reason) ||
       !in.Str(&list->tuning)) {
