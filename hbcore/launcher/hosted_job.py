@@ -24,7 +24,7 @@ from hbcore.launcher.hosted_rank import MemberSpec, member_name
 from hbcore.launcher.manual_job import run_placed
 from hbcore.launcher.mpiexec import wrapped_command
 from hbcore.launcher.rendezvous import Coordinator, RendezvousError
-from hbcore.launcher.run_task import rank_error
+from hbcore.launcher.run_task import rank_error, root_failure
 from hbcore.launcher.supervisor import LaunchResult
 
 RANK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -162,7 +162,7 @@ class HostedJob:
             The values, in rank order.
 
         Raises:
-            RuntimeError: A rank raised (the earliest error, with its
+            RuntimeError: A rank raised (the root failure, with its
                 rank and traceback), or the job failed otherwise (its
                 report, or the hosts' messages).
         """
@@ -173,10 +173,9 @@ class HostedJob:
             # exit): the others' errors are its consequences.
             raise RuntimeError(self._end[1])
         if errors:
-            # The earliest error is the cause: when one rank raises and
-            # exits, the others' collectives fail (ShutdownError) a moment
-            # later, and their status lines may reach the supervisor first.
-            rank = min(errors, key=lambda r: (errors[r].get("time", 0), r))
+            # A peer's ShutdownError is a consequence, and its status line
+            # may reach the supervisor first (run_task.root_failure).
+            rank = root_failure(errors, None if first is None else first.rank)
             raise rank_error(self.program, rank, errors[rank])
         lost = {r: o[1]["message"] for r, o in outcomes.items()
                 if o[0] != "ok"}

@@ -218,35 +218,8 @@ def _load(path: str) -> Optional[tuple]:
         return None
 
 
-def _root_failure(errors: Dict[int, dict],
-                  first_rank: Optional[int]) -> int:
-    """The rank whose error is the job's cause.
-
-    When one rank raises, its exit shuts hbcore down and tells the peers,
-    whose pending collectives then fail with a ShutdownError naming it.
-    Such a peer may exit (and so reach the launcher as the first failure)
-    before the rank that caused it, so a ShutdownError is the cause only
-    when every error is one (a rank that shut down itself, a stall).
-    Among the candidates: the launcher's first failure, else the earliest
-    error (``error_outcome``'s time), else the lowest rank.
-
-    Args:
-        errors: rank -> error info (run_task.error_outcome) of every rank
-            that raised.
-        first_rank: the rank the launcher saw fail first, if any.
-
-    Returns:
-        A rank of ``errors``.
-    """
-    causes = [rank for rank, info in errors.items()
-              if info["type"] != "ShutdownError"] or list(errors)
-    if first_rank in causes:
-        return first_rank
-    return min(causes, key=lambda r: (errors[r].get("time", 0), r))
-
-
 def _collect(workdir: str, np: int, result: Any) -> List[Any]:
-    from hbcore.launcher.run_task import rank_error, result_file
+    from hbcore.launcher.run_task import rank_error, result_file, root_failure
 
     outcomes: Dict[int, Optional[tuple]] = {
         rank: _load(result_file(workdir, rank)) for rank in range(np)}
@@ -254,8 +227,7 @@ def _collect(workdir: str, np: int, result: Any) -> List[Any]:
               if o is not None and o[0] == "error"}
     if errors:
         first = result.first_failure
-        rank = _root_failure(errors,
-                             None if first is None else first.rank)
+        rank = root_failure(errors, None if first is None else first.rank)
         raise rank_error("hbcore.run", rank, errors[rank])
     message = result.message("hbcore.run")
     if message:
