@@ -11,9 +11,11 @@ variables, on hbcore's elastic machinery (hbcore/elastic/, docs/elastic.md).
   construction, so every rank builds the same graph).
 
 Both keep a copy of the values (numpy arrays) as the last commit, taken at
-construction and by every ``save()``; the replicated variables go to the
-per-host store as one pickle, and ``sync()`` broadcasts the newest one
-from a rank that has it (hbcore/elastic/state.py).  The rank-local
+construction and by every ``save()``: each variable is read to numpy once
+(that read is the copy: the commit's Snapshot keeps the arrays without a
+second one, hbcore/elastic/snapshot.py); the replicated variables go to
+the per-host store with the ObjectState values, and ``sync()`` broadcasts
+the newest commit from a rank that has it (hbcore/elastic/state.py).  The rank-local
 variables -- sharded embedding tables and their optimizer slots, found
 among the state's variables by hbcore_tf._base.rank_local (v1 tables made
 inside ``hb.scope``, Keras ShardedEmbedding, and the slots an optimizer
@@ -26,8 +28,8 @@ built for the model's trainable variables before a commit of its
 variables is loaded.
 """
 
-import pickle
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import tensorflow as tf
@@ -70,8 +72,8 @@ class _VariablesState(ObjectState):
 
     def __init__(self, bcast_object: Optional[Callable], **kwargs: Any
                  ) -> None:
+        self._saved_local: List[Any] = []
         super().__init__(bcast_object=bcast_object, **kwargs)
-        self._saved_values, self._saved_local = self._split(self._read())
 
     def _variables(self) -> List[Any]:
         raise NotImplementedError()
@@ -80,7 +82,8 @@ class _VariablesState(ObjectState):
         """Creates missing variables before ``count`` values are loaded."""
 
     def _read(self) -> List[np.ndarray]:
-        return [np.array(v.numpy()) for v in self._variables()]
+        # numpy() returns a fresh array of its own (the one copy).
+        return [v.numpy() for v in self._variables()]
 
     def _assign(self, values: List[np.ndarray]) -> None:
         for variable, value in zip(self._variables(), values):
@@ -96,14 +99,20 @@ class _VariablesState(ObjectState):
     def _has_parts(self) -> bool:  # type: ignore[override]
         return any(is_rank_local(v) for v in self._variables())
 
-    def save(self) -> None:
-        """Copies the variables' values and the objects as the commit."""
-        self._saved_values, self._saved_local = self._split(self._read())
-        super().save()
+    def _capture(self, values: Dict[str, Any]
+                 ) -> Tuple[Any, Sequence[Any]]:
+        # The replicated variables join the snapshot, uncopied; the
+        # rank-local ones are this rank's part.
+        replicated, self._saved_local = self._split(self._read())
+        return {"objects": values, "variables": replicated}, replicated
+
+    def _apply(self, value: Any) -> None:
+        super()._apply(value["objects"])
 
     def restore(self) -> None:
         """Sets the variables and objects back to the last commit."""
-        replicated, local = self._saved_values, self._saved_local
+        value = self._saved.value()
+        replicated, local = value["variables"], self._saved_local
         self._prepare(len(replicated) + len(local))
         variables = self._variables()
         mine = [is_rank_local(v) for v in variables]
@@ -118,14 +127,10 @@ class _VariablesState(ObjectState):
         replicated_left, local_left = iter(replicated), iter(local)
         self._assign([next(local_left) if own else next(replicated_left)
                       for own in mine])
-        super().restore()
-
-    def _payload(self) -> bytes:
-        return pickle.dumps((self._saved_values, super()._payload()))
+        self._apply(value)
 
     def _load(self, payload: bytes) -> None:
-        self._saved_values, objects = pickle.loads(payload)
-        super()._load(objects)
+        super()._load(payload)
         if not self._has_parts:
             self.restore()
 
@@ -232,7 +237,7 @@ class TensorFlowState(_VariablesState):
     def _read(self) -> List[np.ndarray]:
         if self.session is None:
             return super()._read()
-        return [np.array(v) for v in self.session.run(self.variables)]
+        return list(self.session.run(self.variables))  # fresh arrays
 
     def _assign(self, values: List[np.ndarray]) -> None:
         if self.session is None:
