@@ -11,11 +11,13 @@ variables, on hbcore's elastic machinery (hbcore/elastic/, docs/elastic.md).
   construction, so every rank builds the same graph).
 
 Both keep a copy of the values (numpy arrays) as the last commit, taken at
-construction and by every ``save()``: each variable is read to numpy once
-(that read is the copy: the commit's Snapshot keeps the arrays without a
-second one, hbcore/elastic/snapshot.py); the replicated variables go to
-the per-host store with the ObjectState values, and ``sync()`` broadcasts
-the newest commit from a rank that has it (hbcore/elastic/state.py).  The rank-local
+construction and by every ``save()``, with one copy per variable: eager,
+the commit's Snapshot copies a read-only view of each variable's read
+tensor into the previous commit's buffers (hbcore/elastic/snapshot.py);
+in a graph, the arrays ``session.run`` returns are the copy, and the
+Snapshot keeps them.  The replicated variables go to the per-host store
+with the ObjectState values, and ``sync()`` broadcasts the newest commit
+from a rank that has it (hbcore/elastic/state.py).  The rank-local
 variables -- sharded embedding tables and their optimizer slots, found
 among the state's variables by hbcore_tf._base.rank_local (v1 tables made
 inside ``hb.scope``, Keras ShardedEmbedding, and the slots an optimizer
@@ -65,6 +67,18 @@ def _num_rows(variable: Any) -> int:
                      % getattr(variable, "name", variable))
 
 
+def _host_view(variable: Any) -> np.ndarray:
+    """A variable's current value, uncopied where TF allows: a read-only
+    view of the tensor that reads it.  The view never changes: TF copies
+    a variable's buffer before an update while a read of it is alive.
+    A tensor that numpy cannot view (not in host memory) is copied."""
+    tensor = tf.convert_to_tensor(variable)
+    try:
+        return np.asarray(memoryview(tensor))
+    except (TypeError, ValueError, BufferError):
+        return tensor.numpy()
+
+
 class _VariablesState(ObjectState):
     """ObjectState plus a list of TF variables copied at each save: the
     replicated ones in the commit's values, the rank-local ones (sharded
@@ -81,9 +95,10 @@ class _VariablesState(ObjectState):
     def _prepare(self, count: int) -> None:
         """Creates missing variables before ``count`` values are loaded."""
 
-    def _read(self) -> List[np.ndarray]:
-        # numpy() returns a fresh array of its own (the one copy).
-        return [v.numpy() for v in self._variables()]
+    def _read(self) -> Tuple[List[np.ndarray], bool]:
+        """The variables' values, and whether the arrays are fresh copies
+        of their own (else read-only views, for the snapshot to copy)."""
+        return [_host_view(v) for v in self._variables()], False
 
     def _assign(self, values: List[np.ndarray]) -> None:
         for variable, value in zip(self._variables(), values):
@@ -103,8 +118,11 @@ class _VariablesState(ObjectState):
                  ) -> Tuple[Any, Sequence[Any]]:
         # The replicated variables join the snapshot, uncopied; the
         # rank-local ones are this rank's part.
-        replicated, self._saved_local = self._split(self._read())
-        return {"objects": values, "variables": replicated}, replicated
+        read, fresh = self._read()
+        replicated, local = self._split(read)
+        self._saved_local = local if fresh else [np.array(x) for x in local]
+        return ({"objects": values, "variables": replicated},
+                replicated if fresh else ())
 
     def _apply(self, value: Any) -> None:
         super()._apply(value["objects"])
@@ -234,10 +252,10 @@ class TensorFlowState(_VariablesState):
     def _variables(self) -> List[Any]:
         return self.variables
 
-    def _read(self) -> List[np.ndarray]:
+    def _read(self) -> Tuple[List[np.ndarray], bool]:
         if self.session is None:
             return super()._read()
-        return list(self.session.run(self.variables))  # fresh arrays
+        return list(self.session.run(self.variables)), True
 
     def _assign(self, values: List[np.ndarray]) -> None:
         if self.session is None:
