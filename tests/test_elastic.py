@@ -451,6 +451,16 @@ def test_store_one_rep_writer_per_host_and_a_pruned_file_is_reused(
     assert second.read("K", 2) == b"0123"
     assert second.read("K", 1, 3, 1) == b"part1"
     assert stores[2].entries("K") == set()  # hB's own directory
+    # A file the first slot has mapped goes, through the second slot's
+    # prune, to the second slot, which writes a shorter part into it;
+    # when it comes back to the first slot, its mapping is still good.
+    first.write("M", 0, [b"x" * 8192])
+    second.prune("M", 1)
+    second.write("M", 1, [b"short"], 3, 1)
+    first.prune("M", 2)
+    first.write("M", 2, [b"y" * 8192])
+    assert second.read("M", 2) == b"y" * 8192
+    assert second.entries("M") == {(2, 0, 0)}
 
 
 def test_hbcore_run_with_min_np_goes_on_after_a_host_is_lost(tmp_path):

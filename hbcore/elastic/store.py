@@ -16,9 +16,9 @@ its own host and, through replicas.py, on a second host.  A file is
 written as ``<file>.tmp<slot>`` and renamed over ``<file>`` (atomic on
 one file system), so a rank killed mid-write leaves no half file.
 
-Only the replicated values' first slot of a host writes the ``rep``
-file (``writes_replicated``): they are the same on every rank, and one
-copy per host is what a lost host needs.  Every rank writes its own part.
+Only the first slot of a host writes its ``rep`` files
+(``writes_replicated``): the replicated values are the same on every
+rank, and one copy per host is what a lost host needs.  Every rank writes its own part.
 
 Prune rule: a commit is removed only when a newer one is whole on every
 live host.  A commit's files are written before its commit() reaches the
@@ -161,6 +161,10 @@ class Store:
         if kept is not None and len(kept[1]) == size:
             os.close(fd)
             fd, mapping = kept
+            # Another slot may have written (and shortened) the file since
+            # (its prune made it that slot's spare): no page of the mapping
+            # may lie past the end of the file.
+            os.ftruncate(fd, size)
         else:
             if kept is not None:
                 self._unmap(kept)
