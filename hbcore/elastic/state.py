@@ -306,6 +306,18 @@ class ObjectState(State):
             setattr(self, name, item)
 
 
+def _copy_into(old: Optional[np.ndarray], block: Any) -> np.ndarray:
+    """A copy of ``block``, in ``old`` when it has the same shape and
+    dtype (a commit's own array, never handed out: fresh pages would cost
+    a page fault per 4 KiB)."""
+    block = np.asarray(block)
+    if (old is None or old.shape != block.shape or old.dtype != block.dtype
+            or not old.flags.writeable):
+        return np.array(block)
+    np.copyto(old, block)
+    return old
+
+
 class RowShardedState(ObjectState):
     """ObjectState plus tables sharded by rows over the ranks (an hbcore
     extension; Horovod's states hold replicated values only).
@@ -345,7 +357,8 @@ class RowShardedState(ObjectState):
 
     def save(self) -> None:
         """Makes the current values and blocks the commit (copied)."""
-        self._saved_shards = {n: np.array(b) for n, b in self.shards.items()}
+        self._saved_shards = {n: _copy_into(self._saved_shards.get(n), b)
+                              for n, b in self.shards.items()}
         super().save()
 
     def restore(self) -> None:
