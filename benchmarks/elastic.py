@@ -12,12 +12,22 @@ fork launcher (one rank per emulated host, each with its own store
 directory), in the numpy front end (no TensorFlow start-up in the
 figures).  Rows:
 
-  commit, dense      an ObjectState holding a 20 MB float32 array:
-                     ms per ``commit()`` (median of the slowest rank per
-                     repetition), and as a share of a step at one commit
-                     per 10 steps; the step is the allreduce of a 20 MB
-                     gradient (what a data-parallel step of that model
-                     communicates).  Target: under 5%.
+  commit, dense      an ObjectState holding the 20 MB float32
+                     parameters of a numpy MLP (1024 -> 2560 -> 1024, no
+                     bias: 5.2M parameters), trained data-parallel at
+                     batch 32 (forward, backward, allreduce of the 20 MB
+                     gradient, SGD) with a commit every 10 steps: ms per
+                     ``commit()`` and per step (medians of the slowest
+                     rank), and the commit's share of a step at one commit
+                     per 10 steps.  Target: under 5%.  Info rows: the
+                     gradient's allreduce alone, and the bound: one
+                     memcpy of the state into a buffer it already has
+                     (what a commit cannot go below; its share says
+                     whether the machine or the code is the limit).
+  commit, TF         the same model in Keras (Dense layers, SGD) trained
+                     with DistributedGradientTape, committed as a
+                     TensorFlowKerasState every 10 steps: ms per commit
+                     and its share of that model's step.
   commit, sharded    a RowShardedState of 8M x 16 float32 rows (512 MB,
                      split over the ranks): ms per ``commit()``, which
                      writes each rank's rows on its host and sends them
@@ -80,16 +90,61 @@ def _median_ms(hvd, fn, reps: int) -> float:
     return 1000.0 * float(np.median(times))
 
 
+# The dense model: x (BATCH x IN) -> relu(x W1) (HIDDEN) -> W2 (IN);
+# 2 * IN * HIDDEN float32 = 20 MB (HIDDEN / --scale in a quick run).
+BATCH, IN, HIDDEN = 32, 1024, 2560
+COMMIT_EVERY = 10
+
+
+def _train_and_commit(hvd, step, commit, reps: int):
+    """Runs ``reps`` rounds of COMMIT_EVERY steps and a commit; returns
+    the median ms of a step and of a commit (slowest rank each)."""
+    steps, commits = [], []
+    for _ in range(reps):
+        for _ in range(COMMIT_EVERY):
+            start = time.perf_counter()
+            step()
+            steps.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        commit()
+        commits.append(time.perf_counter() - start)
+    slowest = hvd.allreduce(np.array([np.median(steps), np.median(commits)]),
+                            op=hvd.Max, name="bench.slowest.train")
+    return 1000.0 * float(slowest[0]), 1000.0 * float(slowest[1])
+
+
+def _mlp_step(hvd, state, x, target, hidden: int):
+    """One data-parallel SGD step of the numpy MLP in ``state.params``."""
+    w1 = state.params[:IN * hidden].reshape(IN, hidden)
+    w2 = state.params[IN * hidden:].reshape(hidden, IN)
+    h = np.maximum(x @ w1, 0)
+    dy = (h @ w2 - target) * (2.0 / target.size)
+    dh = (dy @ w2.T) * (h > 0)
+    grad = np.concatenate([(x.T @ dh).ravel(), (h.T @ dy).ravel()])
+    state.params -= 1e-3 * hvd.allreduce(grad, op=hvd.Average,
+                                         name="bench.mlp.grad")
+
+
 def rank_commit(args) -> None:
     import hbcore as hvd
     hvd.init()
-    floats = DENSE_MB * 2 ** 20 // 4 // args.scale
-    dense = hvd.elastic.ObjectState(weights=np.ones(floats, np.float32))
+    hidden = HIDDEN // args.scale
+    floats = 2 * IN * hidden
+    rng = np.random.default_rng(hvd.rank())
+    x = rng.standard_normal((BATCH, IN), np.float32)
+    target = rng.standard_normal((BATCH, IN), np.float32)
+    dense = hvd.elastic.ObjectState(
+        params=np.full(floats, 0.01, np.float32))
+    train_ms, dense_ms = _train_and_commit(
+        hvd, lambda: _mlp_step(hvd, dense, x, target, hidden), dense.commit,
+        args.reps)
     grad = np.ones(floats, np.float32)
     step_ms = _median_ms(hvd, lambda: hvd.allreduce(grad, op=hvd.Sum,
                                                     name="bench.grad"),
                          args.reps)
-    dense_ms = _median_ms(hvd, dense.commit, args.reps)
+    copy = np.empty_like(dense.params)
+    memcpy_ms = _median_ms(hvd, lambda: np.copyto(copy, dense.params),
+                           args.reps)
     rows = args.rows // args.scale
     sharded = hvd.elastic.RowShardedState(
         {"emb": np.zeros((rows, args.dim), np.float32)})
@@ -97,9 +152,44 @@ def rank_commit(args) -> None:
     if hvd.rank() == 0:
         with open(os.path.join(args.out, "commit.json"), "w") as f:
             json.dump({"step_ms": step_ms, "dense_ms": dense_ms,
+                       "train_ms": train_ms, "memcpy_ms": memcpy_ms,
                        "dense_mb": floats * 4 / 2 ** 20,
                        "sharded_ms": sharded_ms, "rows": rows,
                        "dim": args.dim}, f)
+
+
+def rank_tf_commit(args) -> None:
+    import tensorflow as tf
+    import hbcore_tf as hvd
+    from hbcore_tf._base import compat
+    keras = compat.keras_module()
+    hvd.init()
+    hidden = HIDDEN // args.scale
+    model = keras.Sequential([
+        keras.Input((IN,)),
+        keras.layers.Dense(hidden, activation="relu", use_bias=False),
+        keras.layers.Dense(IN, use_bias=False)])
+    opt = keras.optimizers.SGD(1e-3)
+    rng = np.random.default_rng(hvd.rank())
+    x = tf.constant(rng.standard_normal((BATCH, IN), np.float32))
+    target = tf.constant(rng.standard_normal((BATCH, IN), np.float32))
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - target))
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    step()  # traces, and builds the optimizer before the state reads it
+    state = hvd.elastic.TensorFlowKerasState(model, opt, batch=0)
+    train_ms, commit_ms = _train_and_commit(hvd, step, state.commit,
+                                            args.reps)
+    if hvd.rank() == 0:
+        with open(os.path.join(args.out, "tf_commit.json"), "w") as f:
+            json.dump({"tf_train_ms": train_ms, "tf_commit_ms": commit_ms,
+                       "tf_mb": model.count_params() * 4 / 2 ** 20}, f)
 
 
 def rank_recovery(args) -> None:
@@ -172,6 +262,11 @@ def measure(np_: int, args) -> dict:
             np_, "".join(line for _, line in list(lines.queue)[-40:])))
     with open(os.path.join(out, "commit.json")) as f:
         result = json.load(f)
+    if _job(np_, ["--rank", "tf_commit"] + common, env, lines) != 0:
+        raise SystemExit("the TF commit job at %d ranks failed:\n%s" % (
+            np_, "".join(line for _, line in list(lines.queue)[-40:])))
+    with open(os.path.join(out, "tf_commit.json")) as f:
+        result.update(json.load(f))
     lines = queue.Queue()
     if _job(np_, ["--rank", "recovery"] + common, env, lines) != 0:
         raise SystemExit("the recovery job at %d ranks failed:\n%s" % (
@@ -193,7 +288,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="PATH")
-    parser.add_argument("--rank", choices=["commit", "recovery"],
+    parser.add_argument("--rank", choices=["commit", "tf_commit",
+                                           "recovery"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--scale", type=int, default=1,
@@ -207,6 +303,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.rank == "commit":
         return rank_commit(args)
+    if args.rank == "tf_commit":
+        return rank_tf_commit(args)
     if args.rank == "recovery":
         return rank_recovery(args)
     if args.quick:
@@ -217,15 +315,33 @@ def main() -> None:
              "fork launcher)",
              "%-8s %-38s %12s %12s" % ("ranks", "row", "value", "target")]
     for np_, r in results.items():
-        share = r["dense_ms"] / (10 * r["step_ms"]) * 100
+        def share(ms: float, step_ms: float) -> float:
+            return ms / (COMMIT_EVERY * step_ms) * 100
         lines += [
             "%-8d %-38s %9.1f ms %12s" % (
                 np_, "commit, dense %.0f MB" % r["dense_mb"], r["dense_ms"],
                 ""),
             "%-8d %-38s %10.1f %% %12s" % (
-                np_, "  share of a step (1 per 10 steps)", share, "< 5 %"),
+                np_, "  share of a step (1 per 10 steps)",
+                share(r["dense_ms"], r["train_ms"]), "< 5 %"),
             "%-8d %-38s %9.1f ms %12s" % (
-                np_, "  step: allreduce of the gradient", r["step_ms"], ""),
+                np_, "  step: MLP fwd + bwd + allreduce", r["train_ms"], ""),
+            "%-8d %-38s %9.1f ms %12s" % (
+                np_, "  info: allreduce of the gradient", r["step_ms"], ""),
+            "%-8d %-38s %9.1f ms %12s" % (
+                np_, "  bound: one memcpy of the state", r["memcpy_ms"], ""),
+            "%-8d %-38s %10.1f %% %12s" % (
+                np_, "  bound's share of a step",
+                share(r["memcpy_ms"], r["train_ms"]), ""),
+            "%-8d %-38s %9.1f ms %12s" % (
+                np_, "commit, TF Keras %.0f MB" % r["tf_mb"],
+                r["tf_commit_ms"], ""),
+            "%-8d %-38s %10.1f %% %12s" % (
+                np_, "  share of its step (1 per 10 steps)",
+                share(r["tf_commit_ms"], r["tf_train_ms"]), "< 5 %"),
+            "%-8d %-38s %9.1f ms %12s" % (
+                np_, "  step: Keras fwd + bwd + allreduce",
+                r["tf_train_ms"], ""),
             "%-8d %-38s %9.1f ms %12s" % (
                 np_, "commit, sharded %d x %d rows" % (r["rows"], r["dim"]),
                 r["sharded_ms"], ""),

@@ -11,8 +11,12 @@ variables, on hbcore's elastic machinery (hbcore/elastic/, docs/elastic.md).
   construction, so every rank builds the same graph).
 
 Both keep a copy of the values (numpy arrays) as the last commit, taken at
-construction and by every ``save()``; the replicated variables go to the
-per-host store as one pickle, and ``sync()`` broadcasts the newest one
+construction and by every ``save()``, with one copy per variable: eager,
+the commit's Snapshot copies a read-only view of each variable's read
+tensor into the previous commit's buffers (hbcore/elastic/snapshot.py);
+in a graph, the arrays ``session.run`` returns are the copy, and the
+Snapshot keeps them.  The replicated variables go to the per-host store
+with the ObjectState values, and ``sync()`` broadcasts the newest commit
 from a rank that has it (hbcore/elastic/state.py).  The rank-local
 variables -- sharded embedding tables and their optimizer slots, found
 among the state's variables by hbcore_tf._base.rank_local (v1 tables made
@@ -26,8 +30,8 @@ built for the model's trainable variables before a commit of its
 variables is loaded.
 """
 
-import pickle
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import tensorflow as tf
@@ -63,6 +67,18 @@ def _num_rows(variable: Any) -> int:
                      % getattr(variable, "name", variable))
 
 
+def _host_view(variable: Any) -> np.ndarray:
+    """A variable's current value, uncopied where TF allows: a read-only
+    view of the tensor that reads it.  The view never changes: TF copies
+    a variable's buffer before an update while a read of it is alive.
+    A tensor that numpy cannot view (not in host memory) is copied."""
+    tensor = tf.convert_to_tensor(variable)
+    try:
+        return np.asarray(memoryview(tensor))
+    except (TypeError, ValueError, BufferError):
+        return tensor.numpy()
+
+
 class _VariablesState(ObjectState):
     """ObjectState plus a list of TF variables copied at each save: the
     replicated ones in the commit's values, the rank-local ones (sharded
@@ -70,8 +86,8 @@ class _VariablesState(ObjectState):
 
     def __init__(self, bcast_object: Optional[Callable], **kwargs: Any
                  ) -> None:
+        self._saved_local: List[Any] = []
         super().__init__(bcast_object=bcast_object, **kwargs)
-        self._saved_values, self._saved_local = self._split(self._read())
 
     def _variables(self) -> List[Any]:
         raise NotImplementedError()
@@ -79,8 +95,10 @@ class _VariablesState(ObjectState):
     def _prepare(self, count: int) -> None:
         """Creates missing variables before ``count`` values are loaded."""
 
-    def _read(self) -> List[np.ndarray]:
-        return [np.array(v.numpy()) for v in self._variables()]
+    def _read(self) -> Tuple[List[np.ndarray], bool]:
+        """The variables' values, and whether the arrays are fresh copies
+        of their own (else read-only views, for the snapshot to copy)."""
+        return [_host_view(v) for v in self._variables()], False
 
     def _assign(self, values: List[np.ndarray]) -> None:
         for variable, value in zip(self._variables(), values):
@@ -96,14 +114,23 @@ class _VariablesState(ObjectState):
     def _has_parts(self) -> bool:  # type: ignore[override]
         return any(is_rank_local(v) for v in self._variables())
 
-    def save(self) -> None:
-        """Copies the variables' values and the objects as the commit."""
-        self._saved_values, self._saved_local = self._split(self._read())
-        super().save()
+    def _capture(self, values: Dict[str, Any]
+                 ) -> Tuple[Any, Sequence[Any]]:
+        # The replicated variables join the snapshot, uncopied; the
+        # rank-local ones are this rank's part.
+        read, fresh = self._read()
+        replicated, local = self._split(read)
+        self._saved_local = local if fresh else [np.array(x) for x in local]
+        return ({"objects": values, "variables": replicated},
+                replicated if fresh else ())
+
+    def _apply(self, value: Any) -> None:
+        super()._apply(value["objects"])
 
     def restore(self) -> None:
         """Sets the variables and objects back to the last commit."""
-        replicated, local = self._saved_values, self._saved_local
+        value = self._saved.value()
+        replicated, local = value["variables"], self._saved_local
         self._prepare(len(replicated) + len(local))
         variables = self._variables()
         mine = [is_rank_local(v) for v in variables]
@@ -118,14 +145,10 @@ class _VariablesState(ObjectState):
         replicated_left, local_left = iter(replicated), iter(local)
         self._assign([next(local_left) if own else next(replicated_left)
                       for own in mine])
-        super().restore()
-
-    def _payload(self) -> bytes:
-        return pickle.dumps((self._saved_values, super()._payload()))
+        self._apply(value)
 
     def _load(self, payload: bytes) -> None:
-        self._saved_values, objects = pickle.loads(payload)
-        super()._load(objects)
+        super()._load(payload)
         if not self._has_parts:
             self.restore()
 
@@ -229,10 +252,10 @@ class TensorFlowState(_VariablesState):
     def _variables(self) -> List[Any]:
         return self.variables
 
-    def _read(self) -> List[np.ndarray]:
+    def _read(self) -> Tuple[List[np.ndarray], bool]:
         if self.session is None:
             return super()._read()
-        return [np.array(v) for v in self.session.run(self.variables)]
+        return list(self.session.run(self.variables)), True
 
     def _assign(self, values: List[np.ndarray]) -> None:
         if self.session is None:

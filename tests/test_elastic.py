@@ -104,13 +104,17 @@ def test_kill_9_of_hosts_of_ranks_0_and_1_recovers_from_the_last_commit():
     # with it, then host hA at step 6 (rank 0 wherever hA runs): the
     # sharded table's rows of the lost hosts come from their second
     # copies; blacklisted hosts come back after 1 s and join at a commit.
+    # Then hC's rank dies half way through writing the commit after step
+    # 7 (its replicated values, the host's one writer): the job goes back
+    # to the commit after step 5 and redoes steps 6 and 7 (the replay).
     run = run_ranks(SCRIPT, 3, timeout=180,
-                    env={"HB_TEST_EVENTS": "killhost:hB:3,killhost:hA:6"},
+                    env={"HB_TEST_EVENTS": "killhost:hB:3,killhost:hA:6,"
+                                           "killwrite:hC:7"},
                     hbrun_args=["-H", "hA:1,hB:1,hC:1", FORK, "--min-np",
                                 "1", "--blacklist-cooldown-range", "1",
                                 "1"])
     assert_finished(run)
-    for event in ("killhost_hB_3", "killhost_hA_6"):
+    for event in ("killhost_hB_3", "killhost_hA_6", "killwrite_hC_7"):
         assert os.path.exists(os.path.join(run.out_dir, "done." + event))
     sizes = logged_sizes(run.out_dir)
     assert sizes[0] == 3 and 2 in sizes, sizes
@@ -384,6 +388,79 @@ def test_buddies_are_on_the_next_host_and_parts_reshard_in_id_order():
     assert newest_whole(held, True) == (3, 2)
     assert newest_whole(held, False) == (4, 0)
     assert newest_whole([{(3, 2, 0)}], True) is None
+
+
+def test_a_snapshot_copies_once_into_its_own_buffers_and_reads_back():
+    from hbcore.elastic.snapshot import Snapshot
+
+    def address(buffer):
+        return np.frombuffer(buffer, np.uint8).ctypes.data
+
+    values = {"w": np.arange(6.0), "n": [1, 2]}
+    first = Snapshot.take(values)
+    values["w"] += 1
+    values["n"].append(3)
+    got = first.value()
+    assert got["w"].tolist() == [0, 1, 2, 3, 4, 5] and got["n"] == [1, 2]
+    got["w"][0] = 99  # a fresh copy: the snapshot keeps its values
+    assert first.value()["w"][0] == 0
+    # The next commit of arrays of the same sizes overwrites the buffers.
+    second = Snapshot.take(values, reuse=first)
+    assert address(second.buffers[0]) == address(first.buffers[0])
+    assert second.value()["w"].tolist() == [1, 2, 3, 4, 5, 6]
+    # An owned array is kept, not copied.
+    owned = np.ones(4, np.float32)
+    kept = Snapshot.take({"v": owned}, owned=[owned])
+    assert address(kept.buffers[0]) == owned.ctypes.data
+    data = second.to_bytes()
+    assert data == b"".join(bytes(c) for c in second.chunks())
+    back = Snapshot.from_bytes(data).value()
+    assert back["w"].tolist() == [1, 2, 3, 4, 5, 6] and back["n"] == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"hbcore.elastic: not a commit "
+                       r"snapshot \(starts with b'abcd'\)"):
+        Snapshot.from_bytes(b"abcd" + data[4:])
+    with pytest.raises(ValueError, match="hbcore.elastic: a commit snapshot "
+                       "of %d bytes holds %d" % (len(data) - 1, len(data))):
+        Snapshot.from_bytes(data[:-1])
+
+
+def test_store_one_rep_writer_per_host_and_a_pruned_file_is_reused(
+        tmp_path):
+    from hbcore.elastic.store import Store
+    hosts = [("hA", 2), ("hB", 1)]
+    stores = [Store(str(tmp_path), hosts, r, 3) for r in range(3)]
+    assert [s.writes_replicated for s in stores] == [True, False, True]
+    first, second = stores[0], stores[1]  # both on hA
+    first.write("K", 0, [b"abc", b"def"])
+    first.write("K", 1, [b"xy"])
+    second.write("K", 1, [b"part1"], 3, 1)
+    assert second.entries("K") == {(0, 0, 0), (1, 0, 0), (1, 3, 1)}
+    assert second.read("K", 0) == b"abcdef"
+    rep0 = os.stat(os.path.join(str(tmp_path), "hA", "K.0.rep")).st_ino
+    # A half-written file of a killed writer is no entry.
+    with open(os.path.join(str(tmp_path), "hA", "K.2.rep.tmp0"), "wb") as f:
+        f.write(b"ab")
+    first.prune("K", 1)
+    assert first.entries("K") == {(1, 0, 0), (1, 3, 1)}
+    # Commit 0's file is the next write's, overwritten in place.
+    first.write("K", 2, [b"0123456789"])
+    path = os.path.join(str(tmp_path), "hA", "K.2.rep")
+    assert os.stat(path).st_ino == rep0
+    assert second.read("K", 2) == b"0123456789"
+    first.write("K", 2, [b"0123"])  # a smaller commit: no stale tail
+    assert second.read("K", 2) == b"0123"
+    assert second.read("K", 1, 3, 1) == b"part1"
+    assert stores[2].entries("K") == set()  # hB's own directory
+    # A file the first slot has mapped goes, through the second slot's
+    # prune, to the second slot, which writes a shorter part into it;
+    # when it comes back to the first slot, its mapping is still good.
+    first.write("M", 0, [b"x" * 8192])
+    second.prune("M", 1)
+    second.write("M", 1, [b"short"], 3, 1)
+    first.prune("M", 2)
+    first.write("M", 2, [b"y" * 8192])
+    assert second.read("M", 2) == b"y" * 8192
+    assert second.entries("M") == {(2, 0, 0)}
 
 
 def test_hbcore_run_with_min_np_goes_on_after_a_host_is_lost(tmp_path):

@@ -9,7 +9,8 @@
 
 Launched with ``hbrun --min-np/--max-np/--host-discovery-script``, a job
 that loses a rank or gains hosts goes on from its last commit
-(docs/elastic.md).  Modules: store (the per-host commit store), replicas
+(docs/elastic.md).  Modules: snapshot (a commit's one-copy image of the
+values), store (the per-host commit store), replicas
 (each rank's part also on a second host), reshard (row-sharded tables at
 a new world size), state (State, ObjectState, RowShardedState and their
 protocol), run (the retry loop).

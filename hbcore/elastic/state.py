@@ -5,17 +5,23 @@ same order and calls commit / check_host_updates / sync at the same
 points of its program (each holds one collective).
 
 - ``commit()``: ``save()``, then ``check_host_updates()``.
-- ``save()``: the state's replicated values (pickled) go to this host's
-  store under the next commit number; a state with per-rank parts
-  (sharded rows: ``_part_payload``) also writes its part there and sends
-  it to its buddy on another host (replicas.py), which writes it to its
-  own host's store.  Then commits older than the previous one are removed
-  from this host (store.py says why the previous one is still whole).
-- ``check_host_updates()``: rank 0 asks the driver for the host-change
-  notice (hbcore/launcher/elastic_notice.py); the answer is all-gathered,
-  so every rank raises HostsUpdatedInterrupt from the same call.  The
-  all-gather also means no rank leaves a commit before every rank has
-  written its files of it.
+- ``save()``: a Snapshot of the state's replicated values (snapshot.py:
+  one memcpy per array, into the previous commit's buffers) is the
+  in-memory commit; in an elastic job it goes to this host's store under
+  the next commit number, written by the host's first slot only (the
+  values are alike on every rank).  A state with per-rank parts (sharded
+  rows: ``_part_payload``) also writes its part there and sends it to its
+  buddy on another host (replicas.py), which writes it to its own host's
+  store.  The writes are done when save() returns (store.py says why not
+  in the background).
+- ``check_host_updates()``: the agreement, one allreduce (Max) of two
+  int64: whether rank 0 saw the host-change notice (a non-blocking poll
+  of its connection to the driver: hbcore/launcher/elastic_notice.py),
+  and minus this rank's last commit.  Every rank raises
+  HostsUpdatedInterrupt from the same call.  Every rank enters it after
+  writing its files, so when it returns, the smallest last commit of the
+  ranks (the second value) is whole on every host, and this host's older
+  commits are removed (store.py's prune rule).
 - ``sync()``: 1. every rank lists the files its host holds; 2. the lists
   are all-gathered; 3. the newest commit that is whole among the live
   hosts is chosen (its replicated values somewhere and, for a state with
@@ -34,7 +40,6 @@ Horovod's, in memory only.
 """
 
 import os
-import pickle
 from typing import (Any, Callable, Dict, Iterable, List, Optional, Sequence,
                     Set, Tuple)
 
@@ -42,7 +47,9 @@ import numpy as np
 
 from hbcore.basics import rank as hb_rank
 from hbcore.basics import size as hb_size
+from hbcore import ops
 from hbcore.elastic import replicas, reshard
+from hbcore.elastic.snapshot import Snapshot
 from hbcore.elastic.store import Entry, Store
 from hbcore.exceptions import HostsUpdatedInterrupt
 from hbcore.launcher import elastic_notice
@@ -119,7 +126,12 @@ class State:
         address = os.environ.get(elastic_notice.NOTICE_VAR)
         seen = bool(address) and self._rank() == 0 and (
             elastic_notice.hosts_updated(address, store.generation))
-        if any(allgather_object(seen, name="elastic.hosts_updated")):
+        agreed = ops.allreduce(np.array([int(seen), -self._commit],
+                                        np.int64),
+                               op=ops.Max, name="elastic.agree." + self._key)
+        # -agreed[1]: the oldest last commit of any rank, whole everywhere.
+        store.prune(self._key, -int(agreed[1]))
+        if agreed[0]:
             raise HostsUpdatedInterrupt(False)
 
     def save(self) -> None:
@@ -129,18 +141,20 @@ class State:
         if store is not None:
             self._write(store, self._payload(), self._part_payload())
 
-    def _write(self, store: Store, payload: bytes,
+    def _write(self, store: Store, payload: Sequence[Any],
                part: Optional[bytes]) -> None:
-        """Writes commit ``self._commit`` (module comment, ``save``)."""
+        """Writes commit ``self._commit`` (module comment, ``save``);
+        ``payload``: the replicated values' bytes, in chunks.  Nothing is
+        removed here: only an agreement proves a newer commit whole."""
         key, commit = self._key, self._commit
-        store.write(key, commit, payload)
+        if store.writes_replicated:
+            store.write(key, commit, payload)
         if part is not None:
             rank, size = self._rank(), hb_size()
-            store.write(key, commit, part, size, rank)
+            store.write(key, commit, [part], size, rank)
             for sender, data in replicas.exchange(
                     part, store.hosts, rank, name="elastic.replica." + key):
-                store.write(key, commit, data, size, sender)
-        store.prune(key, commit - 1)
+                store.write(key, commit, [data], size, sender)
 
     def sync(self) -> None:
         """Brings every rank to the newest commit (module comment)."""
@@ -156,12 +170,14 @@ class State:
                 "held it was lost" % (self._key, len(everyone), sorted(
                     {entry[0] for files in everyone for entry in files})))
         if chosen is None:
-            self._load(self._bcast(self._payload(), 0))
+            payload = (b"".join(self._payload()) if self._rank() == 0
+                       else None)
+            self._load(self._bcast(payload, 0))
             return
         commit, parts = chosen
         rank = self._rank()
 
-        def from_holder(entry: Entry) -> bytes:
+        def from_holder(entry: Entry) -> Any:
             holder = min(r for r, files in enumerate(everyone)
                          if entry in files)
             mine = store.read(self._key, *entry) if rank == holder else None
@@ -187,8 +203,8 @@ class State:
     def reset(self) -> None:
         """Rebuilds what depends on the world after a reset (before sync)."""
 
-    def _payload(self) -> bytes:
-        """The committed replicated state as bytes."""
+    def _payload(self) -> Sequence[Any]:
+        """The committed replicated state as bytes, in chunks."""
         raise NotImplementedError()
 
     # Whether the state has per-rank parts (subclasses with sharded rows).
@@ -203,7 +219,8 @@ class State:
         in rank order) this rank's committed and current part."""
 
     def _load(self, payload: bytes) -> None:
-        """Makes ``payload`` the committed and current state."""
+        """Makes ``payload`` (the chunks of a ``_payload``, joined) the
+        committed and current state."""
         raise NotImplementedError()
 
 
@@ -245,40 +262,60 @@ class ObjectState(State):
     def __init__(self, bcast_object: Optional[Callable] = None,
                  get_rank: Optional[Callable[[], int]] = None,
                  **kwargs: Any) -> None:
-        # The commit is kept pickled: one pickle per save is both the copy
-        # (later in-place changes of an attribute never reach it) and the
-        # store's payload.
+        # The commit is a Snapshot (snapshot.py): its one memcpy per array
+        # is both the copy (later in-place changes of an attribute never
+        # reach it) and the store's payload.
         self._names = list(kwargs)
-        self._saved_bytes = _pickle(dict(kwargs))
+        self._saved = Snapshot.take(*self._capture(dict(kwargs)))
         self._set_attrs()
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
+    def _capture(self, values: Dict[str, Any]
+                 ) -> Tuple[Any, Sequence[Any]]:
+        """What a commit snapshots, given the attribute values, and the
+        arrays in it that the snapshot may keep uncopied (a subclass adds
+        to the value; ``_apply`` takes it back)."""
+        return values, ()
+
     def save(self) -> None:
         """Makes the current attribute values the commit (copied)."""
-        self._saved_bytes = _pickle({name: getattr(self, name)
-                                     for name in self._names})
+        value, owned = self._capture({name: getattr(self, name)
+                                      for name in self._names})
+        self._saved = Snapshot.take(value, owned=owned, reuse=self._saved)
         super().save()
 
     def restore(self) -> None:
         """Sets the attributes back to the last commit."""
         self._set_attrs()
 
-    def _payload(self) -> bytes:
-        return self._saved_bytes
+    def _payload(self) -> Sequence[Any]:
+        return self._saved.chunks()
 
     def _load(self, payload: bytes) -> None:
-        self._saved_bytes = payload
+        self._saved = Snapshot.from_bytes(payload)
         self._set_attrs()
 
     def _set_attrs(self) -> None:
         # Fresh copies each time, so changing an attribute in place (a
         # list, an array) never changes the commit.
-        for name, value in pickle.loads(self._saved_bytes).items():
-            setattr(self, name, value)
+        self._apply(self._saved.value())
+
+    def _apply(self, value: Any) -> None:
+        """Makes a copy of the committed value the current one."""
+        for name, item in value.items():
+            setattr(self, name, item)
 
 
-def _pickle(values: Dict[str, Any]) -> bytes:
-    return pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+def _copy_into(old: Optional[np.ndarray], block: Any) -> np.ndarray:
+    """A copy of ``block``, in ``old`` when it has the same shape and
+    dtype (a commit's own array, never handed out: fresh pages would cost
+    a page fault per 4 KiB)."""
+    block = np.asarray(block)
+    if (old is None or old.shape != block.shape or old.dtype != block.dtype
+            or not old.flags.writeable):
+        return np.array(block)
+    np.copyto(old, block)
+    return old
 
 
 class RowShardedState(ObjectState):
@@ -320,7 +357,8 @@ class RowShardedState(ObjectState):
 
     def save(self) -> None:
         """Makes the current values and blocks the commit (copied)."""
-        self._saved_shards = {n: np.array(b) for n, b in self.shards.items()}
+        self._saved_shards = {n: _copy_into(self._saved_shards.get(n), b)
+                              for n, b in self.shards.items()}
         super().save()
 
     def restore(self) -> None:

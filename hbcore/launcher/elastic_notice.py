@@ -12,7 +12,7 @@ A rank connects once per process and sends its generation as one line
 the host change of generation g (at once if it was posted before), and
 closes.  A rank polls its connection without blocking (``select`` with
 timeout 0), so a check costs microseconds and the driver never has to
-find the ranks.  Only rank 0 asks: every commit all-gathers its answer
+find the ranks.  Only rank 0 asks: every commit allreduces its answer
 (hbcore/elastic/state.py).
 """
 

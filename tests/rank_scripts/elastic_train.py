@@ -18,6 +18,10 @@ file in $HB_TEST_OUT records it):
                      it SIGKILLs every rank of HOST (itself last) and
                      removes HOST's store directory (its shared memory)
     exit0:HOST:STEP  that rank exits 0 there (a worker that ends early)
+    killwrite:HOST:STEP  the rank on HOST SIGKILLs itself in the middle of
+                     the commit after step STEP: half of its first store
+                     file of that commit written (a .tmp file left), the
+                     rest of the commit not
     add:HOST:STEP    in a world without HOST, rank 0 adds HOST:1 to
                      $HB_TEST_HOSTS_FILE after step STEP, and every rank
                      commits and waits until the driver's host change
@@ -384,6 +388,25 @@ def before_step(events: list, host: str, s: int) -> None:
             os._exit(0)
 
 
+def arm_kill_in_write(events: list, host: str, s: int) -> None:
+    """The killwrite event of the commit after step ``s`` on ``host``: the
+    next Store.write of this rank writes half its bytes to its temporary
+    file and SIGKILLs the rank."""
+    from hbcore.elastic.store import Store
+    for kind, where, at in events:
+        if (kind, where, int(at)) == ("killwrite", host, s) and once(
+                "%s:%s:%s" % (kind, where, at)):
+            def write_half_and_die(store, key, commit, chunks, parts=0,
+                                   part=0):
+                data = b"".join(bytes(c) for c in chunks)
+                path = os.path.join(store._dir, store._name(
+                    key, commit, parts, part)) + ".tmp%d" % store._slot
+                with open(path, "wb") as f:
+                    f.write(data[:len(data) // 2])
+                os.kill(os.getpid(), signal.SIGKILL)
+            Store.write = write_half_and_die
+
+
 def log_step(s: int) -> None:
     with open(os.path.join(OUT_DIR, "steps.log"), "a") as f:
         f.write("%s %d %d\n" % (os.environ["HB_ELASTIC_GENERATION"],
@@ -403,6 +426,7 @@ def train_loop(trainer, state, events: list, host: str) -> None:
         log_step(s)
         if s % 2 == 1:
             state.step = s + 1
+            arm_kill_in_write(events, host, s)
             state.commit()
             after_commit()
         for kind, where, at in events:
