@@ -63,13 +63,13 @@ def test_host_names_and_command():
 def test_table_rows():
     assert bench.table_lines({2: {}}, "no Horovod here") == [
         "Horovod + Gloo elastic: not measured (no Horovod here)"]
-    hbcore = {2: {"dense_ms": 30.0, "recovery_s": 6.0}}
+    hbcore = {2: {"dense_ms": 30.0, "tf_commit_ms": 8.0, "recovery_s": 6.0}}
     horovod = {2: {"step_ms": 50.0, "object_ms": 0.5, "variable_ms": 2.0,
                    "recovery_s": 3.0, "reform_s": 1.0, "sync_s": 0.5}}
     lines = bench.table_lines(hbcore, horovod)
     text = "\n".join(lines)
     assert "0.10 %" in text          # 0.5 / (10 * 50)
-    assert "60.0 x" in text and "15.0 x" in text  # 30 / 0.5, 30 / 2
+    assert "60.0 x" in text and "4.0 x" in text  # 30 / 0.5, 8 / 2
     assert "2.0 x" in text           # recovery 6 / 3
     detection = [line for line in lines if "detection" in line]
     assert detection and detection[0].split()[-2:] == ["not", "seen"]
