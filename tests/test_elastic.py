@@ -258,9 +258,17 @@ def test_discovery_adds_and_removes_hosts_and_an_early_exit_0_goes_on(
      "(--elastic-timeout): usable hosts hA:1\n"),
     (["-H", "hA:1,hB:1", "--min-np", "1", "--reset-limit", "0"], {},
      "hbrun: elastic job failed: reset limit 0 (--reset-limit) reached\n"),
+    # hB dies in generation 0, hA (alone) in generation 1: no host is left
+    # and none comes back (no cool-down, no discovery script).
+    (["-H", "hA:1,hB:1", "--min-np", "1"],
+     {"HB_TEST_EVENTS": "kill:hB:1,kill:hA:2"},
+     "hbrun: elastic job failed: every host is blacklisted (hA, hB)\n"
+     "hbrun: failures:\n  generation 0: rank 1 on host hB killed by "
+     "signal SIGKILL (9)\n  generation 1: rank 0 on host hA killed by "
+     "signal SIGKILL (9)\n"),
 ])
 def test_limits_end_the_job_and_list_the_failures(flags, env, message):
-    env = dict(env, HB_TEST_EVENTS="kill:hB:1")
+    env = dict({"HB_TEST_EVENTS": "kill:hB:1"}, **env)
     run = run_ranks(SCRIPT, 2, timeout=120, env=env,
                     hbrun_args=flags + [FORK])
     assert run.returncode == 1 and not run.timed_out, run.describe()
