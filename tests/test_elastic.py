@@ -9,6 +9,8 @@ the last generation that ran each one (from its log).
 import importlib.util
 import json
 import os
+import select
+import socket
 import stat
 import subprocess
 import sys
@@ -365,6 +367,39 @@ def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
     hosts.blacklist.add("hA")
     assert hosts.usable([Host("hA", 1), Host("hB", 2), Host("hC", 3)]) == [
         Host("hB", 1), Host("hC", 3)]
+
+
+def test_host_change_notice_answers_only_its_own_jobs_ranks():
+    from hbcore.launcher import elastic_notice as notice
+    server = notice.NoticeServer()
+
+    def wait_for_answer(generation):
+        # The rank's poll never blocks; wait until its connection has the
+        # driver's answer, then poll.
+        conn = notice._CONNECTIONS[(server.address, generation)]
+        assert select.select([conn], [], [], 20)[0], "no answer in 20 s"
+
+    try:
+        assert not notice.hosts_updated(server.address, 5, server.key)
+        server.post(5)
+        wait_for_answer(5)
+        assert notice.hosts_updated(server.address, 5, server.key)
+        # A peer without the job's key is refused, by type and message.
+        with pytest.raises(OSError, match="refused this rank's proof of "
+                           "HB_ELASTIC_NOTICE_KEY"):
+            # The refusal may already be there at the first poll.
+            if not notice.hosts_updated(server.address, 6, "00" * 32):
+                wait_for_answer(6)
+                notice.hosts_updated(server.address, 6, "00" * 32)
+        # A raw client that sends its generation but no proof gets nothing
+        # of the job, even for a posted generation.
+        host, _, port = server.address.rpartition(":")
+        with socket.create_connection((host, int(port)), timeout=20) as raw:
+            raw.makefile("r").readline()
+            raw.sendall(b"5\n")
+            assert raw.recv(1) == notice.REFUSED
+    finally:
+        server.close()
 
 
 def test_buddies_are_on_the_next_host_and_parts_reshard_in_id_order():

@@ -125,7 +125,9 @@ class State:
             return
         address = os.environ.get(elastic_notice.NOTICE_VAR)
         seen = bool(address) and self._rank() == 0 and (
-            elastic_notice.hosts_updated(address, store.generation))
+            elastic_notice.hosts_updated(
+                address, store.generation,
+                os.environ.get(elastic_notice.KEY_VAR, "")))
         agreed = ops.allreduce(np.array([int(seen), -self._commit],
                                         np.int64),
                                op=ops.Max, name="elastic.agree." + self._key)

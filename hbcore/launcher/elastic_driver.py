@@ -57,7 +57,7 @@ from hbcore.launcher.discovery import Blacklist, run_discovery_script
 from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
                                               REFORM_EXIT_CODE, STORE_VAR,
                                               host_of_rank)
-from hbcore.launcher.elastic_notice import NOTICE_VAR, NoticeServer
+from hbcore.launcher.elastic_notice import KEY_VAR, NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
 from hbcore.launcher.rank_wrapper import RankStatus
@@ -272,7 +272,8 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
             rank_env = dict(env)
             rank_env.update({GENERATION_VAR: str(generation),
                              HOSTS_VAR: hydra_hosts_arg(hosts),
-                             STORE_VAR: store, NOTICE_VAR: notice.address})
+                             STORE_VAR: store, NOTICE_VAR: notice.address,
+                             KEY_VAR: notice.key})
             events: "queue.Queue" = queue.Queue()
             seen: List[RankStatus] = []
             poller = _Poller(hosts_state, hosts, notice, generation, events)

@@ -3,33 +3,54 @@ whatever host they run.
 
 A file would reach only the ranks on the launch host, so the driver
 serves the notice over TCP (the ranks can reach the launch host: hydra's
-proxies connect back to it too).  Standard library only: both sides
-import it.
+proxies connect back to it too).  Both sides import it.
 
-Protocol: the driver listens on ``HB_ELASTIC_NOTICE`` (``host:port``).
-A rank connects once per process and sends its generation as one line
-``<g>\\n``; the driver answers with the single byte ``1`` when it posts
-the host change of generation g (at once if it was posted before), and
-closes.  A rank polls its connection without blocking (``select`` with
-timeout 0), so a check costs microseconds and the driver never has to
-find the ranks.  Only rank 0 asks: every commit allreduces its answer
+Protocol: the driver listens on ``HB_ELASTIC_NOTICE`` (``host:port``)
+and answers only its own job's ranks: it draws a secret per job and
+gives it to the ranks in ``HB_ELASTIC_NOTICE_KEY`` (hex).  A rank
+connects once per process; the driver sends a fresh nonce as one line
+``<nonce>\\n``; the rank answers ``<g> <proof>\\n``, its generation and
+the rendezvous proof of the secret over the nonce and
+``elastic-notice/<g>`` (rendezvous.proof: an HMAC, so the secret never
+travels).  A wrong proof is answered with the byte ``x`` and the
+connection closed (no answer within CONNECT_TIMEOUT_S: closed
+unanswered); otherwise the driver answers with the byte ``1`` when it
+posts the host change of generation g (at once if it was posted
+before), and closes.  The driver only ever sends those bytes: nothing a
+peer sends is run or changes the job.  A rank polls its connection
+without blocking (``select`` with timeout 0), so a check costs
+microseconds and the driver never has to find the ranks.  Only rank 0 asks: every commit allreduces its answer
 (hbcore/elastic/state.py).
 """
 
+import hmac
+import os
 import select
 import socket
 import threading
 from typing import Dict, Optional, Set
 
+from hbcore.launcher.rendezvous import proof
+
 NOTICE_VAR = "HB_ELASTIC_NOTICE"
+KEY_VAR = "HB_ELASTIC_NOTICE_KEY"
+# The driver's answers: the host change is posted; the proof was wrong.
+POSTED, REFUSED = b"1", b"x"
 # How long a rank waits to connect to the driver.
 CONNECT_TIMEOUT_S = 30.0
 
 
 class NoticeServer:
-    """The driver's side: posts host changes per generation."""
+    """The driver's side: posts host changes per generation.
+
+    Attributes:
+        address: ``host:port`` for NOTICE_VAR.
+        key: The job's secret, hex, for KEY_VAR.
+    """
 
     def __init__(self) -> None:
+        self._secret = os.urandom(32)
+        self.key = self._secret.hex()
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("", 0))
@@ -65,10 +86,21 @@ class NoticeServer:
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
+            nonce = os.urandom(16).hex()
             try:
                 conn.settimeout(CONNECT_TIMEOUT_S)
-                generation = int(conn.makefile("r").readline())
+                conn.sendall(b"%s\n" % nonce.encode())
+                text, _, given = conn.makefile(
+                    "r", errors="replace").readline(256).partition(" ")
+                generation = int(text)
             except (OSError, ValueError):
+                return
+            if not hmac.compare_digest(given.strip(), _proof(
+                    self._secret, nonce, generation)):
+                try:
+                    conn.sendall(REFUSED)  # not this job's rank
+                except OSError:
+                    pass
                 return
             with self._changed:
                 self._changed.wait_for(
@@ -76,43 +108,58 @@ class NoticeServer:
                 posted = generation in self._posted
             if posted:
                 try:
-                    conn.sendall(b"1")
+                    conn.sendall(POSTED)
                 except OSError:
                     pass
 
 
-# The rank's connection per (address, generation); True once answered.
+def _proof(secret: bytes, nonce: str, generation: int) -> str:
+    return proof(secret, nonce, "elastic-notice/%d" % generation)
+
+
+# The rank's connection per (address, generation); once it is closed, the
+# answer (True: posted).
 _CONNECTIONS: Dict[tuple, object] = {}
 
 
-def hosts_updated(address: str, generation: int) -> bool:
+def hosts_updated(address: str, generation: int, key: str) -> bool:
     """The rank's side: whether the driver posted this generation's host
     change (see the module comment).
 
     Args:
         address: ``HB_ELASTIC_NOTICE``.
         generation: This process's generation.
+        key: ``HB_ELASTIC_NOTICE_KEY``.
 
     Returns:
         True once the change is posted.
 
     Raises:
-        OSError: If the driver cannot be reached.
+        OSError: If the driver cannot be reached or closed the connection
+            unanswered (a wrong key).
     """
-    key = (address, generation)
-    conn: Optional[object] = _CONNECTIONS.get(key)
-    if conn is True:
-        return True
+    where = (address, generation)
+    conn: Optional[object] = _CONNECTIONS.get(where)
+    if isinstance(conn, bool):
+        return conn
     if conn is None:
         host, _, port = address.rpartition(":")
         conn = socket.create_connection((host, int(port)),
                                         timeout=CONNECT_TIMEOUT_S)
-        conn.sendall(b"%d\n" % generation)
-        _CONNECTIONS[key] = conn
+        nonce = conn.makefile("r").readline().strip()
+        conn.sendall(b"%d %s\n" % (generation, _proof(
+            bytes.fromhex(key), nonce, generation).encode()))
+        _CONNECTIONS[where] = conn
     assert isinstance(conn, socket.socket)
     readable, _, _ = select.select([conn], [], [], 0)
-    if readable and conn.recv(1) == b"1":
-        conn.close()
-        _CONNECTIONS[key] = True
-        return True
-    return False
+    if not readable:
+        return False
+    answer = conn.recv(1)
+    conn.close()
+    if answer == REFUSED:
+        del _CONNECTIONS[where]
+        raise OSError("hbcore.elastic: the driver at %s refused this rank's "
+                      "proof of %s" % (address, KEY_VAR))
+    # b"": the driver closed at the job's end, no change will come.
+    _CONNECTIONS[where] = answer == POSTED
+    return answer == POSTED
