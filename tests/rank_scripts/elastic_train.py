@@ -461,6 +461,9 @@ def job(mode: str = "numpy") -> dict:
               os.environ.get("HB_TEST_EVENTS", "").split(",") if e]
     with open(pid_path(hvd.rank()), "w") as f:
         f.write(str(os.getpid()))
+    # The job's store, for the test to check that hbrun removed it.
+    with open(os.path.join(OUT_DIR, "store.path"), "w") as f:
+        f.write(os.environ["HB_ELASTIC_STORE"])
     state = trainer.state
     resets = []  # the reset callbacks' calls in this process
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
