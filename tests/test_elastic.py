@@ -253,6 +253,15 @@ def test_discovery_adds_and_removes_hosts_and_an_early_exit_0_goes_on(
     for line in ("generation 1 on hA:1,hB:1,hC:1\n",
                  "generation 2 on hA:1,hC:1\n", "generation 3 on hA:1\n"):
         assert "hbrun: elastic " + line in run.stderr, run.describe()
+    # HostsUpdatedInterrupt.skip_sync as Horovod's: False where hC joined,
+    # True where hB only left; the same on every rank.
+    flags = {}
+    for name in os.listdir(run.out_dir):
+        if name.startswith("skip_sync."):
+            with open(os.path.join(run.out_dir, name)) as f:
+                flags[tuple(map(int, name.split(".")[1:]))] = f.read()
+    assert flags == {(0, 0): "False", (0, 1): "False", (1, 0): "True",
+                     (1, 1): "True", (1, 2): "True"}, flags
 
 
 @pytest.mark.parametrize("flags, env, message", [
@@ -381,10 +390,22 @@ def test_host_change_notice_answers_only_its_own_jobs_ranks():
         assert select.select([conn], [], [], 20)[0], "no answer in 20 s"
 
     try:
-        assert not notice.hosts_updated(server.address, 5, server.key)
+        assert notice.hosts_updated(server.address, 5, server.key) == (
+            notice.NO_CHANGE)
         server.post(5)
         wait_for_answer(5)
-        assert notice.hosts_updated(server.address, 5, server.key)
+        assert notice.hosts_updated(server.address, 5, server.key) == (
+            notice.ADDED)
+        # Only removals: Horovod's skip_sync case; a later addition in the
+        # same generation makes it a change that added hosts.
+        server.post(7, removed_only=True)
+        server.post(8, removed_only=True)
+        server.post(8, removed_only=False)
+        for generation, kind in ((7, notice.REMOVED), (8, notice.ADDED)):
+            notice.hosts_updated(server.address, generation, server.key)
+            wait_for_answer(generation)
+            assert notice.hosts_updated(server.address, generation,
+                                        server.key) == kind
         # A peer without the job's key is refused, by type and message.
         with pytest.raises(OSError, match="refused this rank's proof of "
                            "HB_ELASTIC_NOTICE_KEY"):
@@ -401,6 +422,16 @@ def test_host_change_notice_answers_only_its_own_jobs_ranks():
             assert raw.recv(1) == notice.REFUSED
     finally:
         server.close()
+
+
+def test_a_change_that_only_removes_hosts_or_slots_skips_sync():
+    from hbcore.launcher.elastic_driver import removed_only
+    from hbcore.launcher.hosts import Host
+    current = [Host("hA", 2), Host("hB", 1)]
+    assert removed_only(current, [Host("hA", 2)])
+    assert removed_only(current, [Host("hA", 1), Host("hB", 1)])
+    assert not removed_only(current, [Host("hA", 2), Host("hC", 1)])
+    assert not removed_only(current, [Host("hA", 3)])
 
 
 def test_buddies_are_on_the_next_host_and_parts_reshard_in_id_order():

@@ -15,10 +15,11 @@ points of its program (each holds one collective).
   store.  The writes are done when save() returns (store.py says why not
   in the background).
 - ``check_host_updates()``: the agreement, one allreduce (Max) of two
-  int64: whether rank 0 saw the host-change notice (a non-blocking poll
-  of its connection to the driver: hbcore/launcher/elastic_notice.py),
-  and minus this rank's last commit.  Every rank raises
-  HostsUpdatedInterrupt from the same call.  Every rank enters it after
+  int64: what rank 0 learnt of host changes (0 nothing, 1 hosts added,
+  2 hosts only removed; a non-blocking poll of its connection to the
+  driver: hbcore/launcher/elastic_notice.py; the other ranks give 0), and
+  minus this rank's last commit.  Every rank raises
+  HostsUpdatedInterrupt from the same call, ``skip_sync`` True for 2.  Every rank enters it after
   writing its files, so when it returns, the smallest last commit of the
   ranks (the second value) is whole on every host, and this host's older
   commits are removed (store.py's prune rule).
@@ -118,23 +119,27 @@ class State:
         host change (see the module comment).
 
         Raises:
-            HostsUpdatedInterrupt: With ``skip_sync=False``.
+            HostsUpdatedInterrupt: ``skip_sync`` True when hosts were
+                only removed, as Horovod's (the next world, of new
+                processes, synchronises all the same).
         """
         store = self._elastic_store()
         if store is None:
             return
         address = os.environ.get(elastic_notice.NOTICE_VAR)
-        seen = bool(address) and self._rank() == 0 and (
-            elastic_notice.hosts_updated(
+        seen = elastic_notice.NO_CHANGE
+        if address and self._rank() == 0:
+            seen = elastic_notice.hosts_updated(
                 address, store.generation,
-                os.environ.get(elastic_notice.KEY_VAR, "")))
-        agreed = ops.allreduce(np.array([int(seen), -self._commit],
+                os.environ.get(elastic_notice.KEY_VAR, ""))
+        agreed = ops.allreduce(np.array([seen, -self._commit],
                                         np.int64),
                                op=ops.Max, name="elastic.agree." + self._key)
         # -agreed[1]: the oldest last commit of any rank, whole everywhere.
         store.prune(self._key, -int(agreed[1]))
         if agreed[0]:
-            raise HostsUpdatedInterrupt(False)
+            raise HostsUpdatedInterrupt(
+                int(agreed[0]) == elastic_notice.REMOVED)
 
     def save(self) -> None:
         """Saves the state as the new commit."""

@@ -199,7 +199,15 @@ class _Poller(threading.Thread):
                 self._events.put(("abort", self.error))
                 return
             if usable != self._current:
-                self._notice.post(self._generation)
+                self._notice.post(self._generation,
+                                  removed_only(self._current, usable))
+
+
+def removed_only(current: List[Host], usable: List[Host]) -> bool:
+    """Whether going from ``current`` to ``usable`` only takes hosts or
+    slots away (Horovod's HostsUpdatedInterrupt.skip_sync)."""
+    had = {h.name: h.slots for h in current}
+    return all(h.slots <= had.get(h.name, 0) for h in usable)
 
 
 def _store_root() -> str:

@@ -14,9 +14,9 @@ the rendezvous proof of the secret over the nonce and
 ``elastic-notice/<g>`` (rendezvous.proof: an HMAC, so the secret never
 travels).  A wrong proof is answered with the byte ``x`` and the
 connection closed (no answer within CONNECT_TIMEOUT_S: closed
-unanswered); otherwise the driver answers with the byte ``1`` when it
-posts the host change of generation g (at once if it was posted
-before), and closes.  The driver only ever sends those bytes: nothing a
+unanswered); otherwise the driver answers when it posts the host change
+of generation g (at once if it was posted before), with the byte ``r``
+when hosts were only removed, else ``1``, and closes.  The driver only ever sends those bytes: nothing a
 peer sends is run or changes the job.  A rank polls its connection
 without blocking (``select`` with timeout 0), so a check costs
 microseconds and the driver never has to find the ranks.  Only rank 0 asks: every commit allreduces its answer
@@ -28,14 +28,19 @@ import os
 import select
 import socket
 import threading
-from typing import Dict, Optional, Set
+from typing import Dict, Optional
 
 from hbcore.launcher.rendezvous import proof
 
 NOTICE_VAR = "HB_ELASTIC_NOTICE"
 KEY_VAR = "HB_ELASTIC_NOTICE_KEY"
-# The driver's answers: the host change is posted; the proof was wrong.
-POSTED, REFUSED = b"1", b"x"
+# What a rank learns (hosts_updated): no change yet; hosts were added (or
+# added and removed); hosts were only removed (Horovod's skip_sync case).
+NO_CHANGE, ADDED, REMOVED = 0, 1, 2
+# The driver's answers: the change posted (ADDED, REMOVED); the proof was
+# wrong.
+_ANSWERS = {b"1": ADDED, b"r": REMOVED}
+REFUSED = b"x"
 # How long a rank waits to connect to the driver.
 CONNECT_TIMEOUT_S = 30.0
 
@@ -55,17 +60,24 @@ class NoticeServer:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("", 0))
         self._sock.listen(64)
-        self._posted: Set[int] = set()
+        # generation -> whether its changes so far only removed hosts
+        self._posted: Dict[int, bool] = {}
         self._closed = False
         self._changed = threading.Condition()
         self.address = "%s:%d" % (socket.gethostname(),
                                   self._sock.getsockname()[1])
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def post(self, generation: int) -> None:
-        """Tells the ranks of ``generation`` that the hosts changed."""
+    def post(self, generation: int, removed_only: bool = False) -> None:
+        """Tells the ranks of ``generation`` that the hosts changed.
+
+        Args:
+            generation: The running generation.
+            removed_only: The change only removed hosts or slots.
+        """
         with self._changed:
-            self._posted.add(generation)
+            self._posted[generation] = removed_only and self._posted.get(
+                generation, True)
             self._changed.notify_all()
 
     def close(self) -> None:
@@ -105,10 +117,10 @@ class NoticeServer:
             with self._changed:
                 self._changed.wait_for(
                     lambda: self._closed or generation in self._posted)
-                posted = generation in self._posted
-            if posted:
+                removed_only = self._posted.get(generation)
+            if removed_only is not None:
                 try:
-                    conn.sendall(POSTED)
+                    conn.sendall(b"r" if removed_only else b"1")
                 except OSError:
                     pass
 
@@ -118,11 +130,11 @@ def _proof(secret: bytes, nonce: str, generation: int) -> str:
 
 
 # The rank's connection per (address, generation); once it is closed, the
-# answer (True: posted).
+# answer (ADDED, REMOVED or NO_CHANGE).
 _CONNECTIONS: Dict[tuple, object] = {}
 
 
-def hosts_updated(address: str, generation: int, key: str) -> bool:
+def hosts_updated(address: str, generation: int, key: str) -> int:
     """The rank's side: whether the driver posted this generation's host
     change (see the module comment).
 
@@ -132,7 +144,7 @@ def hosts_updated(address: str, generation: int, key: str) -> bool:
         key: ``HB_ELASTIC_NOTICE_KEY``.
 
     Returns:
-        True once the change is posted.
+        NO_CHANGE until the change is posted, then ADDED or REMOVED.
 
     Raises:
         OSError: If the driver cannot be reached or closed the connection
@@ -140,7 +152,7 @@ def hosts_updated(address: str, generation: int, key: str) -> bool:
     """
     where = (address, generation)
     conn: Optional[object] = _CONNECTIONS.get(where)
-    if isinstance(conn, bool):
+    if isinstance(conn, int):
         return conn
     if conn is None:
         host, _, port = address.rpartition(":")
@@ -153,7 +165,7 @@ def hosts_updated(address: str, generation: int, key: str) -> bool:
     assert isinstance(conn, socket.socket)
     readable, _, _ = select.select([conn], [], [], 0)
     if not readable:
-        return False
+        return NO_CHANGE
     answer = conn.recv(1)
     conn.close()
     if answer == REFUSED:
@@ -161,5 +173,5 @@ def hosts_updated(address: str, generation: int, key: str) -> bool:
         raise OSError("hbcore.elastic: the driver at %s refused this rank's "
                       "proof of %s" % (address, KEY_VAR))
     # b"": the driver closed at the job's end, no change will come.
-    _CONNECTIONS[where] = answer == POSTED
-    return answer == POSTED
+    _CONNECTIONS[where] = _ANSWERS.get(answer, NO_CHANGE)
+    return _CONNECTIONS[where]

@@ -436,12 +436,19 @@ def train_loop(trainer, state, events: list, host: str) -> None:
                 if hvd.rank() == 0:
                     change_hosts(kind, where)
                 state.step = s + 1
-                state.commit()
-                # Every rank waits here for the driver's notice
-                # (pacing only: the interrupt ends the wait).
-                while True:
-                    state.check_host_updates()
-                    time.sleep(0.05)
+                try:
+                    state.commit()
+                    # Every rank waits here for the driver's notice
+                    # (pacing only: the interrupt ends the wait).
+                    while True:
+                        state.check_host_updates()
+                        time.sleep(0.05)
+                except hvd.HostsUpdatedInterrupt as interrupt:
+                    with open(os.path.join(OUT_DIR, "skip_sync.%s.%d" % (
+                            os.environ["HB_ELASTIC_GENERATION"],
+                            hvd.rank())), "w") as f:
+                        f.write(str(interrupt.skip_sync))
+                    raise
     state.step = STEPS
 
 
