@@ -67,10 +67,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _launch import ROOT, hbrun, print_and_save, worker_env  # noqa: E402
 import elastic_horovod  # noqa: E402
-
-DENSE_MB = 20
-KILL_STEP = 15
-TIMEOUT_S = 300
+# One job definition for both runtimes' rows: the dense state's size, the
+# step at which a rank kills itself, the per-job timeout.
+from elastic_horovod import DENSE_MB, KILL_STEP, TIMEOUT_S  # noqa: E402
 
 
 # --- rank side ---------------------------------------------------------------

@@ -19,10 +19,11 @@ points of its program (each holds one collective).
   2 hosts only removed; a non-blocking poll of its connection to the
   driver: hbcore/launcher/elastic_notice.py; the other ranks give 0), and
   minus this rank's last commit.  Every rank raises
-  HostsUpdatedInterrupt from the same call, ``skip_sync`` True for 2.  Every rank enters it after
-  writing its files, so when it returns, the smallest last commit of the
-  ranks (the second value) is whole on every host, and this host's older
-  commits are removed (store.py's prune rule).
+  HostsUpdatedInterrupt from the same call, ``skip_sync`` True for 2.
+  Every rank enters it after writing its files, so when it returns, the
+  smallest last commit of the ranks (the second value) is whole on every
+  host, and this host's older commits are removed (store.py's prune
+  rule).
 - ``sync()``: 1. every rank lists the files its host holds; 2. the lists
   are all-gathered; 3. the newest commit that is whole among the live
   hosts is chosen (its replicated values somewhere and, for a state with
