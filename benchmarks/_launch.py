@@ -20,6 +20,10 @@ from typing import Dict, List, Optional, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# The working directory of every worker: not the checkout, whose unbuilt
+# ``hbcore/`` would shadow the installed package for ``python -m`` and
+# for any empty PYTHONPATH entry.
+WORKER_CWD = HERE
 
 
 _dropped_named = False  # whether worker_env said what it does not pass on
@@ -56,12 +60,26 @@ def hbcore_paths() -> List[str]:
     return []
 
 
-def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def worker_env(extra: Optional[Dict[str, str]] = None,
+               paths: Sequence[str] = ()) -> Dict[str, str]:
     """Returns the environment of one worker process.
 
     Args:
-        extra: variables set on top (e.g. HB_TIMELINE, TF_CONFIG).
+        extra: variables set on top (e.g. HB_TIMELINE, TF_CONFIG); not
+            PYTHONPATH, which ``paths`` extends.
+        paths: directories to put first on the workers' PYTHONPATH (e.g.
+            benchmarks/ for a driver whose workers import its modules).
+
+    Returns:
+        The environment. Its PYTHONPATH has no empty entry (Python would
+        read one as the working directory).
+
+    Raises:
+        ValueError: ``extra`` sets PYTHONPATH.
     """
+    if extra and "PYTHONPATH" in extra:
+        raise ValueError("worker_env: pass PYTHONPATH entries as paths=, "
+                         "not in extra")
     global _dropped_named
     dropped = sorted(k for k in os.environ
                      if k.startswith(("HB_", "HOROVOD_", "TF_CONFIG")))
@@ -74,8 +92,8 @@ def worker_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                  if p and _not_checkout(p)]
-    paths = hbcore_paths() + inherited
-    env.update({"PYTHONPATH": os.pathsep.join(paths),
+    entries = [p for p in list(paths) + hbcore_paths() + inherited if p]
+    env.update({"PYTHONPATH": os.pathsep.join(entries),
                 "TF_CPP_MIN_LOG_LEVEL": "2", "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
@@ -101,7 +119,7 @@ def run(commands: Sequence[Sequence[str]], envs: Sequence[Dict[str, str]],
         SystemExit: a process failed (its output's tail is in the message)
             or they did not all finish within ``timeout`` seconds.
     """
-    procs = [subprocess.Popen(list(c), env=e, cwd=ROOT,
+    procs = [subprocess.Popen(list(c), env=e, cwd=WORKER_CWD,
                               stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
                               errors="replace", start_new_session=True)

@@ -368,9 +368,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             out = os.path.join(tmp, "out.json")
             argv_ = [here, "--worker", job, "--out", out] + (
                 ["--quick"] if args.quick else [])
-            env = worker_env({"PYTHONPATH": os.pathsep.join(
-                [os.path.dirname(here)] +
-                worker_env()["PYTHONPATH"].split(os.pathsep))})
+            env = worker_env(paths=[os.path.dirname(here)])
             start = time.monotonic()
             run([hbrun(2, argv_)], [env], timeout=1800, what="job " + job)
             with open(out) as f:

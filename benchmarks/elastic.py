@@ -65,7 +65,7 @@ from typing import Dict, List
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _launch import ROOT, hbrun, print_and_save, worker_env  # noqa: E402
+from _launch import WORKER_CWD, hbrun, print_and_save, worker_env  # noqa: E402
 import elastic_horovod  # noqa: E402
 # One job definition for both runtimes' rows: the dense state's size, the
 # step at which a rank kills itself, the per-job timeout.
@@ -235,7 +235,7 @@ def _job(np_: int, argv: List[str], env: Dict[str, str],
     command = hbrun(np_, [os.path.abspath(__file__)] + argv,
                     ["-H", hosts, "--mpi-args=-launcher fork", "--min-np",
                      str(np_ - 1)])
-    proc = subprocess.Popen(command, env=env, cwd=ROOT,
+    proc = subprocess.Popen(command, env=env, cwd=WORKER_CWD,
                             stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True,
                             errors="replace", start_new_session=True)

@@ -36,6 +36,7 @@ if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
 from harness import RankRun, run_ranks  # noqa: E402
+from support.warm_world import run_warm  # noqa: E402
 from under_test import import_paths  # noqa: E402
 
 _cache: Dict[tuple, RankRun] = {}
@@ -91,12 +92,22 @@ def _pythonpath() -> List[str]:
     return paths
 
 
+# Rank scripts whose subject is a fresh process or the job's end: what
+# importing hbcore_tf or its first use installs (patch_moments.py compares
+# TF's objects before and after the import); how hbrun ends a job whose
+# rank failed (failed_save.py). Every other script runs in a warm world
+# (tests/support/warm_world.py), as a fresh process would run it.
+FRESH_PROCESS_SCRIPTS = frozenset({"patch_moments.py", "failed_save.py"})
+
+
 def launch(script: str, np: int, timeout: float = 180,
            env: Optional[Mapping[str, str]] = None,
            args: Sequence[str] = (), cache: bool = True,
            hbrun_args: Sequence[str] = ()) -> RankRun:
-    """Runs tests/tf/rank_scripts/<script> under hbrun -np NP (hard
-    timeout) and returns the RankRun; cached per arguments."""
+    """Runs tests/tf/rank_scripts/<script> on NP ranks (hard timeout) and
+    returns the RankRun; cached per arguments. The ranks are those of a
+    warm world of the same environment and hbrun flags, or a fresh
+    ``hbrun -np NP`` for FRESH_PROCESS_SCRIPTS."""
     full_env = {"PYTHONPATH": os.pathsep.join(_pythonpath()),
                 "TF_CPP_MIN_LOG_LEVEL": "2"}
     full_env.update(env or {})
@@ -104,8 +115,9 @@ def launch(script: str, np: int, timeout: float = 180,
            tuple(hbrun_args))
     if cache and key in _cache:
         return _cache[key]
-    run = run_ranks(os.path.join(SCRIPTS, script), np, timeout=timeout,
-                    env=full_env, args=args, hbrun_args=hbrun_args)
+    runner = run_ranks if script in FRESH_PROCESS_SCRIPTS else run_warm
+    run = runner(os.path.join(SCRIPTS, script), np, timeout=timeout,
+                 env=full_env, args=args, hbrun_args=hbrun_args)
     if cache:
         _cache[key] = run
     return run

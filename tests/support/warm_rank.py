@@ -1,0 +1,193 @@
+"""One rank of a warm world (tests/support/warm_world.py): a process that
+imported TensorFlow, Keras and hbcore_tf once and then runs rank scripts
+sent to it, one after another, each as ``python SCRIPT ARGS`` would.
+
+    hbrun -np N python warm_rank.py CONTROL_DIR OWNER_PID
+
+The protocol, over files in CONTROL_DIR (every rank runs the same steps):
+  1. Before the first job, write ``ready.rank<r>`` (imports done).
+  2. Wait for ``job<k>.json`` (k = 0, 1, ...; written atomically by the
+     test process): {script, args, env, out_dir}.
+  3. Run it: stdout and stderr (the file descriptors, so the core's and
+     TensorFlow's C++ output too) go to ``job<k>.rank<r>.out/.err``; the
+     environment is the world's plus the job's plus HB_TEST_OUT; the
+     working directory is out_dir; sys.argv is [script] + args; the
+     script runs as ``__main__`` with the test-helper modules imported
+     afresh (their module state is the job's own).
+  4. Make the next job start as a fresh process would: hbcore shut down
+     (scripts that did not), Keras' session and TF's default graph
+     cleared, environment, cwd, argv and sys.path restored.
+  5. Write ``done<k>.rank<r>.json``: {code, retire}. ``code`` is what the
+     process would have exited with (0, SystemExit's code, 1 for an
+     uncaught exception, whose traceback goes to the job's stderr).
+     ``retire`` is true when the job left state that a fresh process would
+     not have (eager execution turned off: tf.compat.v1 graph mode cannot
+     be undone), or the world has run its share of jobs; then every rank
+     exits after the done file (they all ran the same job, so they all
+     decide the same), and the test side starts a new world next time.
+  6. Every second without a job, check that the test process (OWNER_PID)
+     still lives; exit when it does not, so no world outlives its pytest.
+
+A job whose ranks disagree (a failure on some ranks) leaves the others in
+a collective: the test side kills the world then; nothing here has to
+recover from it.
+"""
+import gc
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+
+# As tests/tf/rank_scripts/train_common.py, before anything creates the
+# eager context (it cannot change afterwards, and every job must find the
+# same): 2-4 ranks share 2 cores.
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+
+import hbcore  # noqa: E402
+import hbcore_tf  # noqa: E402,F401  (compiles / loads the op library once)
+from hbcore_tf._base import compat  # noqa: E402
+
+KERAS = compat.keras_module()
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A world runs at most this many jobs, so memory that TF or Keras keep
+# per model (caches no clear_session reaches) stays bounded.
+MAX_JOBS = 25
+IDLE_POLL_S = 0.05
+
+
+def _rank() -> int:
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def _write_atomic(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _await_job(control: str, k: int, owner: int) -> dict:
+    path = os.path.join(control, "job%d.json" % k)
+    last_check = time.monotonic()
+    poll = 0.002
+    while not os.path.exists(path):
+        time.sleep(poll)
+        poll = min(poll * 2, IDLE_POLL_S)
+        if time.monotonic() - last_check > 1.0:
+            last_check = time.monotonic()
+            try:
+                os.kill(owner, 0)
+            except ProcessLookupError:
+                os._exit(0)
+    with open(path) as f:
+        return json.load(f)
+
+
+def _purge_test_modules() -> None:
+    """Forgets every module loaded from tests/ (rank scripts and their
+    helpers), so the next job imports them afresh."""
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if path.startswith(TESTS_DIR + os.sep):
+            del sys.modules[name]
+
+
+class _Redirected:
+    """fd 1 and 2 (and sys.stdout/err) into two files for one job."""
+
+    def __init__(self, out_path: str, err_path: str) -> None:
+        self._paths = (out_path, err_path)
+        self._saved = []
+
+    def __enter__(self) -> "_Redirected":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, path in zip((1, 2), self._paths):
+            self._saved.append(os.dup(fd))
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                             0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in zip((1, 2), self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+def _run_script(job: dict) -> int:
+    script = job["script"]
+    sys.argv = [script] + list(job["args"])
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - as the interpreter would
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _reset() -> None:
+    """Step 4: what a fresh process would not carry over."""
+    try:
+        hbcore.shutdown()
+    except Exception:  # noqa: BLE001 - a stopped runtime is fine too
+        traceback.print_exc()
+    KERAS.backend.clear_session()
+    if tf.executing_eagerly():
+        tf.compat.v1.reset_default_graph()
+    gc.collect()
+
+
+def main() -> None:
+    control, owner = sys.argv[1], int(sys.argv[2])
+    rank = _rank()
+    base_env = dict(os.environ)
+    base_cwd = os.getcwd()
+    base_path = list(sys.path)
+    _write_atomic(os.path.join(control, "ready.rank%d" % rank), "")
+    for k in range(MAX_JOBS):
+        job = _await_job(control, k, owner)
+        os.environ.clear()
+        os.environ.update(base_env)
+        os.environ.update(job["env"])
+        os.environ["HB_TEST_OUT"] = job["out_dir"]
+        os.chdir(job["out_dir"])
+        _purge_test_modules()
+        prefix = os.path.join(control, "job%d.rank%d" % (k, rank))
+        with _Redirected(prefix + ".out", prefix + ".err"):
+            code = _run_script(job)
+            _reset()
+        retire = not tf.executing_eagerly() or k == MAX_JOBS - 1
+        os.environ.clear()
+        os.environ.update(base_env)
+        os.chdir(base_cwd)
+        sys.path[:] = base_path
+        sys.argv = [sys.argv[0]]
+        _write_atomic(os.path.join(control, "done%d.rank%d.json" % (k, rank)),
+                      json.dumps({"code": code, "retire": retire}))
+        if code != 0 or retire:
+            break
+
+
+if __name__ == "__main__":
+    main()
