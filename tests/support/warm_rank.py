@@ -44,11 +44,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-# As tests/tf/rank_scripts/train_common.py, before anything creates the
-# eager context (it cannot change afterwards, and every job must find the
-# same): 2-4 ranks share 2 cores.
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+# The thread pools the world's scripts ask for (warm_world.py reads them
+# from the script and keeps a world per answer), set before anything
+# creates the eager context: they cannot change afterwards.
+_THREADS = os.environ.get("HB_TEST_TF_THREADS", "")
+if _THREADS:
+    _intra, _inter = (int(n) for n in _THREADS.split(","))
+    tf.config.threading.set_intra_op_parallelism_threads(_intra)
+    tf.config.threading.set_inter_op_parallelism_threads(_inter)
 
 import hbcore  # noqa: E402
 import hbcore_tf  # noqa: E402,F401  (compiles / loads the op library once)

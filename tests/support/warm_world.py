@@ -5,9 +5,11 @@ processes importing TensorFlow and initialising MPI again.
     run = run_warm(script, np=3, env={...}, args=(), timeout=180)
     run.assert_ok()            # the same RankRun a cold run_ranks() returns
 
-A world is kept per (rank count, environment, hbrun flags): the
-environment is fixed when TensorFlow is imported (TF_USE_LEGACY_KERAS,
-PYTHONPATH), so a job runs only in a world started with exactly its own.
+A world is kept per (rank count, environment, hbrun flags, TF thread
+pools): the environment is fixed when TensorFlow is imported
+(TF_USE_LEGACY_KERAS, PYTHONPATH) and HybridBackend's options read it at
+their first use, and TF's thread pools cannot change once TF ran an op,
+so a job runs only in a world started with exactly its own.
 The ranks (tests/support/warm_rank.py) run each job as a fresh process
 would run the script; its docstring states the protocol.
 
@@ -31,6 +33,7 @@ import atexit
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -54,6 +57,28 @@ START_TIMEOUT_S = 180
 # before the world is stopped (they may be waiting in a collective).
 STRAGGLER_S = 5.0
 WorldKey = Tuple[int, Tuple[Tuple[str, str], ...], Tuple[str, ...]]
+
+
+# A rank script asks TF for its thread pools before its first op (they
+# cannot change later in the process): explicitly, or through the
+# training scripts' helper module, which asks for one thread each.
+_THREAD_CALL = re.compile(
+    r"set_(intra|inter)_op_parallelism_threads\((\d+)\)")
+_THREADS_BY_IMPORT = {"train_common": "1,1"}
+
+
+def tf_threads(script: str) -> str:
+    """"INTRA,INTER" as ``script`` sets TF's thread pools, or "" when it
+    leaves TF's defaults; the worlds' HB_TEST_TF_THREADS."""
+    with open(script) as f:
+        source = f.read()
+    calls = dict(_THREAD_CALL.findall(source))
+    if calls:
+        return "%s,%s" % (calls.get("intra", "0"), calls.get("inter", "0"))
+    for module, threads in _THREADS_BY_IMPORT.items():
+        if re.search(r"^\s*(from|import) %s\b" % module, source, re.M):
+            return threads
+    return ""
 
 
 class WorldDied(Exception):
@@ -267,6 +292,7 @@ def run_warm(script: str, np: int, timeout: float = 180,
         The RankRun (never raises for a failed or hung job; check it).
     """
     env = dict(env or {})
+    env["HB_TEST_TF_THREADS"] = tf_threads(script)
     world = _world(np, env, hbrun_args)
     out_dir = tempfile.mkdtemp(prefix="hbtest_")
     if world.jobs == 0:
