@@ -1,12 +1,14 @@
-"""Makes in-process imports of hbcore resolve like the ranks' (see
-under_test.py): ``python -m pytest`` puts the checkout first on sys.path,
-which would shadow the installed package with an unbuilt copy."""
+"""Puts tests/ on sys.path, so test files import the test support as
+``support.<module>`` (tests/support/), and makes in-process imports of
+hbcore resolve like the ranks' (see support/under_test.py): ``python -m
+pytest`` puts the checkout first on sys.path, which would shadow the
+installed package with an unbuilt copy."""
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from under_test import ROOT, checkout_is_built  # noqa: E402
+from support.under_test import ROOT, checkout_is_built  # noqa: E402
 
 if not checkout_is_built():
     sys.path[:] = [p for p in sys.path

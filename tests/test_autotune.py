@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness import emulated_hosts, run_python, run_ranks, script_path
+from support.harness import emulated_hosts, run_python, run_ranks, script_path
 from rank_scripts.autotune import BAD
 
 from hbcore.autotune import COLUMNS, plot, read_log

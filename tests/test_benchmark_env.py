@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from harness import ROOT
+from support.harness import ROOT
 
 BENCHMARKS = os.path.join(ROOT, "benchmarks")
 sys.path.insert(0, BENCHMARKS)

@@ -8,7 +8,7 @@ every rank, so a failure names exactly what broke.
 """
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import cached_ranks, run_ranks, script_path
 from rank_scripts import collectives
 from rank_scripts.common import DTYPE_NAMES
 
@@ -27,16 +27,10 @@ TIMEOUT_S = 120
 SHM_SPLIT_NP = 3
 SHM_SPLIT_ENV = {"HB_SHM_ALLREDUCE_THRESHOLD": "64"}
 
-_runs = {}
-
-
 def collectives_run(np_, env=None):
     """The launch for np_ ranks (and env), run once per test session."""
-    key = (np_, tuple(sorted((env or {}).items())))
-    if key not in _runs:
-        _runs[key] = run_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=env,
-                               args=[",".join(DTYPES[np_])])
-    return _runs[key]
+    return cached_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=env,
+                        args=[",".join(DTYPES[np_])])
 
 
 def _case_names(np_, group):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from under_test import ROOT
+from support.under_test import ROOT
 
 import hbcore
 from hbcore import _compat_names

@@ -10,17 +10,13 @@ touched, so the process can try the next one.
 """
 import pytest
 
-from harness import run_python, run_ranks, run_single, script_path
+from support.harness import (cached_single, run_python, run_ranks,
+                             script_path)
 from rank_scripts.config_check import BAD, BAD_CONFIG, GOOD, GOOD_CONFIG
 
 SCRIPT = script_path("config_check.py")
-_runs = {}
-
-
 def singleton_run():
-    if "single" not in _runs:
-        _runs["single"] = run_single(SCRIPT, ["singleton"], timeout=60)
-    return _runs["single"]
+    return cached_single(SCRIPT, ["singleton"], timeout=60)
 
 
 def test_singleton_run_completes():

@@ -11,7 +11,7 @@ from typing import Dict
 
 import pytest
 
-from under_test import ROOT
+from support.under_test import ROOT
 
 HEADER = os.path.join(ROOT, "csrc", "core", "include", "hbcore", "c_api.h")
 PY_SOURCES = ["hbcore/ops.py", "hbcore/basics.py", "hbcore/exceptions.py",

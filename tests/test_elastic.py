@@ -12,13 +12,12 @@ import os
 import select
 import socket
 import stat
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from harness import base_env, run_ranks, script_path
+from support.harness import run_hbrun, run_ranks, script_path
 
 pytestmark = pytest.mark.timeout(200)
 
@@ -290,13 +289,6 @@ def test_limits_end_the_job_and_list_the_failures(flags, env, message):
     assert not run.results, run.results
 
 
-def _hbrun(args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "hbcore.launcher.cli"]
-                          + args, env=base_env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-
-
 @pytest.mark.parametrize("script, message", [
     ("printf 'hA:1\\nhB:two\\n'",
      "hbrun: elastic job failed: --host-discovery-script printf 'hA:1\\nhB:"
@@ -310,9 +302,9 @@ def _hbrun(args, timeout=60):
      ">&2; exit 3 exited with code 3: no hosts here\n"),
 ])
 def test_a_bad_discovery_script_is_a_clear_error(script, message):
-    done = _hbrun(["-np", "1", "--host-discovery-script", script, FORK,
-                   "true"])
-    assert done.returncode == 1, done
+    done = run_hbrun(1, ["true"], timeout=60,
+                     hbrun_args=["--host-discovery-script", script, FORK])
+    assert done.returncode == 1, done.describe()
     assert message in done.stderr, done.stderr
 
 
@@ -324,9 +316,10 @@ def test_discovery_failing_while_the_job_runs_ends_it(tmp_path):
     script.write_text("#!/bin/sh\nif [ -e %s ]; then echo gone >&2; exit 4; "
                       "fi\ntouch %s\necho hA:1\n" % (flag, flag))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    done = _hbrun(["-np", "1", "--host-discovery-script", str(script), FORK,
-                   "sleep", "100"], timeout=60)
-    assert done.returncode == 1, done
+    done = run_hbrun(1, ["sleep", "100"], timeout=60,
+                     hbrun_args=["--host-discovery-script", str(script),
+                                 FORK])
+    assert done.returncode == 1, done.describe()
     assert ("hbrun: elastic job failed: --host-discovery-script %s exited "
             "with code 4: gone\n" % script) in done.stderr, done.stderr
 
@@ -542,10 +535,8 @@ def test_hbcore_run_with_min_np_goes_on_after_a_host_is_lost(tmp_path):
     # hbcore.run(fn, min_np=...) with horovod.run's names: host hB is lost
     # at step 3; the results are the last world's, from the commit.
     sys.path.insert(0, os.path.dirname(SCRIPT))
-    sys.path.insert(0, os.path.join(os.path.dirname(SCRIPT), os.pardir,
-                                    "launcher_scripts"))
     import elastic_train
-    from procs import Watchdog
+    from support.procs import Watchdog
     from hbcore.launcher.run_fn import run
     with Watchdog(120):
         results = run(elastic_train.job, num_proc=2, min_num_proc=1,

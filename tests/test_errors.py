@@ -13,7 +13,7 @@ tests/rank_scripts/errors.py runs every case on every rank:
 """
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import cached_ranks, script_path
 
 NPS = [2, 3]
 LOCAL = ["before-init", "duplicate-name", "empty-name", "invalid-root",
@@ -27,13 +27,8 @@ MISMATCH = ["shape", "dtype", "optype", "root", "reduceop", "prescale",
             "grouped"]
 CASES = ["local/" + c for c in LOCAL] + ["mismatch/" + c for c in MISMATCH]
 
-_runs = {}
-
-
 def errors_run(np_):
-    if np_ not in _runs:
-        _runs[np_] = run_ranks(script_path("errors.py"), np_, timeout=90)
-    return _runs[np_]
+    return cached_ranks(script_path("errors.py"), np_, timeout=90)
 
 
 @pytest.mark.parametrize("np_", NPS)

@@ -7,7 +7,7 @@ within ~15 s and name the failing rank.
 """
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 SCRIPT = script_path("failure.py")
 PROMPT_S = 15.0

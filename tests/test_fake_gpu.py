@@ -32,6 +32,7 @@ from fake_gpu.nccl_ctypes import (NCCL_BFLOAT16, NCCL_FLOAT16, NCCL_FLOAT32,
                                   NCCL_SCALAR_HOST_IMMEDIATE, NCCL_SUCCESS,
                                   NCCL_SUM, NCCL_SYSTEM_ERROR, FakeNccl,
                                   shm_files, shm_prefix)
+from support.waiting import poll_until
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 SHM_DIR = os.environ.get("FAKE_NCCL_SHM_DIR", "/dev/shm")
@@ -534,12 +535,10 @@ def test_init_errors(nccl: FakeNccl, monkeypatch: Any) -> None:
     first = threading.Thread(target=lambda: results.append(
         nccl.init_rank(2, uid, 0)[0]))
     first.start()
-    deadline = time.monotonic() + 5
-    # Wait for rank 0's published segment (not its staging file, which
-    # Publish links into place afterwards).
-    while (not any(f.endswith("-init") for f in shm_files(uid))
-           and time.monotonic() < deadline):
-        time.sleep(0.01)
+    # Wait (up to 5 s, then go on) for rank 0's published segment (not its
+    # staging file, which Publish links into place afterwards).
+    poll_until(lambda: any(f.endswith("-init") for f in shm_files(uid)), 5,
+               interval=0.01)
     assert nccl.init_rank(2, uid, 0)[0] == NCCL_INVALID_ARGUMENT
     first.join(10)
     assert results == [NCCL_SYSTEM_ERROR]

@@ -19,11 +19,11 @@ import types
 import numpy as np
 import pytest
 
-from harness import base_env, run_python, run_ranks, script_path
+from support.harness import base_env, cached_ranks, run_python, script_path
 from rank_scripts.dlpack_producers import (FLAG_IS_COPIED, FLAG_READ_ONLY,
                                            FakeDeviceTensor, NoKeywordsTensor,
                                            NoMaxVersionTensor, capsule_name)
-from under_test import ROOT
+from support.under_test import ROOT
 
 import hbcore
 from hbcore import _gpu_libs, gpu_probe
@@ -442,14 +442,8 @@ def test_gpu_array_is_made_only_by_the_runtime():
 
 # ------------------------------------------------------- 2 and 3 ranks
 
-_runs = {}
-
-
 def launch(np_):
-    if np_ not in _runs:
-        _runs[np_] = run_ranks(script_path("gpu_frontend.py"), np_,
-                               timeout=180)
-    return _runs[np_]
+    return cached_ranks(script_path("gpu_frontend.py"), np_, timeout=180)
 
 
 def cases(np_, prefix):

@@ -4,7 +4,7 @@ it at 2 and 3 ranks (rank_scripts/host_outputs.py)."""
 import numpy as np
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 from hbcore._native import core
 
 SCRIPT = script_path("host_outputs.py")

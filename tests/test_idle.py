@@ -1,7 +1,7 @@
 """An idle runtime costs almost no CPU: waiting is not spinning."""
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 # The target is < 2% of one core; 5% leaves room for CI noise (other suites
 # share the 2 cores, and psutil's accounting has ~10 ms granularity).

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from harness import assert_bad_value_fails_init, run_ranks, script_path
+from support.harness import assert_bad_value_fails_init, run_ranks, script_path
 
 CPUS = sorted(os.sched_getaffinity(0))
 

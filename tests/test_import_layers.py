@@ -14,7 +14,7 @@ from typing import List
 
 import pytest
 
-from under_test import ROOT
+from support.under_test import ROOT
 
 
 def _lint_imports() -> str:

@@ -3,7 +3,7 @@ shutdown, returns at once: it must not start a collective that not every
 rank joins (rank_scripts/init_again.py)."""
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 SCRIPT = script_path("init_again.py")
 PROMPT_S = 5.0

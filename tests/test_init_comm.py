@@ -3,7 +3,7 @@ mpi4py communicator or a list of ranks (Horovod's init(comm=...)), and the
 errors for a bad ``comm``."""
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 
 @pytest.mark.parametrize("mode,np", [("split", 3), ("split", 4),

@@ -15,12 +15,9 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "launcher_scripts"))
-from hbcore_path import import_hbcore_package  # noqa: E402
-from procs import SCRIPTS, hbrun  # noqa: E402
-
-from harness import base_env, kill_tree  # noqa: E402
+from support.harness import base_env, kill_tree
+from support.hbcore_path import import_hbcore_package
+from support.procs import SCRIPTS, hbrun
 
 import_hbcore_package()
 from hbcore import job_environment, tf_config  # noqa: E402

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from under_test import ROOT
+from support.under_test import ROOT
 
 import hbcore
 from hbcore import exceptions as hx

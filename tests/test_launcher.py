@@ -10,10 +10,9 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "launcher_scripts"))
-from hbcore_path import ROOT, import_hbcore_package  # noqa: E402
-from procs import SCRIPTS, hbrun, kill_tree, read_pids, wait_gone  # noqa: E402
+from support.hbcore_path import ROOT, import_hbcore_package
+from support.procs import SCRIPTS, hbrun, kill_tree, read_pids, wait_gone
+from support.waiting import wait_until
 
 import_hbcore_package()
 from hbcore.launcher import cli, hosts, mpiexec  # noqa: E402
@@ -372,16 +371,20 @@ def test_rank_exit_stops_ranks_waiting_in_mpi_barrier(tmp_path):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_hbrun_stops_all_ranks(tmp_path, signum):
     # No rank fails (failing rank 99); hbrun gets the signal once all run.
-    from procs import ENTRY
+    from support.procs import ENTRY
     proc = subprocess.Popen([PY, ENTRY, "hbrun", "-np", "2", PY, FAIL_RANK,
                              str(tmp_path), "99", "exit3"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(read_pids(str(tmp_path))) < 2:
-            assert time.monotonic() < deadline and proc.poll() is None
-            time.sleep(0.05)
+        def both_ranks_run():
+            if len(read_pids(str(tmp_path))) >= 2:
+                return True
+            assert proc.poll() is None, "hbrun exited before both ranks ran"
+            return False
+
+        wait_until(both_ranks_run, 30, interval=0.05,
+                   what="both ranks wrote their pid files")
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
     finally:

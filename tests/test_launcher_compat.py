@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "launcher_scripts"))
-from hbcore_path import import_hbcore_package  # noqa: E402
-from procs import Watchdog, hbrun  # noqa: E402
+from support.hbcore_path import import_hbcore_package  # noqa: E402
+from support.procs import Watchdog, hbrun  # noqa: E402
 import run_fns  # noqa: E402
 
 import_hbcore_package()

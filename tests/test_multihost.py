@@ -24,11 +24,10 @@ progress, which is what lost wake-ups and unprogressed requests get wrong.
 """
 import os
 import re
-import sys
 
 import pytest
 
-from harness import emulated_hosts, run_ranks, script_path
+from support.harness import cached_run, emulated_hosts, run_ranks, script_path
 from rank_scripts import allgather_hosts, collectives
 
 LAYOUTS = {"2x2": [2, 2], "2x1": [1, 1], "2+1": [2, 1]}
@@ -94,15 +93,12 @@ def assert_no_mpi_noise(run):
                                                 run.describe(2000))
 
 
-_collective_runs = {}
-
-
 def collectives_run(layout, env=None):
-    key = (layout, tuple(sorted((env or {}).items())))
-    if key not in _collective_runs:
-        _collective_runs[key] = launch("collectives.py", layout, 180,
-                                       args=[",".join(DTYPES)], env=env)
-    return _collective_runs[key]
+    """The launch of a layout (and env), run once per test session."""
+    return cached_run(("test_multihost collectives", layout,
+                       tuple(sorted((env or {}).items()))),
+                      lambda: launch("collectives.py", layout, 180,
+                                     args=[",".join(DTYPES)], env=env))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -191,8 +187,7 @@ def test_allgather_flat_and_hierarchical(layout, choice):
 
 def test_allgather_through_tf_interleaved():
     """hbcore_tf's allgather on the hierarchical path, hosts interleaved."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tf"))
-    from train_util import tensorflow_missing
+    from support.tf_launch import tensorflow_missing
     if tensorflow_missing() is not None:
         pytest.skip(str(tensorflow_missing()))
     run = launch("allgather_hosts.py", "ABA", 300, args=["tf"],
@@ -339,8 +334,8 @@ def test_short_jobs_never_stall_over_tcp():
 def test_tf_training_across_hosts():
     """N-rank Keras/tape/v1 training equals one process on the whole batch,
     with the ranks on two hosts."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "tf"))
-    from train_util import case_names, launch as tf_launch, tensorflow_missing
+    from support.tf_launch import (case_names, launch as tf_launch,
+                                   tensorflow_missing)
     if tensorflow_missing() is not None:
         pytest.skip(str(tensorflow_missing()))
     hbrun_args, env = emulated_hosts(LAYOUTS["2x1"])

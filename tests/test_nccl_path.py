@@ -12,7 +12,7 @@ import os
 import pytest
 
 from fake_gpu.build import build
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 SCRIPT = script_path("nccl_path.py")
 
@@ -70,7 +70,7 @@ def test_without_nccl_gpu_tensors_are_refused(fake_gpu_env, tmp_path):
 def test_the_nccl_benchmark_runs(fake_gpu_env):
     # benchmarks/nccl.py on the fake: both rows measured, one table (the
     # figures say nothing about a GPU; the benchmark's code path does).
-    from under_test import ROOT
+    from support.under_test import ROOT
     run = run_ranks(os.path.join(ROOT, "benchmarks", "nccl.py"), 2,
                     timeout=120, env=fake_gpu_env,
                     args=["--quick", "--max-bytes", "65536"])

@@ -12,7 +12,7 @@ Every check runs on every rank; a deadlock shows up as the hard timeout.
 """
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 SCRIPT = script_path("ordering.py")
 

@@ -8,20 +8,14 @@ and use it).
 """
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import cached_ranks, script_path
 
 NPS = [2, 3]
 CASES = ["empty_on_rank0", "out_of_range_on_last", "repeated_everywhere",
          "unknown_id_everywhere", "valid_add_after"]
-_runs = {}
-
-
 def args_run(np_):
-    if np_ not in _runs:
-        _runs[np_] = run_ranks(script_path("process_set_args.py"), np_,
-                               timeout=60,
-                               env={"HB_DYNAMIC_PROCESS_SETS": "1"})
-    return _runs[np_]
+    return cached_ranks(script_path("process_set_args.py"), np_, timeout=60,
+                        env={"HB_DYNAMIC_PROCESS_SETS": "1"})
 
 
 @pytest.mark.parametrize("np_", NPS)

@@ -7,7 +7,7 @@ rank with an error instead of a hang. Values are checked against numpy on
 every rank."""
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 NPS = [3, 4]
 

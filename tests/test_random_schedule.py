@@ -11,7 +11,7 @@ steps (seed 7) reported wrong values at steps 73, 120 and 168.
 """
 import pytest
 
-from harness import emulated_hosts, run_ranks, script_path
+from support.harness import emulated_hosts, run_ranks, script_path
 
 SCRIPT = script_path("random_schedule.py")
 STEPS = 200

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from harness import assert_bad_value_fails_init, run_ranks, script_path
+from support.harness import assert_bad_value_fails_init, run_ranks, script_path
 
 SCRIPT = script_path("rank_binding.py")
 CPUS = sorted(os.sched_getaffinity(0))

@@ -11,9 +11,10 @@ pytestmark = pytest.mark.timeout(300)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "launcher_scripts"))
 import hosted_fns  # noqa: E402
-from procs import Watchdog  # noqa: E402
+from support.hbcore_path import import_engine, rank_python_path  # noqa: E402
+from support.procs import Watchdog, hosted_processes  # noqa: E402
 
-ray = hosted_fns.import_engine("ray")
+ray = import_engine("ray")
 from hbcore.ray import RayExecutor  # noqa: E402
 
 
@@ -22,7 +23,7 @@ def cluster():
     """One local Ray cluster for the module (its start-up costs seconds)."""
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {
-                 "PYTHONPATH": hosted_fns.rank_python_path()}})
+                 "PYTHONPATH": rank_python_path()}})
     yield
     ray.shutdown()
 
@@ -57,7 +58,7 @@ def test_workers_form_one_job_with_state_across_calls(cluster, workers):
     assert [(r, 11, pid) for r, pid in enumerate(pids)] == first
     assert [(r, 12, pid) for r, pid in enumerate(pids)] == second
     assert single == (0, 13, pids[0])
-    assert hosted_fns.hosted_processes() == []
+    assert hosted_processes() == []
 
 
 def test_failing_worker_fails_the_call_and_stops_the_job(cluster):
@@ -70,7 +71,7 @@ def test_failing_worker_fails_the_call_and_stops_the_job(cluster):
     assert ("hbcore.ray.RayExecutor: rank 2 raised ValueError: bad shard on "
             "rank 2") in message
     assert "hosted_fns.py" in message
-    assert hosted_fns.hosted_processes() == []
+    assert hosted_processes() == []
     with pytest.raises(RuntimeError, match="not started"):
         executor.run(hosted_fns.train_step, args=(1.0,))
     executor.shutdown()  # a second shutdown is harmless
@@ -104,4 +105,4 @@ def test_workers_that_cannot_be_placed_fail_start_in_time(cluster):
                 hosted_fns.train_step, args=(1.0,))] == [3, 3, 3]
         finally:
             executor.shutdown()
-    assert hosted_fns.hosted_processes() == []
+    assert hosted_processes() == []

@@ -3,16 +3,12 @@ and its members as threads of this process on 127.0.0.1, with proxy data
 made up here (no hydra, no MPI), plus hydra's manual-launch lines
 (hydra_manual.py) and the TF_CONFIG front end's per-worker TF_CONFIG."""
 import json
-import os
 import socket
-import sys
 import threading
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "launcher_scripts"))
-from hbcore_path import import_hbcore_package  # noqa: E402
+from support.hbcore_path import import_hbcore_package
 
 import_hbcore_package()
 from hbcore import tf_config  # noqa: E402

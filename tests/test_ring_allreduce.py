@@ -10,7 +10,7 @@ whose members span hosts get a ring of their own members (the process
 sets script's concurrent case, with an 80 KB average per set)."""
 import pytest
 
-from harness import assert_bad_value_fails_init, run_ranks, script_path
+from support.harness import assert_bad_value_fails_init, run_ranks, script_path
 from test_multihost import PIPELINE_CASES, assert_no_mpi_noise, launch
 
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 from rank_scripts import collectives
 
 SMALL_SHM = ["unshare", "-m", "sh", "-c",

@@ -9,10 +9,11 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "launcher_scripts"))
-from procs import Watchdog  # noqa: E402
 import hosted_fns  # noqa: E402
+from support.hbcore_path import import_engine, rank_python_path  # noqa: E402
+from support.procs import Watchdog, hosted_processes  # noqa: E402
 
-pyspark = hosted_fns.import_engine("pyspark")
+pyspark = import_engine("pyspark")
 import hbcore  # noqa: E402
 import hbcore.spark  # noqa: E402
 
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 def spark():
     """One local Spark for the module (its start-up costs seconds)."""
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = hosted_fns.rank_python_path()
+    os.environ["PYTHONPATH"] = rank_python_path()
     session = (pyspark.sql.SparkSession.builder.master("local[3]")
                .appName("hbcore-test").config("spark.ui.enabled", "false")
                .config("spark.driver.host", "127.0.0.1").getOrCreate())
@@ -50,7 +51,7 @@ def test_training_step_equals_hbcore_run_and_numpy(spark, np_):
         np.testing.assert_array_equal(got["average"], ref["average"])
         assert got["names"] == ["rank-%d" % r for r in range(np_)]
     assert len({r["pid"] for r in results}) == np_
-    assert hosted_fns.hosted_processes() == []
+    assert hosted_processes() == []
 
 
 def test_failing_task_fails_the_call_with_its_error(spark):
@@ -62,7 +63,7 @@ def test_failing_task_fails_the_call_with_its_error(spark):
     assert "hbcore.spark.run: rank 1 raised ValueError: bad shard on rank 1" \
         in message
     assert "Traceback" in message and "hosted_fns.py" in message
-    assert hosted_fns.hosted_processes() == []
+    assert hosted_processes() == []
     # The session is usable afterwards, and a later job forms again.
     with Watchdog():
         again = hbcore.spark.run(hosted_fns.train_step, args=(1.0,),
@@ -78,7 +79,7 @@ def test_killed_rank_fails_the_call_naming_it(spark):
     assert str(exc.value).startswith(
         "hbcore.spark.run: rank 0 (Spark task 0) failed first: killed by "
         "signal SIGKILL (9) [host ")
-    assert hosted_fns.hosted_processes() == []
+    assert hosted_processes() == []
 
 
 def test_gloo_is_refused(spark):
@@ -98,7 +99,7 @@ def test_tasks_that_cannot_all_start_fail_the_call_in_time(spark):
     assert "Spark task 0, Spark task 1, Spark task 2, Spark task 3 did not " \
            "arrive within --start-timeout 5s" in message
     assert "num_proc=4 needs as many free task slots" in message
-    assert hosted_fns.hosted_processes() == []
+    assert hosted_processes() == []
 
 
 def test_start_timeout_comes_from_the_argument_or_horovods_variable(

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import cached_ranks, run_ranks, script_path
 
 SCRIPT = script_path("stall.py")
 
@@ -52,16 +52,10 @@ def test_no_stall_warning_without_a_stall():
     assert "stall" not in run.stderr.lower(), run.describe()
 
 
-_shutdown_runs = {}
-
-
 def shutdown_run(np_):
-    if np_ not in _shutdown_runs:
-        _shutdown_runs[np_] = run_ranks(
-            SCRIPT, np_, timeout=60, args=["shutdown"],
-            env={"HB_STALL_CHECK_TIME_SECONDS": "1",
-                 "HB_STALL_SHUTDOWN_TIME_SECONDS": "2"})
-    return _shutdown_runs[np_]
+    return cached_ranks(SCRIPT, np_, timeout=60, args=["shutdown"],
+                        env={"HB_STALL_CHECK_TIME_SECONDS": "1",
+                             "HB_STALL_SHUTDOWN_TIME_SECONDS": "2"})
 
 
 @pytest.mark.parametrize("np_", [2, 3])

@@ -14,8 +14,8 @@ bytes leaked in each allreduce submission (50 per step) it measured
 """
 import pytest
 
-from harness import (assert_memory_steady, emulated_hosts, run_ranks,
-                     script_path)
+from support.harness import (assert_memory_steady, emulated_hosts, run_ranks,
+                             script_path)
 
 SCRIPT = script_path("steady_memory.py")
 STEPS = 1800

@@ -3,17 +3,11 @@ tensor, core.submit for a group, the Handle they return), in a singleton
 job; see tests/rank_scripts/submit_paths.py for what each case checks."""
 import pytest
 
-from harness import run_single, script_path
+from support.harness import cached_single, script_path
 from rank_scripts.submit_paths import CASES
 
-_runs = {}
-
-
 def singleton_run():
-    if "single" not in _runs:
-        _runs["single"] = run_single(script_path("submit_paths.py"),
-                                     timeout=90)
-    return _runs["single"]
+    return cached_single(script_path("submit_paths.py"), timeout=90)
 
 
 def test_run_completes():

@@ -18,15 +18,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-from harness import base_env, kill_tree, run_ranks, script_path
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "launcher_scripts"))
-from procs import ENTRY, read_pids, wait_gone  # noqa: E402
+from support.harness import base_env, kill_tree, run_ranks, script_path
+from support.procs import ENTRY, read_pids, wait_gone
+from support.waiting import wait_until
 
 SCRIPT = script_path("tf_config_job.py")
 TIMEOUT_S = 120
@@ -110,15 +107,9 @@ class Cluster:
         shutil.rmtree(self.out, ignore_errors=True)
 
 
-def wait_for_files(directory, count, timeout=TIMEOUT_S):
-    """Waits until ``count`` pid files are in ``directory``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len([n for n in os.listdir(directory)
-                if n.startswith("pid.")]) >= count:
-            return True
-        time.sleep(0.1)
-    return False
+def pid_files(directory):
+    """The names of the pid files in ``directory`` (written or not)."""
+    return [n for n in os.listdir(directory) if n.startswith("pid.")]
 
 
 def assert_every_machine(outcome, code, *texts):
@@ -257,7 +248,8 @@ def test_a_killed_launcher_of_another_machine_stops_the_job():
         # Every rank writes its pid after the first allreduce, so three
         # files mean the job runs on both machines.
         worker = cluster.procs["worker:0"]
-        assert wait_for_files(cluster.out, 3), "the job did not start"
+        wait_until(lambda: len(pid_files(cluster.out)) >= 3, TIMEOUT_S,
+                   interval=0.1, what="the job did not start")
         os.kill(worker.pid, 9)
         outcome = cluster.finish()
         pids = read_pids(cluster.out)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 SCRIPT = script_path("thread_affinity.py")
 CPUS = sorted(os.sched_getaffinity(0))

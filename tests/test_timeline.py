@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import run_ranks, script_path
 
 SCRIPT = script_path("timeline_ops.py")
 TENSORS = ["tl.single", "tl.group.0", "tl.group.1", "tl.group.2",

@@ -4,17 +4,11 @@ nothing, and a later wait or synchronize returns the result (or the
 error). See tests/rank_scripts/wait_timeout.py for the handshake."""
 import pytest
 
-from harness import run_ranks, script_path
+from support.harness import cached_ranks, script_path
 
 CASES = ["single", "group", "allgather", "mismatch", "bad-timeouts"]
-_runs = {}
-
-
 def launch(np_):
-    if np_ not in _runs:
-        _runs[np_] = run_ranks(script_path("wait_timeout.py"), np_,
-                               timeout=120)
-    return _runs[np_]
+    return cached_ranks(script_path("wait_timeout.py"), np_, timeout=120)
 
 
 @pytest.mark.parametrize("np_", [2, 3])

@@ -51,43 +51,6 @@ def bump(counter):
     return (hbcore.rank(), counter.bump(), os.getpid())
 
 
-def import_engine(name):
-    """Imports Spark or Ray for a test module (skipped where the extra is
-    not installed: CI installs both with ".[test]"), then the hbcore under
-    test."""
-    import pytest
-    from hbcore_path import import_hbcore_package
-    module = pytest.importorskip(name, reason="needs hbcore's extra for "
-                                 + name)
-    import_hbcore_package()
-    return module
-
-
-def rank_python_path():
-    """PYTHONPATH for Spark's and Ray's workers: the hbcore under test and
-    this directory (the workers import hbcore and these functions)."""
-    import sys
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, os.path.dirname(here))
-    from under_test import import_paths
-    old = os.environ.get("PYTHONPATH")
-    return os.pathsep.join(import_paths() + [here] + ([old] if old else []))
-
-
-def hosted_processes():
-    """Processes of hosted ranks still alive on this machine (proxies and
-    ranks carry their host's key in the environment)."""
-    import psutil
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if "HB_RANK_HOST_KEY" in proc.environ():
-                found.append((proc.pid, proc.info["cmdline"]))
-        except psutil.Error:
-            pass
-    return found
-
-
 def kill_rank(bad_rank):
     """SIGKILLs ``bad_rank`` (no error outcome, no traceback) while the
     others wait for it in a collective."""

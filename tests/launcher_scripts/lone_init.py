@@ -13,7 +13,10 @@ import json
 import os
 import sys
 
-from hbcore_path import import_hbcore_package
+# tests/, for the test support
+sys.path.insert(0, os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+from support.hbcore_path import import_hbcore_package  # noqa: E402
 
 import_hbcore_package()
 import hbcore  # noqa: E402

@@ -1,4 +1,5 @@
-"""Helpers imported by the rank scripts (run under hbrun by tests/harness.py).
+"""Helpers imported by the rank scripts (run under hbrun by
+tests/support/harness.py).
 
 - report(obj): writes this rank's result dict to $HB_TEST_OUT/rank<N>.json.
 - Checker: runs named cases, records each outcome at once (one JSON line in

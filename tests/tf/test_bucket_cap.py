@@ -5,8 +5,8 @@ wins. (After init it cuts the gradients into buckets of that size instead;
 train_optimizers.py checks that.)"""
 import pytest
 
-from harness import run_python
-from train_util import tensorflow_missing
+from support.harness import run_python
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

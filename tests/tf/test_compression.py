@@ -4,7 +4,7 @@ of test_functions.py, tests/tf/rank_scripts/tf_functions_compression.py;
 cached per session).
 """
 from test_functions import SCRIPT, TIMEOUT_S
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

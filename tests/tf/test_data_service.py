@@ -16,15 +16,15 @@ import subprocess
 import sys
 import socket
 import threading
-import time
 
 import psutil
 import pytest
 
-from data_service_util import (TIMEOUT_S, base_env, finish, kill_tree,
-                               launch_env, leftovers, port_of, run_check,
-                               run_code, start_compute_job, wait_for_config)
-from train_util import REQUIRES_TF, ROOT, SCRIPTS
+from support.data_service import (TIMEOUT_S, base_env, finish, kill_tree,
+                                  launch_env, leftovers, port_of, run_check,
+                                  run_code, start_compute_job, wait_for_config)
+from support.tf_launch import REQUIRES_TF, ROOT, SCRIPTS
+from support.waiting import wait_until
 
 pytestmark = REQUIRES_TF
 
@@ -88,8 +88,7 @@ def test_np_not_a_multiple_of_dispatchers(tmp_path):
 def rank_process(config, rank):
     """The compute job's process of ``rank`` (found by the config path on
     its command line and MPI's PMI_RANK in its environment)."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
+    def find():
         for proc in psutil.process_iter(["cmdline"]):
             try:
                 line = " ".join(proc.info["cmdline"] or [])
@@ -100,8 +99,10 @@ def rank_process(config, rank):
                     return proc
             except psutil.Error:
                 pass
-        time.sleep(0.2)
-    pytest.fail("no rank %d process of the compute job" % rank)
+        return None
+
+    return wait_until(find, TIMEOUT_S, interval=0.2,
+                      what="no rank %d process of the compute job" % rank)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
@@ -172,11 +173,14 @@ def test_training_ends_when_the_compute_job_dies(tmp_path):
                              errors="replace", start_new_session=True,
                              cwd=str(tmp_path))
     try:
-        deadline = time.monotonic() + TIMEOUT_S
-        while not started.exists():   # handshake: the reader got an element
+        def reader_started():  # handshake: the reader got an element
+            if started.exists():
+                return True
             assert train.poll() is None, train.communicate()
-            assert time.monotonic() < deadline, "the reader never started"
-            time.sleep(0.2)
+            return False
+
+        wait_until(reader_started, TIMEOUT_S, interval=0.2,
+                   what="the reader never started")
         kill_tree(compute.pid)
         try:
             out, err = train.communicate(timeout=90)
@@ -194,13 +198,6 @@ def test_training_ends_when_the_compute_job_dies(tmp_path):
 def _watchdog_threads():
     return [t for t in threading.enumerate()
             if t.name == "hbcore-data-service-watchdog" and t.is_alive()]
-
-
-def _await(condition, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("who", ["training", "compute rank", "this process"])
@@ -247,18 +244,20 @@ def test_watchdog_tells_a_requested_stop_from_a_lost_job(monkeypatch, who):
             other.close()
         if who == "compute rank":
             server.close()
-            _await(lambda: exits, "the watchdog did not end the process "
-                   "after the compute job stopped on its own")
+            wait_until(lambda: exits, 30.0, interval=0.02,
+                       what="the watchdog did not end the process after "
+                       "the compute job stopped on its own")
             assert exits == [1]
         else:
-            _await(lambda: not _watchdog_threads(),
-                   "the watchdog still runs after a requested stop")
+            wait_until(lambda: not _watchdog_threads(), 30.0, interval=0.02,
+                       what="the watchdog still runs after a requested stop")
             server.close()
             assert exits == []
     finally:
         compute_service._Watchdog.stop_watching()
         server.close()
-        _await(lambda: not _watchdog_threads(), "watchdog left running")
+        wait_until(lambda: not _watchdog_threads(), 30.0, interval=0.02,
+                   what="watchdog left running")
 
 
 def test_training_side_dispatcher_stopped_when_workers_never_come():
@@ -276,17 +275,17 @@ def test_training_side_dispatcher_stopped_when_workers_never_come():
         assert "tf.data workers of dispatcher 0" in str(info.value)
         address = server._dispatchers[0]  # registered by tf_data_service
         # Its dispatcher is stopped: nothing listens on its port any more.
-        deadline = time.monotonic() + 10
-        while True:
+        def port_closed():
             try:
                 socket.create_connection(("127.0.0.1", port_of(address)),
                                          timeout=2).close()
             except OSError:
-                break
-            assert time.monotonic() < deadline, (
-                "the dispatcher at %s still runs after tf_data_service "
-                "failed" % address)
-            time.sleep(0.1)
+                return True
+            return False
+
+        wait_until(port_closed, 10, interval=0.1, what=(
+            "the dispatcher at %s still runs after tf_data_service "
+            "failed" % address))
     finally:
         server.close()
 

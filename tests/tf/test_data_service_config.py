@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from data_service_util import call_in_thread
-from train_util import REQUIRES_TF
+from support.data_service import call_in_thread
+from support.tf_launch import REQUIRES_TF
 
 pytestmark = REQUIRES_TF
 

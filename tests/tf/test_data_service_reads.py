@@ -8,9 +8,9 @@ data_service_datasets.py).
 """
 import pytest
 
-from data_service_util import (TIMEOUT_S, finish, kill_tree, leftovers,
-                               start_compute_job)
-from train_util import REQUIRES_TF, launch
+from support.data_service import (TIMEOUT_S, finish, kill_tree, leftovers,
+                                  start_compute_job)
+from support.tf_launch import REQUIRES_TF, launch
 
 pytestmark = REQUIRES_TF
 

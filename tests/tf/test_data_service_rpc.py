@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from data_service_util import call_in_thread, port_of
-from train_util import REQUIRES_TF
+from support.data_service import call_in_thread, port_of
+from support.tf_launch import REQUIRES_TF
 
 pytestmark = REQUIRES_TF
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from data_service_util import base_env, run_check
-from train_util import tensorflow_missing
+from support.data_service import base_env, run_check
+from support.tf_launch import tensorflow_missing
 
 pytestmark = [pytest.mark.skipif(tensorflow_missing() is not None,
                                  reason=str(tensorflow_missing())),

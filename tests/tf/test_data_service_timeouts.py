@@ -15,8 +15,8 @@ from multiprocessing.connection import (Listener, answer_challenge,
 
 import pytest
 
-from data_service_util import base_env, call_in_thread
-from train_util import tensorflow_missing
+from support.data_service import base_env, call_in_thread
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

@@ -22,7 +22,7 @@ stall shutdown).
 """
 import pytest
 
-from train_util import launch, tensorflow_missing
+from support.tf_launch import launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

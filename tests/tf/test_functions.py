@@ -4,7 +4,7 @@ the root of broadcast_object keeps its own object
 rank count also runs the cases of test_compression.py and
 test_sync_batch_norm.py's jit_compile case).
 """
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -7,15 +7,9 @@ that lets grappler prune its collective on some ranks (the broadcast
 gradient did, on non-root ranks) leaves the others waiting. The stall
 shutdown below turns such a hang into failed cases within seconds.
 """
-import os
-import sys
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))                  # harness
-
-from train_util import case_names, op_launch  # noqa: E402
+from support.tf_launch import case_names, op_launch
 
 NPS = [2, 3]
 MODES = case_names("tf_grads.py", "MODES")

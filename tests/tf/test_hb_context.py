@@ -2,8 +2,9 @@
 one hbrun launch per rank count (with HB_* option variables set) runs
 every case of tests/tf/rank_scripts/hb_context.py; each case is a test.
 """
-from harness import emulated_hosts
-from train_util import REQUIRES_TF, case_names, launch, rank_script_tests
+from support.harness import emulated_hosts
+from support.tf_launch import (REQUIRES_TF, case_names, launch,
+                               rank_script_tests)
 
 pytestmark = REQUIRES_TF
 

@@ -10,7 +10,7 @@ loops eager and in tf.function, errors, model.fit); the tf_keras launch
 importable) runs the model.fit cases. A hang is a failure: every launch
 has a hard timeout.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -18,7 +18,7 @@ id order (its checkpoint too, and its export is served by plain TF);
 emb_segment_rank gives one row per segment; columns that cannot be
 sharded are ValueErrors naming them; a v1 optimizer's
 make_session_run_hook() broadcasts replicated variables."""
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -9,7 +9,7 @@ value by value; a column reads its own entry, else the option's default
 option and column; in hb.dense_features each column's lookup uses its own
 emb_unique and emb_wire_dtype (read from the graph), and lookups and SGD
 training equal plain input_layer's."""
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

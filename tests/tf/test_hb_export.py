@@ -5,7 +5,7 @@ returned main op, errors), each SavedModel run by plain TensorFlow without
 hbcore; at 2 and 3 ranks with a sharded table
 (tests/tf/rank_scripts/hb_export.py).
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -12,7 +12,7 @@ on all ranks' examples. One launch per rank count and Keras flavour
   numpy per-group rank-statistic AUC over every rank's examples, also
   with one rank's batch empty.
 """
-from train_util import REQUIRES_TF, case_names, rank_script_tests
+from support.tf_launch import REQUIRES_TF, case_names, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

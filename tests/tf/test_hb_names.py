@@ -19,8 +19,8 @@ import tempfile
 
 import pytest
 
-from train_util import ROOT, tensorflow_missing
-from under_test import import_paths
+from support.tf_launch import ROOT, tensorflow_missing
+from support.under_test import import_paths
 
 DOC = os.path.join(ROOT, "docs", "hybridbackend.md")
 SECTION = "## Every HybridBackend name"

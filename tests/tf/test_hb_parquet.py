@@ -6,14 +6,11 @@ test_hb_train_monitored_session.py) ParquetDataset.read_schema,
 ds.apply(hb.data.to_sparse()) and hb.data.make_one_shot_iterator before
 init().
 """
-import os
 import subprocess
 import sys
 
-from train_util import REQUIRES_TF, ROOT, rank_script_tests
-
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-from harness import base_env  # noqa: E402
+from support.harness import base_env
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 
@@ -38,8 +35,9 @@ def test_missing_pyarrow_names_the_extra(tmp_path):
         "    d.ParquetDataset('x.parquet', 2)\n"
         "except ImportError as e:\n"
         "    print('IMPORT-ERROR:', e)\n")
-    # The hbcore under test (see tests/under_test.py), run outside the
-    # checkout so that its unbuilt packages never shadow an installed one.
+    # The hbcore under test (see tests/support/under_test.py), run outside
+    # the checkout so that its unbuilt packages never shadow an installed
+    # one.
     env = base_env({"TF_CPP_MIN_LOG_LEVEL": "3"})
     out = subprocess.run([sys.executable, "-c", code], env=env, timeout=120,
                          capture_output=True, text=True, cwd=str(tmp_path))

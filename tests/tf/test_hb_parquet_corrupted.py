@@ -15,7 +15,7 @@ import logging
 import numpy as np
 import pytest
 
-from train_util import tensorflow_missing
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

@@ -3,7 +3,7 @@ fixed-length Fields, to_sparse / unbatch_and_to_sparse, rebatch, feedable
 iterators, data sync, bad Fields) at 2 and 3 ranks: every case of
 tests/tf/rank_scripts/hb_parquet_values.py in one launch per rank count.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

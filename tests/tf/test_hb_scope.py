@@ -7,7 +7,7 @@ trained on the whole batch from rank 0's initial values (the ranks start
 from different ones). The tf.compat.v1 cases do not depend on Keras and
 run in the Keras 3 launch only.
 """
-from train_util import REQUIRES_TF, case_names, rank_script_tests
+from support.tf_launch import REQUIRES_TF, case_names, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -4,7 +4,7 @@ it), at 2 and 3 ranks; TF's is restored when the last scope closes. One
 hbrun launch per rank count runs every case of
 tests/tf/rank_scripts/hb_scope_mts.py.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -14,8 +14,8 @@
 
 import pytest
 
-from harness import python_result
-from train_util import tensorflow_missing
+from support.harness import python_result
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

@@ -8,8 +8,8 @@ TF's again once the scope closes (world size 1, a fresh process).
 
 import pytest
 
-from harness import python_result
-from train_util import tensorflow_missing
+from support.harness import python_result
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

@@ -6,7 +6,7 @@ runs hb.data cases (make_one_shot_iterator in a script that never called
 init(), ParquetDataset.read_schema, ds.apply(hb.data.to_sparse())),
 asserted by test_hb_parquet.py.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -10,8 +10,8 @@
    collective save of a sharded one); sharded tables saved whole and
    restored row block by row block.
 """
-from harness import python_result
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.harness import python_result
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -6,9 +6,9 @@ skipped with the reason when tf_keras is not importable).
 """
 import pytest
 
-from train_util import (REQUIRES_TF, assert_one_collective_per_step,
-                        case_names, keras_flavors, rank_script_tests,
-                        timeline_run)
+from support.tf_launch import (REQUIRES_TF, assert_one_collective_per_step,
+                               case_names, keras_flavors, rank_script_tests,
+                               timeline_run)
 
 pytestmark = REQUIRES_TF
 

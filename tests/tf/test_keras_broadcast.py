@@ -5,7 +5,7 @@ batch with the root's initial weights. Keras 3 and tf_keras
 (TF_USE_LEGACY_KERAS=1), at 2 and 3 ranks
 (tests/tf/rank_scripts/keras_broadcast.py).
 """
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -7,7 +7,7 @@ the launch of test_keras_load_model.py
 per session, so running both files launches once).
 """
 from test_keras_load_model import FLAVORS, SCRIPT, TIMEOUT_S
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -4,7 +4,7 @@ with DistributedOptimizer and hbcore's Keras callbacks, at 2 and 3 ranks
 collectives in Keras' session, the averaged metrics equal the numpy mean
 of the ranks' own values and every rank ends with the same weights.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -6,7 +6,7 @@ numpy mean (or sum) of every rank's own gradient, with the wrapper's op,
 sparse_as_dense, process set, predivide factor and compression, and
 applying them once does not reduce them a second time.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -9,7 +9,7 @@ functions loaded unchanged; and, with tf_keras in a tf.compat.v1 graph
 (eager execution disabled), load_model of a legacy optimizer from .h5.
 The same launch runs the hvd.elastic case of test_keras_elastic.py.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

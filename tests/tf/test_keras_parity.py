@@ -7,7 +7,7 @@ initial_lr and steps_per_epoch=0, the warmup's end line printed by rank 0
 only, BroadcastGlobalVariablesCallback(local_variables=...),
 BestModelCheckpoint, and hvd.reducescatter / the process-set names.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

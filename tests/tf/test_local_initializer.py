@@ -3,7 +3,7 @@ of a sharded table from the initializer requested for the whole table."""
 import numpy as np
 import pytest
 
-from train_util import tensorflow_missing
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

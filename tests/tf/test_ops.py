@@ -14,11 +14,10 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))                  # harness
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "rank_scripts"))
 sys.path.insert(0, os.path.join(HERE, "rank_scripts"))     # op_table
 
-from harness import run_ranks  # noqa: E402
+from support.harness import cached_ranks  # noqa: E402
 import op_table  # noqa: E402
 
 NPS = [2, 3]
@@ -32,14 +31,9 @@ ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "2",
 }
 
-_runs = {}
-
-
 def tf_run(np_):
     """The launch for np_ ranks, run once per test session."""
-    if np_ not in _runs:
-        _runs[np_] = run_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=ENV)
-    return _runs[np_]
+    return cached_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=ENV)
 
 
 def table_cases(np_, group):

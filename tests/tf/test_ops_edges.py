@@ -6,15 +6,9 @@ tensors, tensors with no elements in every op, reducescatter of fewer rows
 than ranks, fractional scale factors on integers, and the gradients of
 alltoall without splits, of reducescatter of fewer rows than ranks and of
 allgather with no rows on one rank."""
-import os
-import sys
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))                  # harness
-
-from train_util import case_names, op_launch  # noqa: E402
+from support.tf_launch import case_names, op_launch
 
 SCRIPT = "tf_ops_edges.py"
 NPS = [2, 3]

@@ -7,10 +7,8 @@ import sys
 
 import pytest
 
-from train_util import TESTS, tensorflow_missing
-
-sys.path.insert(0, TESTS)
-from harness import base_env  # noqa: E402
+from support.harness import base_env
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

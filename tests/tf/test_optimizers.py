@@ -3,7 +3,7 @@ ranks: one hbrun launch per rank count runs every case of
 tests/tf/rank_scripts/train_optimizers.py (each rank checks its variables
 against numpy); each test below asserts one case on every rank.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -9,8 +9,8 @@ must be the same with both Keras flavours.
 """
 import pytest
 
-from train_util import (REQUIRES_TF, TF_KERAS_SKIP, rank_script_tests,
-                        tf_keras_path)
+from support.tf_launch import (REQUIRES_TF, TF_KERAS_SKIP, rank_script_tests,
+                               tf_keras_path)
 
 pytestmark = REQUIRES_TF
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from train_util import (_pythonpath, rank_script_tests, tensorflow_missing,
-                        tf_keras_path)
+from support.tf_launch import (_pythonpath, rank_script_tests,
+                               tensorflow_missing, tf_keras_path)
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

@@ -5,7 +5,7 @@ shard_route.py), at 1 and 3 ranks (each rank runs the same local checks;
 their composition with the exchanges runs at 2 and 3 ranks in
 test_sharded_embedding.py).
 """
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -21,7 +21,8 @@ import tempfile
 
 import pytest
 
-from train_util import STALL_FAST_ENV, case_names, launch, tensorflow_missing
+from support.tf_launch import (STALL_FAST_ENV, case_names, launch,
+                               tensorflow_missing)
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

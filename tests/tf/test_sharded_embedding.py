@@ -6,7 +6,7 @@ TensorFlow trained on the whole batch (tf.compat.v1 graphs with SGD,
 Adagrad, Adam and Ftrl, tf.function with a Keras optimizer, eager with
 DistributedGradientTape, data sync's empty batches, lookup_sparse, an
 out-of-range id)."""
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -13,10 +13,10 @@ import tempfile
 
 import pytest
 
-from harness import run_single
-from train_util import (SCRIPTS, STALL_FAST_ENV, _pythonpath,
-                        assert_flavor_ran, case_names, keras_flavors, launch,
-                        tensorflow_missing, tf_keras_env)
+from support.harness import cached_run, run_single
+from support.tf_launch import (SCRIPTS, STALL_FAST_ENV, _pythonpath,
+                               assert_flavor_ran, case_names, keras_flavors,
+                               launch, tensorflow_missing, tf_keras_env)
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))
@@ -58,20 +58,18 @@ def flavor_launch(script, np_, flavor):
     return launch(script, np_, env=env, timeout=400)
 
 
-_singles = {}
-
-
 def single_run(flavor):
     """The script in one process without hbrun (cached per flavour)."""
-    if flavor not in _singles:
+    def make_run():
         env = {"PYTHONPATH": os.pathsep.join(_pythonpath()),
                "TF_CPP_MIN_LOG_LEVEL": "2"}
         env.update(handoff_in(flavor))
         if flavor == "tf_keras":
             env.update(tf_keras_env())
-        _singles[flavor] = run_single(os.path.join(SCRIPTS, SCRIPT),
-                                      env=env, timeout=300)
-    return _singles[flavor]
+        return run_single(os.path.join(SCRIPTS, SCRIPT), env=env,
+                          timeout=300)
+
+    return cached_run(("test_sharded_keras single", flavor), make_run)
 
 
 @pytest.mark.parametrize("flavor", keras_flavors())

@@ -8,7 +8,7 @@ plain Keras and checkpoints its slots whole; a tf.compat.v1 optimizer
 stepping a sharded table eagerly names the table in its error;
 export_plain_model keeps a ShardedEmbedding that was left replicated
 whole."""
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -2,7 +2,7 @@
 3 ranks (tests/tf/rank_scripts/smddp.py); smddp's TF2 example runs as
 examples/smddp_tf2_mnist.py in test_train_examples.py.
 """
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -8,16 +8,10 @@ Session.run; Horovod's NotImplementedError for scale factors and Min/Max,
 and a TypeError for an Average of bool values, raised before any op exists
 (tests/tf/rank_scripts/tf_sparse.py).
 """
-import os
-import sys
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))                  # harness
-
-from train_util import (STALL_FAST_ENV, assert_flavor_ran,  # noqa: E402
-                        case_names, keras_flavors, launch, tf_keras_env)
+from support.tf_launch import (STALL_FAST_ENV, assert_flavor_ran, case_names,
+                               keras_flavors, launch, tf_keras_env)
 
 NPS = [2, 3]
 MODES = case_names("tf_sparse.py", "MODES")

@@ -14,8 +14,8 @@ hb_scope.py (v1_splat_initial_values, at 2 and 3 ranks).
 import numpy as np
 import pytest
 
-from harness import run_python
-from train_util import tensorflow_missing
+from support.harness import run_python
+from support.tf_launch import tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

@@ -11,8 +11,8 @@ kernel, 1.2-1.5 MiB per third, which fails.
 """
 import pytest
 
-from harness import assert_memory_steady
-from train_util import launch, tensorflow_missing
+from support.harness import assert_memory_steady
+from support.tf_launch import launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

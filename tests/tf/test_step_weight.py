@@ -4,7 +4,7 @@ DistributedOptimizer and DistributedGradientTape, eagerly, in a tf.function
 and in a tf.compat.v1 graph; sparse gradients, groups, op=Sum, no weight,
 no rank with data (tests/tf/rank_scripts/step_weight.py).
 """
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

@@ -9,7 +9,7 @@ SyncBatchNormalization compiled with jit_compile=True trains without XLA
 """
 from test_functions import SCRIPT as FUNCTIONS_SCRIPT
 from test_functions import TIMEOUT_S as FUNCTIONS_TIMEOUT_S
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

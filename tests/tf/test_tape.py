@@ -6,8 +6,8 @@ test_keras.py).
 """
 import pytest
 
-from train_util import (REQUIRES_TF, assert_one_collective_per_step,
-                        rank_script_tests, timeline_run)
+from support.tf_launch import (REQUIRES_TF, assert_one_collective_per_step,
+                               rank_script_tests, timeline_run)
 
 pytestmark = REQUIRES_TF
 

@@ -13,7 +13,7 @@
   members still average over the set. Checked eagerly, in tf.function and
   in a tf.compat.v1 graph.
 """
-from train_util import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

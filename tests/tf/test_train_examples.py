@@ -10,10 +10,8 @@ import time
 
 import pytest
 
-from train_util import ROOT, tensorflow_missing
-
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-from harness import base_env, kill_tree  # noqa: E402
+from support.harness import base_env, kill_tree
+from support.tf_launch import ROOT, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
                                 reason=str(tensorflow_missing()))

@@ -9,7 +9,7 @@
   wrapped anew every eager step (traced once), local sources per tape,
   tensor sources and None gradients.
 """
-from train_util import REQUIRES_TF, rank_script_tests
+from support.tf_launch import REQUIRES_TF, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

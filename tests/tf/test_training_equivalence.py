@@ -5,7 +5,7 @@ DistributedGradientTape eager and in tf.function, tf.compat.v1 graphs, and
 local aggregation (backward_passes_per_step=2). Keras 3 at 2 and 3 ranks;
 tf_keras (current and legacy optimizers) at 2 ranks.
 """
-from train_util import REQUIRES_TF, case_names, rank_script_tests
+from support.tf_launch import REQUIRES_TF, case_names, rank_script_tests
 
 pytestmark = REQUIRES_TF
 

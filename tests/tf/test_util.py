@@ -13,8 +13,8 @@ import tempfile
 
 import pytest
 
-from train_util import tensorflow_missing
-from under_test import import_paths
+from support.tf_launch import tensorflow_missing
+from support.under_test import import_paths
 
 MODES = r"""
 import json

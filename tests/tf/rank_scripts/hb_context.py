@@ -86,8 +86,8 @@ def main():
         check(len(local) == hb.local_size() and devs[rank] in local,
               "local devices %s" % local)
         if os.environ.get("HB_TEST_HOSTS"):
-            # Emulated hosts (tests/harness.emulated_hosts): slots per host
-            # in rank order.
+            # Emulated hosts (emulated_hosts() of tests/support/harness.py):
+            # slots per host in rank order.
             hosts, start = [], 0
             for n in map(int, os.environ["HB_TEST_HOSTS"].split(",")):
                 hosts.append(list(range(start, start + n)))

@@ -15,6 +15,11 @@ so a launch that hangs or crashes halfway still shows which cases ran.
 The launch has a hard timeout: on expiry the whole process tree (hbrun,
 mpiexec, wrappers, ranks) is killed with psutil and the RankRun says
 ``timed_out``; nothing outlives the test.
+
+Several tests of one launch share it through the session's launch cache:
+``cached_ranks(script, np, ...)`` (and ``cached_single``) run a launch
+once per session for the same arguments; ``cached_run(key, make_run)``
+caches any other launch (tests/support/tf_launch.py's, say).
 """
 import json
 import os
@@ -23,14 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Hashable, List, Mapping, Optional,
+                    Sequence, Tuple, TypeVar)
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from under_test import ROOT, import_paths  # noqa: E402
+from support.under_test import import_paths
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS_DIR)
 RANK_SCRIPTS = os.path.join(TESTS_DIR, "rank_scripts")
 OUT_VAR = "HB_TEST_OUT"
@@ -231,11 +236,108 @@ def run_ranks(script: str, np: int, timeout: float = 60,
     Returns:
         The RankRun (never raises for a failed or hung job; check it).
     """
-    command = (list(wrapper)
-               + [sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np)]
-               + list(hbrun_args) + [sys.executable, script]
-               + [str(a) for a in args])
-    return _run(command, np, env, timeout)
+    return run_hbrun(np, [sys.executable, script] + [str(a) for a in args],
+                     timeout=timeout, env=env, hbrun_args=hbrun_args,
+                     wrapper=wrapper)
+
+
+def run_hbrun(np: int, command: Sequence[str], timeout: float = 60,
+              env: Optional[Mapping[str, str]] = None,
+              hbrun_args: Sequence[str] = (),
+              wrapper: Sequence[str] = ()) -> RankRun:
+    """Runs ``[wrapper] hbrun -np NP [hbrun_args] COMMAND``: run_ranks()
+    for a rank command that is not a Python script of the tests (``true``,
+    ``sleep 100``), in the same fresh directory, environment and hard
+    timeout.
+
+    Args:
+        np: number of ranks.
+        command: what every rank runs.
+        timeout: hard limit in seconds; the process tree is killed after it.
+        env: extra environment variables for every rank.
+        hbrun_args: extra hbrun flags (before the command).
+        wrapper: a command that runs the rest (e.g. in another namespace).
+
+    Returns:
+        The RankRun (never raises for a failed or hung job; check it).
+    """
+    full = (list(wrapper)
+            + [sys.executable, "-m", "hbcore.launcher.cli", "-np", str(np)]
+            + list(hbrun_args) + list(command))
+    return _run(full, np, env, timeout)
+
+
+# --- one launch per session --------------------------------------------------
+
+T = TypeVar("T")
+_cache: Dict[Hashable, Any] = {}
+
+
+def cached_run(key: Hashable, make_run: Callable[[], T]) -> T:
+    """The session's one result of ``make_run()`` for ``key``: the first
+    call makes it, later calls (from any test file) return it, so several
+    tests can assert on one launch.
+
+    A key must say everything that makes the launch what it is (script,
+    rank count, environment, arguments, flags); cached_ranks() and
+    cached_single() build it from their arguments.
+
+    Args:
+        key: identifies the launch in the session.
+        make_run: runs it (called at most once per key while it returns;
+            a call that raises caches nothing).
+
+    Returns:
+        What make_run returned for this key.
+    """
+    if key not in _cache:
+        _cache[key] = make_run()
+    return _cache[key]
+
+
+def _env_key(env: Optional[Mapping[str, str]]) -> Tuple[Tuple[str, str], ...]:
+    return tuple(sorted((env or {}).items()))
+
+
+def cached_ranks(script: str, np: int, timeout: float = 60,
+                 env: Optional[Mapping[str, str]] = None,
+                 args: Sequence[str] = (),
+                 hbrun_args: Sequence[str] = (),
+                 wrapper: Sequence[str] = ()) -> RankRun:
+    """run_ranks(), once per session for the same arguments (see
+    cached_run()).
+
+    Args:
+        script, np, timeout, env, args, hbrun_args, wrapper: of run_ranks();
+            all of them are part of the key.
+
+    Returns:
+        The session's RankRun of that launch.
+    """
+    key = ("run_ranks", script, np, timeout, _env_key(env),
+           tuple(str(a) for a in args), tuple(hbrun_args), tuple(wrapper))
+    return cached_run(key, lambda: run_ranks(
+        script, np, timeout=timeout, env=env, args=args,
+        hbrun_args=hbrun_args, wrapper=wrapper))
+
+
+def cached_single(script: str, args: Sequence[str] = (),
+                  env: Optional[Mapping[str, str]] = None,
+                  timeout: float = 60) -> RankRun:
+    """run_single(), once per session for the same arguments (see
+    cached_run()).
+
+    Args:
+        script, args, env, timeout: of run_single(); all of them are part
+            of the key.
+
+    Returns:
+        The session's RankRun of that run.
+    """
+    key = ("run_single", script, tuple(str(a) for a in args), _env_key(env),
+           timeout)
+    return cached_run(key, lambda: run_single(script, args=args, env=env,
+                                              timeout=timeout))
 
 
 def assert_bad_value_fails_init(variable: str, value: str,

@@ -9,10 +9,12 @@ import glob
 import os
 from typing import List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
 def checkout_is_built() -> bool:
+    """Whether the checkout holds an in-place build of the native core."""
     return bool(glob.glob(os.path.join(ROOT, "hbcore", "_core*.so")))
 
 

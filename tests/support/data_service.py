@@ -1,19 +1,18 @@
-"""Helpers of the tf.data service suites (test_data_service*.py): start a
-compute job, wait for its config file, end it and look for leftovers.
+"""Helpers of the tf.data service suites (tests/tf/test_data_service*.py):
+start a compute job, wait for its config file, end it and look for
+leftovers.
 """
 import os
 import subprocess
 import sys
 import threading
-import time
 
 import psutil
 import pytest
 
-from train_util import ROOT, _pythonpath, launch
-
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-from harness import base_env, kill_tree  # noqa: E402,F401  (re-exported)
+from support.harness import base_env, kill_tree  # noqa: F401  (re-exported)
+from support.tf_launch import _pythonpath, launch
+from support.waiting import wait_until
 
 TIMEOUT_S = 180
 
@@ -58,11 +57,13 @@ def run_check(tmp_path, mode, n, compute_args=(), start=start_compute_job):
 def wait_for_config(config, compute):
     """Waits (polling, up to TIMEOUT_S) until the compute job wrote its
     config file; fails with the job's output if it exited first."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while not config.exists():
+    def written() -> bool:
+        if config.exists():
+            return True
         assert compute.poll() is None, compute.communicate()
-        assert time.monotonic() < deadline, "no config file"
-        time.sleep(0.2)
+        return False
+
+    wait_until(written, TIMEOUT_S, interval=0.2, what="no config file")
 
 
 def launch_env():

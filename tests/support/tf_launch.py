@@ -2,8 +2,9 @@
 
 - launch(): hbrun a rank script of tests/tf/rank_scripts with hbcore,
   tests/rank_scripts (common.py) and tests/tf/rank_scripts importable;
-  launches are cached per (script, np, env) for the test session, so
-  several test functions can assert on one launch.
+  launches are cached per (script, np, env, args, hbrun flags) for the
+  test session (harness.cached_run), so several test functions can assert
+  on one launch.
 - rank_script_tests(): THE pytest driver of a rank script whose cases
   all run in one launch per (rank count, Keras flavour): the launch test
   and one test per case, parametrised over rank counts and Keras 3 /
@@ -21,25 +22,20 @@ import collections
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
                     Sequence, Tuple, Union)
 
 import pytest
 
-TF_TESTS = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.dirname(TF_TESTS)
+from support.harness import RankRun, cached_run, run_ranks
+from support.under_test import import_paths
+from support.warm_world import run_warm
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TF_TESTS = os.path.join(TESTS, "tf")
 ROOT = os.path.dirname(TESTS)
 SCRIPTS = os.path.join(TF_TESTS, "rank_scripts")
-if TESTS not in sys.path:
-    sys.path.insert(0, TESTS)
-
-from harness import RankRun, run_ranks  # noqa: E402
-from support.warm_world import run_warm  # noqa: E402
-from under_test import import_paths  # noqa: E402
-
-_cache: Dict[tuple, RankRun] = {}
 
 
 def tensorflow_missing() -> Optional[str]:
@@ -111,16 +107,17 @@ def launch(script: str, np: int, timeout: float = 180,
     full_env = {"PYTHONPATH": os.pathsep.join(_pythonpath()),
                 "TF_CPP_MIN_LOG_LEVEL": "2"}
     full_env.update(env or {})
-    key = (script, np, tuple(sorted(full_env.items())), tuple(args),
-           tuple(hbrun_args))
-    if cache and key in _cache:
-        return _cache[key]
     runner = run_ranks if script in FRESH_PROCESS_SCRIPTS else run_warm
-    run = runner(os.path.join(SCRIPTS, script), np, timeout=timeout,
-                 env=full_env, args=args, hbrun_args=hbrun_args)
-    if cache:
-        _cache[key] = run
-    return run
+
+    def make_run() -> RankRun:
+        return runner(os.path.join(SCRIPTS, script), np, timeout=timeout,
+                      env=full_env, args=args, hbrun_args=hbrun_args)
+
+    if not cache:
+        return make_run()
+    return cached_run(("tf_launch", script, np,
+                       tuple(sorted(full_env.items())), tuple(args),
+                       tuple(hbrun_args)), make_run)
 
 
 CaseList = Union[str, Sequence[str]]
@@ -323,16 +320,12 @@ def case_names(script: str, variable: str = "CASES") -> List[str]:
 
 # --- the shared timeline launch ----------------------------------------------------
 
-_timeline_state: Dict[str, Tuple[RankRun, str]] = {}
-
-
 def timeline_run(legacy_keras: bool = False) -> Tuple[RankRun, str]:
     """Runs tests/tf/rank_scripts/train_timeline.py at 2 ranks under
     HB_TIMELINE once per session and Keras flavour (shared by
     test_keras.py and test_tape.py); returns (the launch, the trace path).
     """
-    key = "tf_keras" if legacy_keras else "keras3"
-    if key not in _timeline_state:
+    def make_run() -> Tuple[RankRun, str]:
         directory = tempfile.mkdtemp(prefix="hbtl_")
         path = os.path.join(directory, "timeline.json")
         env = tf_keras_env() if legacy_keras else {}
@@ -341,8 +334,10 @@ def timeline_run(legacy_keras: bool = False) -> Tuple[RankRun, str]:
         run.assert_ok()
         assert os.path.exists(path), "rank 0 wrote no timeline\n" + \
             run.describe()
-        _timeline_state[key] = (run, path)
-    return _timeline_state[key]
+        return run, path
+
+    return cached_run(("tf_launch timeline",
+                       "tf_keras" if legacy_keras else "keras3"), make_run)
 
 
 def assert_one_collective_per_step(state: Tuple[RankRun, str],

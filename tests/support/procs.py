@@ -1,17 +1,18 @@
-"""Process helpers for the launcher tests: hard timeouts, leftover checks."""
+"""Process helpers for the launcher tests (tests/launcher_scripts): hard
+timeouts, leftover checks."""
 import os
 import signal
 import subprocess
 import sys
 import threading
-import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
-from harness import kill_tree  # tests/ is on sys.path (conftest.py)
+from support.harness import TESTS_DIR, kill_tree
+from support.waiting import poll_until
 
-SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(TESTS_DIR, "launcher_scripts")
 ENTRY = os.path.join(SCRIPTS, "entry.py")
 LAUNCH_TIMEOUT_S = 60
 
@@ -57,12 +58,32 @@ def gone(pid: int) -> bool:
 
 def wait_gone(pids: Sequence[int], timeout: float = 5.0) -> List[int]:
     """Waits until all pids are gone; returns those still alive."""
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid in pids if not gone(pid)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
+    alive: List[int] = []
+
+    def all_gone() -> bool:
+        alive[:] = [pid for pid in pids if not gone(pid)]
+        return not alive
+
+    poll_until(all_gone, timeout, interval=0.05)
+    return alive
+
+
+def hosted_processes() -> List[Tuple[int, List[str]]]:
+    """Processes of hosted ranks (hbcore.spark, hbcore.ray) still alive on
+    this machine: proxies and ranks carry their host's key in the
+    environment.
+
+    Returns:
+        (pid, command line) of each.
+    """
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if "HB_RANK_HOST_KEY" in proc.environ():
+                found.append((proc.pid, proc.info["cmdline"]))
+        except psutil.Error:
+            pass
+    return found
 
 
 class Watchdog:
