@@ -88,26 +88,28 @@ def _pythonpath() -> List[str]:
     return paths
 
 
-# Rank scripts whose subject is a fresh process or the job's end: what
-# importing hbcore_tf or its first use installs (patch_moments.py compares
-# TF's objects before and after the import); how hbrun ends a job whose
-# rank failed (failed_save.py). Every other script runs in a warm world
-# (tests/support/warm_world.py), as a fresh process would run it.
-FRESH_PROCESS_SCRIPTS = frozenset({"patch_moments.py", "failed_save.py"})
+# Rank scripts whose subject is a fresh process: what importing hbcore_tf
+# or its first use installs (patch_moments.py compares TF's objects before
+# and after the import). Every other script runs in a warm world
+# (tests/support/warm_world.py), as a fresh process would run it, unless
+# its launch asks for a fresh job (fresh=True: how hbrun ends a job whose
+# rank failed, say).
+FRESH_PROCESS_SCRIPTS = frozenset({"patch_moments.py"})
 
 
 def launch(script: str, np: int, timeout: float = 180,
            env: Optional[Mapping[str, str]] = None,
            args: Sequence[str] = (), cache: bool = True,
-           hbrun_args: Sequence[str] = ()) -> RankRun:
+           hbrun_args: Sequence[str] = (), fresh: bool = False) -> RankRun:
     """Runs tests/tf/rank_scripts/<script> on NP ranks (hard timeout) and
     returns the RankRun; cached per arguments. The ranks are those of a
-    warm world of the same environment and hbrun flags, or a fresh
-    ``hbrun -np NP`` for FRESH_PROCESS_SCRIPTS."""
+    warm world of the same environment and hbrun flags, or of a fresh
+    ``hbrun -np NP`` with ``fresh`` and for FRESH_PROCESS_SCRIPTS."""
     full_env = {"PYTHONPATH": os.pathsep.join(_pythonpath()),
                 "TF_CPP_MIN_LOG_LEVEL": "2"}
     full_env.update(env or {})
-    runner = run_ranks if script in FRESH_PROCESS_SCRIPTS else run_warm
+    fresh = fresh or script in FRESH_PROCESS_SCRIPTS
+    runner = run_ranks if fresh else run_warm
 
     def make_run() -> RankRun:
         return runner(os.path.join(SCRIPTS, script), np, timeout=timeout,
@@ -117,7 +119,7 @@ def launch(script: str, np: int, timeout: float = 180,
         return make_run()
     return cached_run(("tf_launch", script, np,
                        tuple(sorted(full_env.items())), tuple(args),
-                       tuple(hbrun_args)), make_run)
+                       tuple(hbrun_args), fresh), make_run)
 
 
 CaseList = Union[str, Sequence[str]]

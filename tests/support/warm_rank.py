@@ -22,9 +22,10 @@ The protocol, over files in CONTROL_DIR (every rank runs the same steps):
      uncaught exception, whose traceback goes to the job's stderr).
      ``retire`` is true when the job left state that a fresh process would
      not have (eager execution turned off: tf.compat.v1 graph mode cannot
-     be undone), or the world has run its share of jobs; then every rank
-     exits after the done file (they all ran the same job, so they all
-     decide the same), and the test side starts a new world next time.
+     be undone), or the world has run its share of jobs, or this rank
+     has grown past MAX_RSS_BYTES; then the ranks exit after the done
+     file, and the test side stops the world (a rank that did not retire
+     is killed) and starts a new one next time.
   6. Every second without a job, check that the test process (OWNER_PID)
      still lives; exit when it does not, so no world outlives its pytest.
 
@@ -62,6 +63,9 @@ TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A world runs at most this many jobs, so memory that TF or Keras keep
 # per model (caches no clear_session reaches) stays bounded.
 MAX_JOBS = 25
+# A rank that has grown past this retires its world after the job: up to
+# six worlds of 2-4 ranks share the 24 GiB of the CI machine.
+MAX_RSS_BYTES = 2 << 30
 IDLE_POLL_S = 0.05
 
 
@@ -93,6 +97,11 @@ def _await_job(control: str, k: int, owner: int) -> dict:
                 os._exit(0)
     with open(path) as f:
         return json.load(f)
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def _purge_test_modules() -> None:
@@ -180,7 +189,8 @@ def main() -> None:
         with _Redirected(prefix + ".out", prefix + ".err"):
             code = _run_script(job)
             _reset()
-        retire = not tf.executing_eagerly() or k == MAX_JOBS - 1
+        retire = (not tf.executing_eagerly() or k == MAX_JOBS - 1
+                  or _rss_bytes() > MAX_RSS_BYTES)
         os.environ.clear()
         os.environ.update(base_env)
         os.chdir(base_cwd)

@@ -49,8 +49,10 @@ if TESTS_DIR not in sys.path:
 from support.harness import OUT_VAR, RankRun, base_env, kill_tree  # noqa: E402
 
 RANK_SERVER = os.path.join(SUPPORT_DIR, "warm_rank.py")
-# 2 flavours x 2 rank counts: the worlds one rank_script_tests file uses.
-MAX_WORLDS = 4
+# 2 flavours x 2 rank counts (the worlds one rank_script_tests file uses)
+# and two more, so a launch with an environment of its own between two
+# such files does not evict a world the next file needs.
+MAX_WORLDS = 6
 # Seconds a world may take to start (every rank imports TF, hbcore_tf).
 START_TIMEOUT_S = 180
 # After one rank failed, seconds the others get to finish the job too

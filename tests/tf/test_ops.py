@@ -17,23 +17,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "rank_scripts"))
 sys.path.insert(0, os.path.join(HERE, "rank_scripts"))     # op_table
 
-from support.harness import cached_ranks  # noqa: E402
+from support.tf_launch import op_launch  # noqa: E402
 import op_table  # noqa: E402
 
 NPS = [2, 3]
-SCRIPT = os.path.join(HERE, "rank_scripts", "tf_ops.py")
+SCRIPT = "tf_ops.py"
 TIMEOUT_S = 240
-ENV = {
-    # A desynchronised case becomes an error within seconds instead of a
-    # hang that only the hard timeout ends.
-    "HB_STALL_CHECK_TIME_SECONDS": "5",
-    "HB_STALL_SHUTDOWN_TIME_SECONDS": "30",
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-}
+
 
 def tf_run(np_):
-    """The launch for np_ ranks, run once per test session."""
-    return cached_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=ENV)
+    """The launch for np_ ranks, run once per test session (a
+    desynchronised case becomes an error within seconds instead of a hang
+    that only the hard timeout ends: op_launch's stall settings)."""
+    return op_launch(SCRIPT, np_, timeout=TIMEOUT_S)
 
 
 def table_cases(np_, group):
