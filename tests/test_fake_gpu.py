@@ -728,8 +728,11 @@ def test_collectives_match_numpy(nranks: int) -> None:
 
 
 def test_large_allreduce() -> None:
-    # The rank script checks the 64 MB result; the time is for the log.
+    """Every rank's 64 MB float32 allreduce equals the sum (checked on
+    the rank); the time is for the log."""
     results = run_ranks("large", 2)
+    for rank, result in enumerate(results):
+        assert "64 MB allreduce result" in result["passed"], (rank, result)
     seconds = max(r["seconds"] for r in results)
     print("64 MB float32 allreduce, 2 ranks: %.3f s" % seconds)
 
@@ -740,16 +743,41 @@ def test_abort_unblocks_a_rank_whose_peer_never_joins() -> None:
     assert results[0]["abort_seconds"] < 60.0
 
 
+# What _abort_and_check in the rank script checks, in order, after a
+# healthy rank's call waited for a peer that failed.
+_ABORTED = ["abort", "async error after abort", "destroy after abort",
+            "stream after abort"]
+
+
 def test_injected_sync_failure() -> None:
-    run_ranks("inject_sync", 2, env={"FAKE_NCCL_FAIL_RANK": "1",
-                                     "FAKE_NCCL_FAIL_AT": "2",
-                                     "FAKE_NCCL_FAIL_MODE": "sync"})
+    """Call 2 fails at once on the failing rank (then its async error and
+    abort are clean); the healthy rank's call 2 is accepted, never
+    completes, and its abort ends the wait."""
+    healthy, failing = run_ranks(
+        "inject_sync", 2, env={"FAKE_NCCL_FAIL_RANK": "1",
+                               "FAKE_NCCL_FAIL_AT": "2",
+                               "FAKE_NCCL_FAIL_MODE": "sync"})
+    assert failing["passed"] == ["call 1", "call 1",
+                                 "call 2 on the failing rank",
+                                 "async error", "abort"], failing
+    assert healthy["passed"] == ["call 1", "call 1",
+                                 "call 2 on the healthy rank"] + _ABORTED, (
+        healthy)
 
 
 def test_injected_async_failure() -> None:
-    run_ranks("inject_async", 2, env={"FAKE_NCCL_FAIL_RANK": "1",
-                                      "FAKE_NCCL_FAIL_AT": "2",
-                                      "FAKE_NCCL_FAIL_MODE": "async"})
+    """Call 2 is accepted on both ranks; its async error shows on the
+    failing rank (and fails call 3); the healthy rank's call 2 never
+    completes, it sees no async error, and its abort ends the wait."""
+    healthy, failing = run_ranks(
+        "inject_async", 2, env={"FAKE_NCCL_FAIL_RANK": "1",
+                                "FAKE_NCCL_FAIL_AT": "2",
+                                "FAKE_NCCL_FAIL_MODE": "async"})
+    assert failing["passed"][-4:] == ["call 2", "async error", "call 3",
+                                      "abort"], failing
+    assert healthy["passed"][-6:] == ["call 2",
+                                      "async error of the healthy rank"
+                                      ] + _ABORTED, healthy
 
 
 def _dead_pid() -> int:
@@ -779,7 +807,9 @@ def test_stale_files_of_a_dead_process_are_tolerated() -> None:
     for rank in range(2):
         _write_stale_init_segment(uid, rank, pid)
     try:
-        run_ranks("basic", 2, uid=uid)
+        results = run_ranks("basic", 2, uid=uid)
+        for rank, result in enumerate(results):
+            assert "allreduce" in result["passed"], (rank, result)
     finally:
         for name in shm_files(uid):
             os.unlink(os.path.join(SHM_DIR, name))
@@ -805,5 +835,7 @@ def test_only_the_owner_removes_its_stale_init_segment(
 
 def test_exit_with_an_open_communicator_removes_its_files() -> None:
     """Rank 0 exits while its allreduce waits for rank 1 (which never
-    joins), without destroying its communicator: its files still go."""
-    run_ranks("exit_open", 2)
+    joins), without destroying its communicator: its files still go
+    (run_ranks asserts that no file of the communicator is left)."""
+    leaving = run_ranks("exit_open", 2)[1]
+    assert leaving["passed"] == ["destroy"], leaving

@@ -4,7 +4,8 @@
     python -m fake_gpu.selftest_rank SCENARIO RANK NRANKS UID_HEX
 
 Runs the scenario, checks its results against numpy, prints one line
-``RESULT <json>`` and exits 0; any failed check makes it print every failure
+``RESULT <json>`` (with "passed": the named calls and comparisons that
+held) and exits 0; any failed check makes it print every failure
 to stderr and exit 1.
 """
 import itertools
@@ -50,9 +51,13 @@ class Rank:
         self.nccl = FakeNccl()
         self.stream = self.cuda.stream_create()
         self.failures: List[str] = []
+        # The calls and comparisons that held, by name, in order
+        # (check_rc, check_equal): RESULT carries them as "passed", so a
+        # test asserts on the rank's verdict by name.
+        self.passed: List[str] = []
 
     def check(self, ok: bool, what: str) -> None:
-        """Records `what` as a failure unless `ok`."""
+        """Records `what` (a failure's description) unless `ok`."""
         if not ok:
             self.failures.append(what)
 
@@ -62,11 +67,15 @@ class Rank:
         if got.shape != want.shape or got.dtype != want.dtype or \
                 not np.array_equal(got, want):
             self.failures.append("%s:\n got  %r\n want %r" % (what, got, want))
+        else:
+            self.passed.append(what)
 
     def check_rc(self, what: str, rc: int, want: int = NCCL_SUCCESS) -> None:
         """Records a failure unless a call returned `want`."""
         if rc != want:
             self.failures.append("%s returned %d, want %d" % (what, rc, want))
+        else:
+            self.passed.append(what)
 
     def dev(self, array: np.ndarray) -> FakeGpuArray:
         """A device copy of `array`, on this rank's stream."""
@@ -411,7 +420,8 @@ def scenario_large(ctx: Rank) -> Dict[str, Any]:
     seconds = time.monotonic() - start
     got = x.numpy()
     total = ctx.nranks * (ctx.nranks + 1) / 2
-    ctx.check(bool((got == total).all()), "64 MB allreduce result")
+    ctx.check_equal("64 MB allreduce result", got,
+                    np.full(count, total, np.float32))
     ctx.check_rc("destroy", ctx.nccl.comm_destroy(comm))
     return {"seconds": seconds}
 
@@ -568,6 +578,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for failure in ctx.failures:
             print("FAILED: " + failure, file=sys.stderr)
         return 1
+    result["passed"] = ctx.passed
     print("RESULT " + json.dumps(result), flush=True)
     return 0
 

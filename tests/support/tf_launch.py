@@ -90,11 +90,15 @@ def _pythonpath() -> List[str]:
 
 # Rank scripts whose subject is a fresh process: what importing hbcore_tf
 # or its first use installs (patch_moments.py compares TF's objects before
-# and after the import). Every other script runs in a warm world
+# and after the import); what a process traces over its life
+# (train_hooks_tape.py counts the eager reductions in the process-wide
+# cache, which earlier scripts of a warm world fill). Every other script
+# runs in a warm world
 # (tests/support/warm_world.py), as a fresh process would run it, unless
 # its launch asks for a fresh job (fresh=True: how hbrun ends a job whose
 # rank failed, say).
-FRESH_PROCESS_SCRIPTS = frozenset({"patch_moments.py"})
+FRESH_PROCESS_SCRIPTS = frozenset({"patch_moments.py",
+                                   "train_hooks_tape.py"})
 
 
 def launch(script: str, np: int, timeout: float = 180,
