@@ -46,7 +46,7 @@ TESTS_DIR = os.path.dirname(SUPPORT_DIR)
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
-from support.harness import OUT_VAR, RankRun, base_env, kill_tree  # noqa: E402
+from support.harness import RankRun, base_env, kill_tree  # noqa: E402
 
 RANK_SERVER = os.path.join(SUPPORT_DIR, "warm_rank.py")
 # 2 flavours x 2 rank counts (the worlds one rank_script_tests file uses)
@@ -325,4 +325,4 @@ def stop_all() -> None:
         world.stop()
 
 
-__all__ = ["run_warm", "stop_all", "OUT_VAR"]
+__all__ = ["run_warm", "stop_all", "tf_threads"]
