@@ -191,6 +191,20 @@ def optimizer_family(optimizer: Any) -> str:
         "got %s.%s" % (type(optimizer).__module__, type(optimizer).__name__))
 
 
+# The loss-scale wrappers of Keras 3, tf_keras (current, legacy) and
+# tf.compat.v1, by class name: each holds another optimizer.
+_LOSS_SCALE_CLASSES = frozenset((
+    "LossScaleOptimizer", "LossScaleOptimizerV3", "BaseLossScaleOptimizer",
+    "MixedPrecisionLossScaleOptimizer"))
+
+
+def is_loss_scale_optimizer(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is a loss-scale wrapper around another
+    optimizer (Keras 3, tf_keras or tf.compat.v1)."""
+    return any(c.__name__ in _LOSS_SCALE_CLASSES
+               for c in type(optimizer).__mro__)
+
+
 def optimizer_class_family(cls: type) -> str:
     """Like optimizer_family, for a Keras optimizer class.
 

@@ -59,6 +59,13 @@ TensorLike = Union[tf.Tensor, tf.Variable, tf.IndexedSlices, Any]
 
 # --- process -----------------------------------------------------------------
 
+# autograph leaves these alone: inside a user's tf.function they run as
+# the plain Python they are (they decide the ops to create from Python
+# values, never from tensors), instead of being transpiled on every trace,
+# which cost seconds per traced train step.
+_plain_python = tf.autograph.experimental.do_not_convert
+
+
 def init(comm: Any = None, process_sets: Any = None,
          config: Optional[Mapping[str, Any]] = None) -> None:
     """Initializes hbcore (idempotent): MPI, the core's communicator and its
@@ -277,6 +284,7 @@ def _sparse_allreduce(slices: Sequence[tf.IndexedSlices], op: int,
 
 # --- allreduce -----------------------------------------------------------------
 
+@_plain_python
 def allreduce(tensor: TensorLike, average: Optional[bool] = None,
               device_dense: str = "", device_sparse: str = "",
               compression: type = Compression.none, op: Optional[int] = None,
@@ -342,6 +350,7 @@ def allreduce(tensor: TensorLike, average: Optional[bool] = None,
 oob_allreduce = allreduce
 
 
+@_plain_python
 def grouped_allreduce(tensors: Sequence[TensorLike],
                       average: Optional[bool] = None, device_dense: str = "",
                       device_sparse: str = "",
@@ -407,6 +416,7 @@ def grouped_allreduce(tensors: Sequence[TensorLike],
 
 # --- allgather / broadcast ------------------------------------------------------
 
+@_plain_python
 def allgather(tensor: TensorLike, name: Optional[str] = None,
               ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
@@ -434,6 +444,7 @@ def allgather(tensor: TensorLike, name: Optional[str] = None,
                        ignore_name_scope, process_set_id=set_id)[0]
 
 
+@_plain_python
 def grouped_allgather(tensors: Sequence[TensorLike],
                       name: Optional[str] = None,
                       ignore_name_scope: bool = False,
@@ -467,6 +478,7 @@ def grouped_allgather(tensors: Sequence[TensorLike],
                        name, ignore_name_scope, process_set_id=set_id)
 
 
+@_plain_python
 def broadcast(tensor: TensorLike, root_rank: int, name: Optional[str] = None,
               ignore_name_scope: bool = False,
               process_set: ProcessSet = global_process_set) -> tf.Tensor:
@@ -497,6 +509,7 @@ def broadcast(tensor: TensorLike, root_rank: int, name: Optional[str] = None,
                        process_set_id=set_id)[0]
 
 
+@_plain_python
 def broadcast_(variables: Sequence[Any], root_rank: int,
                name: Optional[str] = None,
                process_set: ProcessSet = global_process_set) -> List[Any]:
@@ -547,6 +560,7 @@ def _splits_tensor(splits: Any) -> tf.Tensor:
     return tf.cast(tf.reshape(splits, [-1]), tf.int64)
 
 
+@_plain_python
 def alltoall(tensor: TensorLike, splits: Optional[Any] = None,
              name: Optional[str] = None, ignore_name_scope: bool = False,
              process_set: ProcessSet = global_process_set) -> Any:
@@ -607,6 +621,7 @@ def alltoall_int64_splits(tensor: TensorLike, splits: Optional[Any],
     return output, received
 
 
+@_plain_python
 def reducescatter(tensor: TensorLike, device_dense: str = "",
                   compression: type = Compression.none, op: int = Average,
                   name: Optional[str] = None,
@@ -646,6 +661,7 @@ def reducescatter(tensor: TensorLike, device_dense: str = "",
         return compression.decompress(reduced, ctx)
 
 
+@_plain_python
 def grouped_reducescatter(tensors: Sequence[TensorLike],
                           device_dense: str = "",
                           compression: type = Compression.none,
@@ -699,6 +715,7 @@ def grouped_reducescatter(tensors: Sequence[TensorLike],
 
 # --- synchronization ------------------------------------------------------------
 
+@_plain_python
 def join() -> tf.Tensor:
     """Declares that this rank has no more data. Until every rank joined,
     this rank takes part in the other ranks' allreduces with zeros (and in
@@ -712,6 +729,7 @@ def join() -> tf.Tensor:
     return _lib.hbcore_join(_name_scalar(_JOIN_NAME))
 
 
+@_plain_python
 def barrier(process_set: ProcessSet = global_process_set,
             name: Optional[str] = None) -> Optional[tf.Operation]:
     """Waits until every rank reached the barrier.

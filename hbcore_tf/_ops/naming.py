@@ -48,6 +48,7 @@ from typing import Any, Dict, Optional, Set
 import tensorflow as tf
 
 from hbcore.ops import auto_name
+from hbcore_tf._ops import branch_check as _branch_check
 
 _NOT_SCOPE_CHAR = re.compile(r"[^A-Za-z0-9_.\-]")
 _COUNTER_SUFFIX = re.compile(r"_\d+$")
@@ -130,7 +131,9 @@ class op_scope:
         if self._ignore_name_scope:
             full = full.rsplit("/", 1)[-1]
         path = graph_path(graph)
-        return "%s:%s" % (path, full) if path else full
+        name = "%s:%s" % (path, full) if path else full
+        _branch_check.check(graph, name)
+        return name
 
     def __exit__(self, *exc: Any) -> None:
         if self._slot is not None:

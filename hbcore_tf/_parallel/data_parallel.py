@@ -141,7 +141,7 @@ def _settings() -> Any:
 def make_data_parallel(obj: Any) -> None:
     """Turns an optimizer instance into its data-parallel subclass in
     place (no-op when it already is one or is a wrapper such as
-    hvd.DistributedOptimizer's v1 wrapper).
+    hvd.DistributedOptimizer's v1 wrapper or a loss-scale optimizer).
 
     Raises:
         ValueError: not an optimizer of a supported family.
@@ -149,6 +149,12 @@ def make_data_parallel(obj: Any) -> None:
     cls = type(obj)
     if getattr(cls, "_hb_distributed", False) or isinstance(
             obj, hvd_optimizers._DistributedV1Optimizer):
+        return
+    if _compat.is_loss_scale_optimizer(obj):
+        # The optimizer it holds reduces (made data-parallel when created
+        # in the scope); the wrapper then decides on reduced gradients
+        # (hbcore_tf._parallel.loss_scale). Reducing in both would
+        # allreduce every gradient twice.
         return
     family = _compat.optimizer_family(obj)
     if family == _compat.V1:

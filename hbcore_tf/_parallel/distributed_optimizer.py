@@ -26,6 +26,7 @@ hbcore_tf._parallel.gradient_reduction); with ``backward_passes_per_step`` > 1 t
 are accumulated locally and reduced every N passes
 (hbcore_tf._parallel.local_aggregation).
 """
+import contextlib
 import warnings
 from typing import Any, List, Optional, Sequence
 
@@ -36,7 +37,9 @@ import hbcore.basics
 from hbcore._native import core
 from hbcore_tf import process_sets
 from hbcore_tf._base import compat as _compat
+from hbcore_tf._ops import branch_check
 from hbcore_tf._parallel import keras_xla as _keras_xla
+from hbcore_tf._parallel import loss_scale as _loss_scale
 from hbcore_tf._parallel.gradient_reduction import (GradientReducer,
                                                     resolve_groups)
 from hbcore_tf._parallel.local_aggregation import LocalGradientAggregator
@@ -100,6 +103,11 @@ class _Runtime:
         self.settings = settings
         self.reducer = settings.reducer(default_name)
         self.aggregator = settings.aggregator(self.reducer.name)
+        # > 0 while a Keras 3 LossScaleOptimizer holding this optimizer
+        # applies gradients it has already reduced through ``reducer``
+        # (hbcore_tf._parallel.loss_scale): apply() then applies them as
+        # they are.
+        self.reduced_upstream = 0
 
 
 # --- bucket_cap_mb (SageMaker data-parallel alias) --------------------------------
@@ -171,7 +179,7 @@ def _keras3_methods(base: type) -> dict:
     def apply(self, grads, trainable_variables=None):
         hb = self._hb_runtime
         grads = list(grads)
-        if not grads:
+        if not grads or hb.reduced_upstream:
             return base.apply(self, grads, trainable_variables)
         if trainable_variables is None:
             if not self.built:
@@ -215,37 +223,103 @@ def _reduced_by(grad: Any, runtime: "_Runtime") -> bool:
             and getattr(grad, "_hb_reduced_by", None) is runtime)
 
 
+# The keyword with which a tf_keras optimizer family's apply_gradients is
+# told that the caller aggregated the gradients, and its value then.
+_CALLER_AGGREGATED = {
+    _compat.TF_KERAS: ("skip_gradients_aggregation", True),
+    _compat.TF_KERAS_LEGACY: ("experimental_aggregate_gradients", False),
+}
+
+
+def _apply_arguments(family: str, args: tuple, kwargs: dict) -> tuple:
+    """Splits a tf_keras ``apply_gradients(grads_and_vars, *args,
+    **kwargs)`` call.
+
+    Returns:
+        (caller_aggregated, kwargs): whether the caller says it aggregated
+        the gradients itself (``skip_gradients_aggregation=True``, or the
+        legacy ``experimental_aggregate_gradients=False``; a
+        LossScaleOptimizer says so after calling this optimizer's
+        aggregate_gradients), and the keyword arguments, ``args`` named,
+        with that flag set to "aggregated" for the base class (whose own
+        aggregation is this optimizer's reduction).
+    """
+    flag, aggregated = _CALLER_AGGREGATED[family]
+    named = dict(kwargs)
+    for key, value in zip(("name", flag), args):
+        if key in named:
+            raise TypeError("apply_gradients() got multiple values for "
+                            "argument %r" % key)
+        named[key] = value
+    caller = (bool(named.get("skip_gradients_aggregation", False))
+              or not named.get("experimental_aggregate_gradients", True))
+    named.pop("skip_gradients_aggregation", None)
+    named.pop("experimental_aggregate_gradients", None)
+    named[flag] = aggregated
+    return caller, named
+
+
 def _tf_keras_methods(base: type, family: str) -> dict:
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         hb = self._hb_runtime
+        caller_aggregated, kwargs = _apply_arguments(family, args, kwargs)
         pairs = list(grads_and_vars)
-        if not pairs:
-            return base.apply_gradients(self, pairs, *args, **kwargs)
+        if not pairs or (caller_aggregated and hb.aggregator is None):
+            # Aggregated by the caller: through this optimizer's
+            # aggregate_gradients (a LossScaleOptimizer, before deciding
+            # whether to apply), or by the user's own code (TF's meaning
+            # of skip_gradients_aggregation).
+            return base.apply_gradients(self, pairs, **kwargs)
         grads = [g for g, _ in pairs]
         variables = [v for _, v in pairs]
         done = [_reduced_by(g, hb) for g in grads]
         if any(done):
-            return _hb_apply_reduced(self, grads, variables, done, args,
-                                     kwargs)
+            return _hb_apply_reduced(self, grads, variables, done, kwargs)
         if hb.aggregator is None:
             reduced = hb.reducer.reduce(grads, variables)
             return base.apply_gradients(self, list(zip(reduced, variables)),
-                                        *args, **kwargs)
+                                        **kwargs)
         _compat.build_optimizer(self, family, variables)
 
         def apply_fn(aggregated):
             reduced = hb.reducer.reduce(aggregated, variables)
             pairs_out = [(g, v) for g, v in zip(reduced, variables)
                          if g is not None]
-            return base.apply_gradients(self, pairs_out, *args, **kwargs)
+            return base.apply_gradients(self, pairs_out, **kwargs)
 
         def skip_fn():
             return self.iterations.assign_add(1)
 
-        hb.aggregator(grads, variables, apply_fn, skip_fn)
+        # Called by a LossScaleOptimizer after aggregate_gradients agreed
+        # on its decision: the branch it calls from is rank-uniform.
+        with (branch_check.rank_uniform() if caller_aggregated
+              else contextlib.nullcontext()):
+            hb.aggregator(grads, variables, apply_fn, skip_fn)
         return self.iterations
 
-    def _hb_apply_reduced(self, grads, variables, done, args, kwargs):
+    def aggregate_gradients(self, grads_and_vars):
+        """The gradients reduced over the process set: what a tf_keras
+        LossScaleOptimizer holding this optimizer calls before it checks
+        them for Inf/NaN, so every rank decides on the same values (it
+        then applies with ``skip_gradients_aggregation``).
+
+        With backward_passes_per_step > 1 the gradients come back as
+        computed, except that a non-finite value on any rank makes them
+        NaN on every rank (hbcore_tf._parallel.non_finite): the loss-scale
+        decision is the same everywhere, and apply_gradients aggregates
+        and reduces as usual.
+        """
+        hb = self._hb_runtime
+        pairs = list(grads_and_vars)
+        grads = [g for g, _ in pairs]
+        variables = [v for _, v in pairs]
+        if hb.aggregator is None:
+            grads = hb.reducer.reduce(grads, variables)
+        else:
+            grads = _loss_scale.agree_non_finite(hb, grads)
+        return list(zip(grads, variables))
+
+    def _hb_apply_reduced(self, grads, variables, done, kwargs):
         """apply_gradients of gradients from this optimizer's get_gradients
         (``done``: which ones): those are applied as they are; any others
         are reduced here (not with backward_passes_per_step > 1)."""
@@ -255,7 +329,7 @@ def _tf_keras_methods(base: type, family: str) -> dict:
             reduced = hb.reducer.reduce(pending, variables)
             out = [g if d else r for g, r, d in zip(grads, reduced, done)]
             return base.apply_gradients(self, list(zip(out, variables)),
-                                        *args, **kwargs)
+                                        **kwargs)
         if not all(d for g, d in zip(grads, done) if g is not None):
             raise ValueError(
                 "apply_gradients got gradients from this optimizer's "
@@ -267,7 +341,7 @@ def _tf_keras_methods(base: type, family: str) -> dict:
         _compat.build_optimizer(self, family, [v for _, v in pairs])
 
         def apply_branch():
-            applied = base.apply_gradients(self, pairs, *args, **kwargs)
+            applied = base.apply_gradients(self, pairs, **kwargs)
             with tf.control_dependencies(_local_aggregation_deps(applied)):
                 return tf.constant(True)
 
@@ -305,7 +379,11 @@ def _tf_keras_methods(base: type, family: str) -> dict:
         return reduced
 
     methods = {"apply_gradients": apply_gradients,
-               "_hb_apply_reduced": _hb_apply_reduced}
+               "_hb_apply_reduced": _hb_apply_reduced,
+               # The hook a tf_keras LossScaleOptimizer calls on the
+               # optimizer it holds (current and legacy names).
+               ("aggregate_gradients" if family == _compat.TF_KERAS
+                else "_aggregate_gradients"): aggregate_gradients}
     if hasattr(base, "get_gradients"):
         methods["get_gradients"] = get_gradients
     return methods
@@ -334,8 +412,10 @@ def distributed_keras_class(base: type, settings: _Settings,
         family = _compat.optimizer_class_family(base)
     if family == _compat.KERAS3:
         # The moment: the first Keras 3 DistributedOptimizer class; models
-        # using it compile without XLA.
+        # using it compile without XLA, and a LossScaleOptimizer holding
+        # it decides on reduced gradients.
         _keras_xla.install()
+        _loss_scale.install()
     methods = (_keras3_methods(base) if family == _compat.KERAS3
                else _tf_keras_methods(base, family))
 

@@ -19,7 +19,7 @@ changes.
 """
 import numbers
 import warnings
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -28,6 +28,7 @@ from hbcore_tf import process_sets
 from hbcore_tf._base import compat as _compat
 from hbcore_tf._base.rank_local import is_sharded
 from hbcore_tf._ops.xla import check_not_xla
+from hbcore_tf._parallel import non_finite as _non_finite
 from hbcore_tf._parallel import step_weight as _step_weight
 from hbcore_tf.compression import Compression
 from hbcore_tf.mpi_ops import Adasum, Average, Sum, grouped_allreduce, size
@@ -177,7 +178,7 @@ class GradientReducer:
             return size()
         return self.process_set.size()
 
-    def _member(self) -> bool:
+    def member(self) -> bool:
         """Whether this rank belongs to the reducer's process set (always
         for the global set). Decided in Python when the step is traced, as
         Horovod does outside elastic mode: membership cannot change while
@@ -282,8 +283,15 @@ class GradientReducer:
             return out
         return [_scale_by(g, 1.0 / tf.maximum(total, 1.0)) for g in out]
 
+    @tf.autograph.experimental.do_not_convert  # plain Python, see collectives
     def reduce(self, grads: Sequence[Any], variables: Sequence[Any]) -> List[Any]:
         """Returns the reduced gradients in input order; None stays None.
+
+        When some gradients are not allreduced (a sharded table's, or a
+        registered local variable's), a non-finite value in them on any
+        rank makes one gradient NaN on every rank
+        (hbcore_tf._parallel.non_finite), so that loss-scale optimizers
+        skip the same steps everywhere.
 
         Args:
             grads: one gradient (tensor, tf.IndexedSlices or None) per variable.
@@ -295,7 +303,8 @@ class GradientReducer:
             raise ValueError("got %d gradients for %d variables" % (
                 len(grads), len(variables)))
         check_not_xla("hbcore gradient allreduce")
-        work, positions = [], []
+        positions: List[int] = []
+        unreduced: List[int] = []
         out: List[Any] = list(grads)
         for i, (grad, var) in enumerate(zip(grads, variables)):
             if grad is None:
@@ -304,6 +313,7 @@ class GradientReducer:
                 # A sharded table's gradient comes out of the lookup's
                 # backward exchange already summed over ranks and scaled
                 # (hbcore_tf.embedding.exchange): never allreduced.
+                unreduced.append(i)
                 continue
             if self.is_local(var):
                 # As Horovod 0.28: a local gradient is returned as computed
@@ -311,34 +321,50 @@ class GradientReducer:
                 # scale_local_gradients is set, whatever the reduce op.
                 if self.scale_local_gradients:
                     out[i] = _scale(grad, 1.0 / self._set_size())
+                unreduced.append(i)
                 continue
             if self.sparse_as_dense and isinstance(grad, tf.IndexedSlices):
-                grad = tf.convert_to_tensor(grad)
-                out[i] = grad
-            work.append(grad)
+                out[i] = tf.convert_to_tensor(grad)
             positions.append(i)
-        if not work or not self._member():
+        if not (positions or unreduced) or not self.member():
             # As Horovod: a rank outside the process set keeps its own
             # gradients (no collective is issued, so it cannot block or
             # fail the set's members).
             return out
         plan = self._plan([variables[i] for i in positions],
-                          list(range(len(work))))
+                          list(range(len(positions))))
         weight = _step_weight.current()
         if tf.executing_eagerly():
-            reduced = self._eager_fn(plan, weight is not None)(work, weight)
-        else:
-            reduced = self._reduce_graph(work, plan, weight)
-        for i, value in zip(positions, reduced):
-            out[i] = value
+            fn = self._eager_fn(tuple(positions), plan, tuple(unreduced),
+                                weight is not None)
+            return list(fn(out, weight))
+        return self._reduce_step(out, positions, plan, unreduced, weight)
+
+    def _reduce_step(self, grads: List[Any], positions: Sequence[int],
+                     plan: List[List[int]], unreduced: Sequence[int],
+                     weight: Any) -> List[Any]:
+        """The ops of one step's reduction: the collectives of ``plan``
+        over ``grads[positions]``, then the non-finite agreement over
+        ``grads[unreduced]`` (hbcore_tf._parallel.non_finite)."""
+        out = list(grads)
+        if positions:
+            reduced = self._reduce_graph([out[i] for i in positions], plan,
+                                         weight)
+            for i, value in zip(positions, reduced):
+                out[i] = value
+        if unreduced:
+            out = _non_finite.propagate(out, unreduced, self.process_set,
+                                        self.name)
         return out
 
-    def _eager_fn(self, plan: List[List[int]], weighted: bool) -> Callable:
-        key = (tuple(tuple(p) for p in plan), weighted)
+    def _eager_fn(self, positions: Tuple[int, ...], plan: List[List[int]],
+                  unreduced: Tuple[int, ...], weighted: bool) -> Callable:
+        key = (positions, tuple(tuple(p) for p in plan), unreduced, weighted)
         fn = self._eager_fns.get(key)
         if fn is None:
             def run(grads, weight):
-                return self._reduce_graph(list(grads), plan, weight)
+                return self._reduce_step(list(grads), positions, plan,
+                                         unreduced, weight)
 
             # The FuncGraph's name prefixes the core's tensor names.
             run.__name__ = "%s_eager" % self.name

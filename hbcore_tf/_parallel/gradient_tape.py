@@ -29,6 +29,7 @@ class _DistributedTapeMixin:
 
     _hb_reducer: GradientReducer
 
+    @tf.autograph.experimental.do_not_convert  # plain Python
     def gradient(self, target: Any, sources: Any, output_gradients: Any = None,
                  use_generic_names: bool = False,
                  unconnected_gradients: Any = tf.UnconnectedGradients.NONE
@@ -55,6 +56,7 @@ class _DistributedTapeMixin:
         reduced = self._hb_reducer.reduce(flat_grads, flat_sources)
         return tf.nest.pack_sequence_as(grads, reduced)
 
+    @tf.autograph.experimental.do_not_convert  # plain Python
     def get_local_and_global_gradients(
             self, target: Any, sources: Any, output_gradients: Any = None,
             use_generic_names: bool = False) -> Tuple[List[Tuple[Any, Any]],

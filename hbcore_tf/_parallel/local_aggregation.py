@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import tensorflow as tf
 
 from hbcore_tf._base import compat as _compat
+from hbcore_tf._ops import branch_check
 
 
 def _local_variable(initial_value: Any, name: str) -> tf.Variable:
@@ -174,7 +175,9 @@ class LocalGradientAggregator:
             with tf.control_dependencies(deps):
                 return tf.constant(False)
 
-        return tf.cond(count >= self.passes, apply_branch, skip_branch)
+        # The counter is the same on every rank: so is the branch taken.
+        with branch_check.rank_uniform():
+            return tf.cond(count >= self.passes, apply_branch, skip_branch)
 
     def accumulate_and_reduce(self, grads: Sequence[Any],
                               variables: Sequence[Any],
@@ -246,8 +249,9 @@ class LocalGradientAggregator:
             indices = involved if update else present
         else:
             # Traced: ``involved`` is ``present``.
-            result = tf.cond(count >= self.passes, reduce_branch,
-                             local_branch)
+            with branch_check.rank_uniform():  # a counter, alike everywhere
+                result = tf.cond(count >= self.passes, reduce_branch,
+                                 local_branch)
             indices = present
         if not isinstance(result, (list, tuple)):
             result = [result]

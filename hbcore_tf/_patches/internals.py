@@ -295,6 +295,12 @@ KERAS3_MODEL_SUPPORTS_JIT = Internal(
     _K3 + "trainers.trainer:model_supports_jit",
     "patched: models with hbcore's optimizer compile without XLA "
     "(_patches/keras_jit.py)", ("model",))
+KERAS3_LOSS_SCALE_APPLY = Internal(
+    _K3 + "optimizers.loss_scale_optimizer:LossScaleOptimizer.apply",
+    "patched: a LossScaleOptimizer holding hbcore's optimizer reduces the "
+    "gradients before it checks them for Inf/NaN "
+    "(_patches/keras_loss_scale.py)",
+    ("self", "grads", "trainable_variables"))
 KERAS3_MODEL_SAVE = Internal(
     "keras:Model.save",
     "patched: collective save of models with sharded tables "

@@ -21,7 +21,6 @@ Checked on: TensorFlow 2.16.2 with Keras 3.0.0 and TensorFlow 2.21.0 with
 Keras 3.15.1 (internals.KERAS3_MODEL_SUPPORTS_JIT).
 """
 import functools
-import warnings
 from typing import Any, Callable
 
 from hbcore_tf._patches import internals, patch
@@ -37,17 +36,10 @@ def install(refuses_jit: Callable[[Any], bool]) -> None:
     Args:
         refuses_jit: whether a model must not be compiled with XLA.
     """
-    if _PATCH.installed:
-        return
-    try:
-        if internals.loaded_or_none(internals.KERAS3_MODEL_SUPPORTS_JIT) \
-                is None:
-            return  # Keras 3 not installed
-    except internals.InternalMissing as exc:
-        warnings.warn(
-            "hbcore cannot make Keras 3 models with hbcore's "
-            "DistributedOptimizer compile without XLA (%s); compile them "
-            "with jit_compile=False" % exc, RuntimeWarning, stacklevel=2)
+    if _PATCH.installed or not patch.optional_target_present(
+            internals.KERAS3_MODEL_SUPPORTS_JIT,
+            "cannot make Keras 3 models with hbcore's DistributedOptimizer "
+            "compile without XLA; compile them with jit_compile=False"):
         return
 
     def make(original: Callable) -> Callable:

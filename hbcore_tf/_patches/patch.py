@@ -9,7 +9,10 @@ patch installed twice is installed once.
 """
 import functools
 import threading
+import warnings
 from typing import Any, Callable, Optional
+
+from hbcore_tf._patches import internals
 
 _lock = threading.RLock()
 
@@ -111,3 +114,24 @@ def of(entry: Any) -> Patch:
         entry: a hbcore_tf._patches.internals.Internal.
     """
     return Patch(entry.owner, entry.attr)
+
+
+def optional_target_present(entry: Any, lost: str) -> bool:
+    """Whether an optional package's target can be patched.
+
+    Args:
+        entry: a hbcore_tf._patches.internals.Internal.
+        lost: what users lose without the patch, and what to do instead
+            (the warning's text).
+
+    Returns:
+        False without a warning when the target's package is not installed
+        (nothing to patch); False with a RuntimeWarning naming ``lost``
+        when the package is installed but renamed the target; else True.
+    """
+    try:
+        return internals.loaded_or_none(entry) is not None
+    except internals.InternalMissing as exc:
+        warnings.warn("hbcore: %s (%s)" % (lost, exc), RuntimeWarning,
+                      stacklevel=3)
+        return False

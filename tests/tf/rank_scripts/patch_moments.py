@@ -16,7 +16,8 @@ one process per rank:
   the Saver, tf.train.Checkpoint, slot_creator and Keras slot patches
   (and only those), which stay after its embedding_scope exits;
 - distributed_optimizer_installs_jit: the first Keras 3
-  DistributedOptimizer installs the model_supports_jit patch;
+  DistributedOptimizer installs the model_supports_jit and the
+  LossScaleOptimizer.apply patches;
 - sharded_keras_layer_installs_save: the first built sharded
   ShardedEmbedding installs Keras 3's Model.save / save_weights patch;
 - smddp_init_installs_variables: smddp.init() makes Keras 3's optimizer
@@ -109,7 +110,8 @@ def first_table_installs() -> None:
 
 def distributed_optimizer_installs_jit() -> None:
     hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
-    expect_replaced(TABLE_TARGETS | {"KERAS3_MODEL_SUPPORTS_JIT"},
+    expect_replaced(TABLE_TARGETS | {"KERAS3_MODEL_SUPPORTS_JIT",
+                                     "KERAS3_LOSS_SCALE_APPLY"},
                     "after a Keras 3 DistributedOptimizer")
 
 
