@@ -1,8 +1,14 @@
 """hbcore.spark.run on a real local Spark (``local[3]``): the tasks form
 one job whose results equal hbcore.run's and numpy's, a failing task fails
-the call with its error, nothing is left running."""
+the call with its error (a worker Python that cannot import hbcore: its
+ModuleNotFoundError and how to choose another), nothing is left running;
+in local mode the workers run the driver's Python unless PYSPARK_PYTHON
+is set."""
 import os
+import re
+import subprocess
 import sys
+import venv
 
 import numpy as np
 import pytest
@@ -36,8 +42,63 @@ def spark():
         os.environ["PYTHONPATH"] = old
 
 
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory):
+    """A Python without the driver's packages (a virtual environment of
+    the base interpreter, no pip): Spark's workers cannot run hbcore's
+    tasks in it."""
+    root = str(tmp_path_factory.mktemp("bare-venv"))
+    venv.create(root, with_pip=False)
+    return os.path.join(root, "bin", "python")
+
+
+def _workers_run(monkeypatch, spark, python, chosen):
+    """As a session created with PYSPARK_PYTHON=python (``chosen``) or
+    without it where python3 on the PATH is ``python``: the context read
+    the variable once, when it was created, into ``pythonExec``."""
+    if chosen:
+        monkeypatch.setenv("PYSPARK_PYTHON", python)
+    else:
+        monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", python)
+
+
+def test_workers_that_cannot_import_hbcore_fail_the_call_naming_why(
+        spark, bare_python, monkeypatch):
+    _workers_run(monkeypatch, spark, bare_python, chosen=True)
+    with Watchdog():
+        with pytest.raises(RuntimeError) as exc:
+            hbcore.spark.run(hosted_fns.train_step, args=(1.0,), num_proc=2,
+                             start_timeout=60)
+    message = str(exc.value)
+    first = re.match(r"hbcore\.spark\.run: Spark task [01] failed: "
+                     r"ModuleNotFoundError: No module named '([\w.]+)'\n",
+                     message)
+    assert first, message
+    # The module named is one the workers' Python lacks (hbcore where it is
+    # installed, else the first package the checkout's hbcore imports).
+    probe = subprocess.run([bare_python, "-c", "import " + first.group(1)],
+                           capture_output=True, timeout=30)
+    assert probe.returncode != 0, first.group(1)
+    assert ("Spark's workers run %r (PYSPARK_PYTHON), which cannot import "
+            "hbcore or a package it needs: set PYSPARK_PYTHON, before the "
+            "SparkContext is created, to a Python that has hbcore (this "
+            "driver's is %s)" % (bare_python, sys.executable)) in message
+    # Then the task's own traceback, which ends with that exception.
+    summary = message.splitlines()[0].split(" failed: ", 1)[1]
+    assert "\n\nTraceback of Spark task " in message
+    assert message.endswith("\n" + summary), message
+    assert "free task slots" not in message
+    assert hosted_processes() == []
+
+
 @pytest.mark.parametrize("np_", [2, 3])
-def test_training_step_equals_hbcore_run_and_numpy(spark, np_):
+def test_training_step_equals_hbcore_run_and_numpy(spark, bare_python,
+                                                   monkeypatch, np_):
+    # Local mode without PYSPARK_PYTHON, where Spark's default worker
+    # Python (python3 on the PATH) lacks hbcore: the workers run the
+    # driver's.
+    _workers_run(monkeypatch, spark, bare_python, chosen=False)
     with Watchdog():
         results = hbcore.spark.run(hosted_fns.train_step, args=(0.5,),
                                    num_proc=np_, start_timeout=120)
@@ -52,6 +113,9 @@ def test_training_step_equals_hbcore_run_and_numpy(spark, np_):
         assert got["names"] == ["rank-%d" % r for r in range(np_)]
     assert len({r["pid"] for r in results}) == np_
     assert hosted_processes() == []
+    # The session's later Python jobs run the driver's Python too.
+    assert spark.sparkContext.parallelize([0], 1).map(
+        lambda _: sys.executable).collect() == [sys.executable]
 
 
 def test_failing_task_fails_the_call_with_its_error(spark):
@@ -117,3 +181,31 @@ def test_start_timeout_comes_from_the_argument_or_horovods_variable(
         _start_timeout(None)
     with pytest.raises(ValueError, match="start_timeout=0: the start timeout"):
         _start_timeout(0)
+
+
+def test_task_failure_reads_the_last_exception_of_a_chained_traceback():
+    from hbcore.spark.task_errors import task_failure
+    # Spark 3's form of a task failure: "Lost task", no SQLSTATE.
+    text = (
+        "Job aborted due to stage failure: Task 2 in stage 4.0 failed 1 "
+        "times, most recent failure: Lost task 2.0 in stage 4.0 (TID 9): "
+        "org.apache.spark.api.python.PythonException: Traceback (most "
+        "recent call last):\n"
+        '  File "/w/x.py", line 3, in f\n'
+        "    import missing\n"
+        "ModuleNotFoundError: No module named 'missing'\n\n"
+        "During handling of the above exception, another exception "
+        "occurred:\n\n"
+        "Traceback (most recent call last):\n"
+        '  File "/w/x.py", line 5, in f\n'
+        "    raise RuntimeError('no fallback')\n"
+        "RuntimeError: no fallback\n"
+        "second line of the message\n\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner.read(x.scala:1)\n")
+    failure = task_failure(RuntimeError(text))
+    assert failure.task == 2
+    assert failure.summary == "RuntimeError: no fallback"
+    assert not failure.is_import_error
+    assert failure.traceback.startswith("Traceback (most recent call last):")
+    assert failure.traceback.endswith("second line of the message")
+    assert task_failure(RuntimeError("Job 3 cancelled")) is None

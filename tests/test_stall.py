@@ -1,7 +1,8 @@
 """Stall inspector: a tensor that only rank 0 submits ('lonely').
 
 With HB_STALL_CHECK_TIME_SECONDS=1, rank 0 must log a warning naming the
-tensor and the missing ranks. With HB_STALL_SHUTDOWN_TIME_SECONDS=2 as
+tensor, the missing ranks and the likely cause, and saying how the job ends
+(never by default: HB_STALL_SHUTDOWN_TIME_SECONDS). With HB_STALL_SHUTDOWN_TIME_SECONDS=2 as
 well, the stall ends the job: rank 0's synchronize raises ShutdownError
 naming the tensor and the missing ranks, the other ranks' next collective
 raises ShutdownError too, and nothing hangs.
@@ -37,6 +38,16 @@ def test_stall_warning_names_tensor_and_missing_ranks(np_):
                for line in warnings), (
         "no warning names the missing ranks %s:\n%s"
         % (missing, "\n".join(warnings)))
+    # The cause to look for first, and, as the stall shutdown is off by
+    # default, how to end a job that hangs.
+    assert all("a collective inside a branch the ranks take differently"
+               in line for line in warnings), warnings
+    assert any(
+        "Stall: the job waits as long as a stall lasts, warning every 1 s; "
+        "HB_STALL_SHUTDOWN_TIME_SECONDS=S (hbrun "
+        "--stall-check-shutdown-time-seconds S) ends it with a ShutdownError "
+        "on every rank once a stall lasts S seconds" in line
+        for line in run.rank_lines(0, "stderr")), run.describe()
     # Rank 0 waited until the others shut down: a ShutdownError, no result.
     r0 = run.results[0]
     assert r0["outcome"] == "raised", r0
@@ -78,6 +89,12 @@ def test_stall_shutdown_fails_every_rank(np_):
                 % (missing, error["message"]))
             # Ended by the stall, not by the others' later shutdown.
             assert "stall" in error["message"].lower(), error
+            # The warnings before it said when the job would end.
+            assert any("Stall: the job ends with a ShutdownError on every "
+                       "rank once a stall lasts 2 s "
+                       "(HB_STALL_SHUTDOWN_TIME_SECONDS)" in line
+                       for line in run.rank_lines(0, "stderr")), (
+                run.describe())
     assert run.returncode == 0, run.describe()
 
 

@@ -26,6 +26,7 @@ import pyspark
 from hbcore.launcher.hosted_job import HostedJob
 from hbcore.launcher.hosted_rank import MemberSpec, run_once
 from hbcore.launcher.mpiexec import nic_env
+from hbcore.spark.task_errors import TaskFailure, task_failure, too_few_slots
 
 PROGRAM = "hbcore.spark.run"
 # horovod.spark.run's default start timeout and its variable.
@@ -103,7 +104,9 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         verbose: 0-2; at 2 the mpiexec command line is printed.
         nics: Network interfaces for NCCL's sockets.
         prefix_output_with_timestamp: Prefix output lines with the time.
-        executable: The ranks' Python (default: sys.executable).
+        executable: The ranks' Python (default: sys.executable). The
+            Spark tasks that host them run Spark's workers' Python
+            (PYSPARK_PYTHON).
 
     Returns:
         The values ``fn`` returned, in rank order.
@@ -112,9 +115,17 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         ValueError: ``use_gloo`` is true, ``num_proc`` < 1, or the start
             timeout is not a positive number.
         RuntimeError: No active SparkContext; a rank raised (the message
-            names the rank and holds its traceback); the job failed
+            names the rank and holds its traceback); a Spark task failed
+            before its rank ran (the message names the task, its exception
+            and traceback, and for an import error which Python Spark's
+            workers run and how to choose another); the job failed
             otherwise (a task lost, a task not started in time), named in
             the message.
+
+    In local mode, when neither PYSPARK_PYTHON nor spark.pyspark.python
+    is set, Spark's workers run this driver's Python (``sys.executable``)
+    from this call on, instead of Spark's default ``python3`` from the
+    PATH.
     """
     if use_gloo:
         raise ValueError("use_gloo=True: hbcore has no Gloo controller; "
@@ -130,6 +141,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         raise ValueError("num_proc must be an integer >= 1, got %r"
                          % (num_proc,))
     timeout = _start_timeout(start_timeout)
+    _default_local_python(context)
     if isinstance(extra_mpi_args, str):
         extra_mpi_args = shlex.split(extra_mpi_args)
     rank_env: Dict[str, str] = dict(env or {})
@@ -146,6 +158,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
     group = "%s.%s" % (PROGRAM, job.spec(host).job["id"])
     collected: List[Tuple[int, bytes]] = []
     spark_error: List[BaseException] = []
+    cancelled = False
 
     def spark_job() -> None:
         context.setJobGroup(group, "hbcore job of %d ranks" % num_proc,
@@ -155,7 +168,9 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
             collected.extend(rdd.barrier().mapPartitions(task).collect())
         except Exception as exc:  # the job's report is more precise
             spark_error.append(exc)
-            job.abort("the Spark job failed: %s" % _first_line(exc))
+            failure = task_failure(exc)
+            job.abort(_task_line(failure) if failure else
+                      "the Spark job failed: %s" % _first_line(exc))
 
     thread = threading.Thread(target=spark_job, daemon=True,
                               name="hbcore-spark-job")
@@ -167,6 +182,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         # (too few free slots: Spark retries a barrier stage for minutes).
         thread.join(_TASKS_END_S if code == 0 else _FAILED_TASKS_END_S)
         if thread.is_alive():
+            cancelled = True
             context.cancelJobGroup(group)
             thread.join()
     except BaseException:
@@ -175,16 +191,98 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         raise
     outcomes = {rank: cloudpickle.loads(data) for rank, data in collected}
     if spark_error and not outcomes:
-        code, message = job.wait()
-        if code and message:  # e.g. tasks that never started
-            raise RuntimeError("%s (a barrier stage of num_proc=%d needs as "
-                               "many free task slots at once)"
-                               % (message, num_proc)) from spark_error[0]
-        raise RuntimeError("%s: the Spark job failed: %s"
-                           % (PROGRAM, spark_error[0])) from spark_error[0]
+        raise _spark_job_error(spark_error[0], job.wait()[1], num_proc,
+                               cancelled, context) from spark_error[0]
     return job.results(outcomes)
 
 
+def _default_local_python(context: pyspark.SparkContext) -> None:
+    """In local mode, Spark's workers run the driver's Python unless the
+    user chose one.
+
+    Spark's own default is ``python3`` from the PATH, which is often not
+    the driver's (a virtual environment run without activating it), and
+    then the tasks cannot import hbcore. The context read PYSPARK_PYTHON
+    when it was created (setting it later, or spark.pyspark.python outside
+    spark-submit, changes nothing), and every Python RDD takes its
+    workers' Python from the context's ``pythonExec`` when it runs, so
+    that is the one place to set it for a context that already exists.
+    """
+    if not context.master.startswith("local"):
+        return
+    if os.environ.get("PYSPARK_PYTHON") \
+            or context.getConf().get("spark.pyspark.python"):
+        return
+    context.pythonExec = sys.executable
+
+
+def _spark_job_error(error: BaseException, job_message: str, num_proc: int,
+                     cancelled: bool, context: pyspark.SparkContext
+                     ) -> RuntimeError:
+    """The caller's exception for a Spark job that failed before the
+    ranks reported: the failed task's own exception when Spark carries
+    one, the free slots when they are the cause, else the job's report.
+
+    Args:
+        error: What Spark's ``collect()`` raised.
+        job_message: The hbcore job's report line ("" if none).
+        num_proc: The number of tasks of the barrier stage.
+        cancelled: Whether the stage was still waiting for its tasks when
+            the job ended, and was cancelled.
+        context: The SparkContext (for the workers' Python).
+
+    Returns:
+        A RuntimeError naming the cause.
+    """
+    failure = task_failure(error)
+    if failure is not None:
+        lines = ["%s: %s" % (PROGRAM, _task_line(failure))]
+        if failure.is_import_error:
+            lines.append(_import_hint(context))
+        lines += ["", "Traceback of %s:" % _task_name(failure),
+                  failure.traceback]
+        return RuntimeError("\n".join(lines))
+    message = job_message or "%s: the Spark job failed: %s" % (PROGRAM,
+                                                               error)
+    if cancelled or too_few_slots(error):
+        message += (" (a barrier stage of num_proc=%d needs as many free "
+                    "task slots at once)" % num_proc)
+    return RuntimeError(message)
+
+
+def _import_hint(context: pyspark.SparkContext) -> str:
+    """Which Python Spark's workers run, and how to choose another."""
+    python = context.pythonExec
+    if python == sys.executable:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))))
+        return ("Spark's workers run this driver's Python (%s) without the "
+                "driver's sys.path, through which it finds hbcore (in %s) "
+                "or a package it needs: install hbcore into that Python, or "
+                "put %s on PYTHONPATH before the SparkContext is created"
+                % (python, root, root))
+    source = ("PYSPARK_PYTHON" if os.environ.get("PYSPARK_PYTHON")
+              else "Spark's default; PYSPARK_PYTHON is unset")
+    return ("Spark's workers run %r (%s), which cannot import hbcore or a "
+            "package it needs: set PYSPARK_PYTHON, before the SparkContext "
+            "is created, to a Python that has hbcore (this driver's is %s), "
+            "or install hbcore on the executors"
+            % (python, source, sys.executable))
+
+
+def _task_name(failure: TaskFailure) -> str:
+    return "a Spark task" if failure.task is None \
+        else "Spark task %d" % failure.task
+
+
+def _task_line(failure: TaskFailure) -> str:
+    return "%s failed: %s" % (_task_name(failure), failure.summary)
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """The first line of Spark's error that says something: py4j's
+    "An error occurred while calling ..." line names only the JVM call."""
+    lines = [line.lstrip(": ").strip() for line in str(exc).splitlines()]
+    lines = [line for line in lines if line
+             and not line.startswith("An error occurred while calling")]
+    return lines[0] if lines else type(exc).__name__

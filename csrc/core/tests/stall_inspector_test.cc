@@ -1,3 +1,6 @@
+#include <string>
+#include <vector>
+
 #include "check.h"
 #include "negotiation/stall_inspector.h"
 
@@ -71,6 +74,37 @@ TEST(StallShutdownOnlyAfterShutdownTime) {
   StallInspector shutdown_only(config);
   const Clock::time_point now = Clock::now() + std::chrono::seconds(10);
   CHECK(shutdown_only.Due(Pending({{"old", 6.0}}, now), now));
+}
+
+TEST(StallWarningsNameTheCauseAndWhatTheJobDoesNext) {
+  Config config;
+  config.stall_check_seconds = 60;
+  StallInspector waits(config);
+  std::vector<std::string> lines = waits.Warnings({Stall(75.0)});
+  CHECK_EQ(lines.size(), 2u);
+  CHECK_EQ(lines[0],
+           std::string("Stall: tensor 'late' was submitted by rank(s) 0, 2 75 s ago "
+                       "but not yet by rank(s) 1: those ranks are busy elsewhere "
+                       "(a checkpoint or an evaluation on some ranks only), or have "
+                       "diverged (a collective inside a branch the ranks take "
+                       "differently, such as an if on the rank or a tf.cond, or "
+                       "different tensor names)"));
+  // Off by default (Horovod's): the warning says how to end a hung job.
+  CHECK_EQ(lines[1],
+           std::string("Stall: the job waits as long as a stall lasts, warning "
+                       "every 60 s; HB_STALL_SHUTDOWN_TIME_SECONDS=S (hbrun "
+                       "--stall-check-shutdown-time-seconds S) ends it with a "
+                       "ShutdownError on every rank once a stall lasts S seconds"));
+  config.stall_shutdown_seconds = 7200;
+  StallInspector ends(config);
+  lines = ends.Warnings({Stall(75.0), Stall(61.0)});
+  CHECK_EQ(lines.size(), 3u);
+  CHECK_EQ(lines[2],
+           std::string("Stall: the job ends with a ShutdownError on every rank once "
+                       "a stall lasts 7200 s (HB_STALL_SHUTDOWN_TIME_SECONDS)"));
+  CHECK(waits.Warnings({}).empty());
+  config.stall_check_seconds = 0;
+  CHECK(StallInspector(config).Warnings({Stall(75.0)}).empty());
 }
 
 }  // namespace

@@ -42,23 +42,54 @@ bool StallInspector::Due(const std::map<std::string, TensorEntry>& pending,
          since >= std::min(1.0, shutdown_seconds_);
 }
 
+std::string StallInspector::Describe(const StallReport& stall) const {
+  std::ostringstream msg;
+  msg << "tensor '" << stall.name << "'" << set_suffix_ << " was submitted by rank(s) "
+      << Ranks(stall.ready_ranks) << " " << static_cast<int>(stall.age_seconds)
+      << " s ago but not yet by rank(s) " << Ranks(stall.missing_ranks)
+      << ": those ranks are busy elsewhere (a checkpoint or an evaluation on "
+         "some ranks only), or have diverged (a collective inside a branch "
+         "the ranks take differently, such as an if on the rank or a "
+         "tf.cond, or different tensor names)";
+  return msg.str();
+}
+
+std::vector<std::string> StallInspector::Warnings(
+    const std::vector<StallReport>& stalls) const {
+  std::vector<std::string> lines;
+  if (check_seconds_ <= 0 || stalls.empty()) return lines;
+  for (const StallReport& stall : stalls) lines.push_back("Stall: " + Describe(stall));
+  // Once per check: what the job does next, so that a hung job is never
+  // silent about how to end it. Horovod's default (never) is kept because
+  // legitimate waits have no bound hbcore could know (docs/configuration.md,
+  // "HB_STALL_SHUTDOWN_TIME_SECONDS").
+  std::ostringstream next;
+  if (shutdown_seconds_ > 0) {
+    next << "Stall: the job ends with a ShutdownError on every rank once a "
+            "stall lasts "
+         << shutdown_seconds_ << " s (HB_STALL_SHUTDOWN_TIME_SECONDS)";
+  } else {
+    next << "Stall: the job waits as long as a stall lasts, warning every "
+         << check_seconds_
+         << " s; HB_STALL_SHUTDOWN_TIME_SECONDS=S (hbrun "
+            "--stall-check-shutdown-time-seconds S) ends it with a "
+            "ShutdownError on every rank once a stall lasts S seconds";
+  }
+  lines.push_back(next.str());
+  return lines;
+}
+
 std::string StallInspector::Judge(const std::vector<StallReport>& stalls) const {
-  std::string shutdown;
+  for (const std::string& line : Warnings(stalls)) HB_LOG(kWarning, line);
   for (const StallReport& stall : stalls) {
-    std::ostringstream msg;
-    msg << "tensor '" << stall.name << "'" << set_suffix_ << " was submitted by rank(s) "
-        << Ranks(stall.ready_ranks) << " " << static_cast<int>(stall.age_seconds)
-        << " s ago but not yet by rank(s) " << Ranks(stall.missing_ranks)
-        << ": those ranks may have diverged (different tensor names or "
-           "control flow), or be slower";
-    if (check_seconds_ > 0) HB_LOG(kWarning, "Stall: " << msg.str());
-    if (shutdown_seconds_ > 0 && stall.age_seconds >= shutdown_seconds_ &&
-        shutdown.empty()) {
-      shutdown = "stalled " + msg.str() + " (HB_STALL_SHUTDOWN_TIME_SECONDS=" +
-                 std::to_string(static_cast<int>(shutdown_seconds_)) + ")";
+    if (shutdown_seconds_ > 0 && stall.age_seconds >= shutdown_seconds_) {
+      std::ostringstream reason;
+      reason << "stalled " << Describe(stall)
+             << " (HB_STALL_SHUTDOWN_TIME_SECONDS=" << shutdown_seconds_ << ")";
+      return reason.str();
     }
   }
-  return shutdown;
+  return std::string();
 }
 
 }  // namespace hbcore

@@ -35,11 +35,18 @@ class StallInspector {
            Clock::time_point now) const;
   // Step 1: a check was asked for at `now`.
   void Checked(Clock::time_point now) { last_check_ = now; }
-  // Step 3 (coordinator): logs every stall; returns why the job must end,
-  // or "" while no stall has lasted the shutdown time.
+  // Step 3 (coordinator): logs Warnings(stalls); returns why the job must
+  // end, or "" while no stall has lasted the shutdown time.
   std::string Judge(const std::vector<StallReport>& stalls) const;
+  // The warning lines of a check: one per stalled tensor, then one saying
+  // what the job does next (waits, or ends after the shutdown time, naming
+  // the setting). None while warnings are off (HB_STALL_CHECK_TIME_SECONDS=0).
+  std::vector<std::string> Warnings(const std::vector<StallReport>& stalls) const;
 
  private:
+  // One stalled tensor: who submitted it, how long ago, who did not, why.
+  std::string Describe(const StallReport& stall) const;
+
   double check_seconds_;
   double shutdown_seconds_;
   Clock::time_point last_check_;
