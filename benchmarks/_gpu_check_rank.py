@@ -203,7 +203,16 @@ class Case:
 def rank_data(seed: int, rank: int, shape: Sequence[int],
               dtype: Any) -> np.ndarray:
     """Rank ``rank``'s integer-valued input (small values: sums and
-    products of a few ranks are exact in every dtype)."""
+    products of a few ranks are exact in every dtype).
+
+    Args:
+        seed: the case's seed (every rank computes every rank's input).
+        rank: whose input.
+        shape, dtype: of the array.
+
+    Returns:
+        The array, the same for (seed, rank) on every rank.
+    """
     rng = np.random.default_rng([seed, rank])
     dtype = np.dtype(dtype)
     low = 0 if dtype.kind == "u" else -7
@@ -357,8 +366,15 @@ class Context:
 
 
 def shared_gpu_group(table: Sequence[Sequence[str]]) -> List[int]:
-    """The ranks that share the first shared GPU of ``table`` (rank ->
-    (host, bus id)), as hbcore's refusal names them; [] when none do."""
+    """The ranks that share the first shared GPU, as hbcore's refusal
+    names them.
+
+    Args:
+        table: rank -> (host, PCI bus id).
+
+    Returns:
+        Those ranks in order, or [] when every rank has a GPU of its own.
+    """
     for i, mine in enumerate(table):
         group = [j for j in range(i, len(table)) if tuple(table[j]) ==
                  tuple(mine)]
@@ -375,8 +391,14 @@ def ranks_text(ranks: Sequence[int]) -> str:
 
 
 def set_up_gpu(ctx: Context) -> None:
-    """Finds this rank's GPU, records the libraries and devices, and
-    which ranks share a GPU (every rank ends with the same view)."""
+    """Finds this rank's GPU (``ctx.cuda``, ``device``, ``bus_id``, or
+    ``no_gpu`` saying why there is none), records the libraries and
+    devices, and sets ``ctx.sharing`` (the same on every rank: one
+    allgather).
+
+    Args:
+        ctx: this rank's context, filled in.
+    """
     info = hb.gpu_info()
     devices = int(info.get("cuda_devices", "0") or 0)
     if not hb.nccl_built():

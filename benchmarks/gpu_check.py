@@ -64,8 +64,15 @@ Row = Dict[str, Any]
 
 
 def read_ranks(out_dir: str, np_: int) -> Dict[int, List[Row]]:
-    """Each rank's rows (``rank<r>.jsonl``); a rank that wrote none is
-    absent."""
+    """Each rank's rows.
+
+    Args:
+        out_dir: where the ranks wrote ``rank<r>.jsonl``.
+        np_: the job's ranks.
+
+    Returns:
+        rank -> its rows; a rank that wrote nothing is absent.
+    """
     ranks = {}
     for rank in range(np_):
         path = os.path.join(out_dir, "rank%d.jsonl" % rank)
@@ -214,8 +221,17 @@ def info_lines(info: Sequence[Row]) -> List[str]:
 
 def run_job(np_: int, options: Sequence[str], env: Dict[str, str],
             timeout: float) -> Tuple[Dict[int, List[Row]], Optional[str]]:
-    """Runs one hbrun job of the rank script; returns its ranks' rows and
-    why it failed (None when it exited 0)."""
+    """Runs one hbrun job of the rank script.
+
+    Args:
+        np_: ranks.
+        options: the rank script's flags (--quick, --tf-on-cpu, --no-tf).
+        env: the job's environment.
+        timeout: seconds before the job is killed.
+
+    Returns:
+        (rank -> its rows, why the job failed or None when it exited 0).
+    """
     out_dir = tempfile.mkdtemp(prefix="gpu_check_np%d_" % np_)
     try:
         error = None
