@@ -1,7 +1,7 @@
 """hbcore's GPU allreduce against raw NCCL on the same device buffers, in one
 run, one table.
 
-Run (one process per GPU; two processes may share one GPU for a smoke run)::
+Run (one process per GPU: NCCL cannot run two ranks on one GPU)::
 
     hbrun -np 2 python benchmarks/nccl.py
     python -m hbcore.run python benchmarks/nccl.py     # one worker per GPU
@@ -169,7 +169,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                   % hb.gpu_info().get("error", "unknown reason"))
         return 2
     info = hb.gpu_info()
-    device = 0  # one process per GPU: each sees its own (or shares GPU 0)
+    # One process per GPU: the GPU of its local rank (hbcore.run gives
+    # each worker one visible GPU, so there it is GPU 0).
+    device = hb.local_rank() % max(1, int(info.get("cuda_devices") or 1))
     raw = RawNccl(comm, info, device)
 
     from hbcore._native import core

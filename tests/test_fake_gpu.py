@@ -44,6 +44,7 @@ CUDA_ERROR_INVALID_HANDLE = 400
 
 ABI_NAMES = [
     "cudaGetDeviceCount", "cudaSetDevice", "cudaGetDevice",
+    "cudaDeviceGetPCIBusId",
     "cudaRuntimeGetVersion", "cudaMalloc", "cudaFree", "cudaMemcpyAsync",
     "cudaMemsetAsync", "cudaStreamCreateWithFlags", "cudaStreamDestroy",
     "cudaStreamSynchronize", "cudaStreamQuery", "cudaStreamWaitEvent",
@@ -156,6 +157,24 @@ def test_device_count_and_per_thread_device(cuda: FakeCuda,
     finally:
         monkeypatch.setenv("FAKE_CUDA_DEVICES", "2")
         cuda.set_device(0)
+
+
+def test_pci_bus_ids_tell_processes_apart_unless_shared(
+        cuda: FakeCuda, monkeypatch: Any) -> None:
+    """Each process has devices of its own (the pid is the bus id's
+    domain); FAKE_CUDA_SHARED_DEVICES=1 makes device k one GPU of the
+    machine, the same id in every process."""
+    monkeypatch.delenv("FAKE_CUDA_SHARED_DEVICES", raising=False)
+    assert cuda.pci_bus_id(0) == "%08x:01:00.0" % os.getpid()
+    assert cuda.pci_bus_id(1) == "%08x:02:00.0" % os.getpid()
+    monkeypatch.setenv("FAKE_CUDA_SHARED_DEVICES", "1")
+    assert [cuda.pci_bus_id(d) for d in (0, 1)] == ["00000000:01:00.0",
+                                                    "00000000:02:00.0"]
+    small = ctypes.create_string_buffer(8)
+    assert cuda.lib.cudaDeviceGetPCIBusId(small, 8, 0) == \
+        CUDA_ERROR_INVALID_VALUE
+    assert cuda.lib.cudaDeviceGetPCIBusId(small, 8, 2) == \
+        CUDA_ERROR_INVALID_DEVICE
 
 
 def test_version_and_error_strings(cuda: FakeCuda) -> None:

@@ -67,6 +67,17 @@ def test_without_nccl_gpu_tensors_are_refused(fake_gpu_env, tmp_path):
     assert run.results[0]["nccl_built"] is False
 
 
+def test_ranks_sharing_a_gpu_are_refused_on_every_rank(fake_gpu_env):
+    # Ranks 0 and 2 of 3 on one of two GPUs every process sees (NCCL would
+    # refuse them with ncclInvalidUsage): an UnsupportedError naming them
+    # and the GPU on every rank, at the communicator's set-up, no hang.
+    env = dict(fake_gpu_env, FAKE_CUDA_SHARED_DEVICES="1",
+               FAKE_CUDA_DEVICES="2", HB_DYNAMIC_PROCESS_SETS="1")
+    run = check(run_ranks(SCRIPT, 3, timeout=90, env=env, args=["shared"]))
+    for rank in range(3):
+        assert len(run.cases[rank]) == 4, run.describe()
+
+
 def test_the_nccl_benchmark_runs(fake_gpu_env):
     # benchmarks/nccl.py on the fake: both rows measured, one table (the
     # figures say nothing about a GPU; the benchmark's code path does).

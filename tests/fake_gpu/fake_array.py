@@ -53,6 +53,7 @@ _SIGNATURES = {
     "cudaGetDeviceCount": [ctypes.POINTER(ctypes.c_int)],
     "cudaSetDevice": [ctypes.c_int],
     "cudaGetDevice": [ctypes.POINTER(ctypes.c_int)],
+    "cudaDeviceGetPCIBusId": [ctypes.c_char_p, ctypes.c_int, ctypes.c_int],
     "cudaRuntimeGetVersion": [ctypes.POINTER(ctypes.c_int)],
     "cudaMalloc": [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t],
     "cudaFree": [ctypes.c_void_p],
@@ -134,6 +135,14 @@ class FakeCuda:
         self.check(self.lib.cudaGetDevice(ctypes.byref(device)),
                    "cudaGetDevice")
         return device.value
+
+    def pci_bus_id(self, device: int) -> str:
+        """cudaDeviceGetPCIBusId."""
+        buffer = ctypes.create_string_buffer(32)
+        self.check(self.lib.cudaDeviceGetPCIBusId(buffer, len(buffer),
+                                                  device),
+                   "cudaDeviceGetPCIBusId")
+        return buffer.value.decode()
 
     def runtime_version(self) -> int:
         """cudaRuntimeGetVersion."""

@@ -4,7 +4,11 @@
 //
 // Model:
 // - Devices: FAKE_CUDA_DEVICES (default 2) devices; cudaSetDevice /
-//   cudaGetDevice are per thread (default 0). Device memory is 64-byte
+//   cudaGetDevice are per thread (default 0). Each process has devices of
+//   its own (their PCI bus ids hold its pid), as under a launcher that
+//   gives every process its own CUDA_VISIBLE_DEVICES; with
+//   FAKE_CUDA_SHARED_DEVICES=1, device k is one device of the machine in
+//   every process (its bus id depends on k only). Device memory is 64-byte
 //   aligned host memory from a registry; it is filled with 0xff bytes on
 //   cudaMalloc (real device memory is not cleared either: code that reads
 //   before writing sees NaN / -1, not a lucky 0).
@@ -27,6 +31,8 @@
 // - Handles are never reused; a stale or unknown stream or event handle is
 //   cudaErrorInvalidResourceHandle instead of a crash.
 // Every entry point is thread-safe.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -87,6 +93,12 @@ int DeviceCount() {
 }
 
 thread_local int t_device = 0;
+
+// FAKE_CUDA_SHARED_DEVICES=1 (read at every call).
+bool SharedDevices() {
+  const char* text = std::getenv("FAKE_CUDA_SHARED_DEVICES");
+  return text != nullptr && std::strcmp(text, "1") == 0;
+}
 
 // ---- memory ----
 
@@ -246,6 +258,21 @@ FAKE_GPU_EXPORT cudaError_t cudaGetDevice(int* device) {
   if (DeviceCount() == 0) return kErrorNoDevice;
   *device = t_device;
   return kSuccess;
+}
+
+FAKE_GPU_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* bus_id, int len,
+                                                  int device) {
+  if (bus_id == nullptr || len <= 0) return kErrorInvalidValue;
+  const int count = DeviceCount();
+  if (count == 0) return kErrorNoDevice;
+  if (device < 0 || device >= count) return kErrorInvalidDevice;
+  // domain:bus:device.function; the domain tells the processes apart
+  // unless they share the machine's devices.
+  const unsigned domain =
+      SharedDevices() ? 0u : static_cast<unsigned>(::getpid());
+  const int n = std::snprintf(bus_id, static_cast<size_t>(len),
+                              "%08x:%02x:00.0", domain, device + 1);
+  return n < 0 || n >= len ? kErrorInvalidValue : kSuccess;
 }
 
 FAKE_GPU_EXPORT cudaError_t cudaRuntimeGetVersion(int* version) {
@@ -486,6 +513,7 @@ FAKE_GPU_EXPORT int fakeCudaIsDevicePointer(const void* ptr, size_t bytes) {
 FAKE_CHECK_ABI(cudaGetDeviceCount);
 FAKE_CHECK_ABI(cudaSetDevice);
 FAKE_CHECK_ABI(cudaGetDevice);
+FAKE_CHECK_ABI(cudaDeviceGetPCIBusId);
 FAKE_CHECK_ABI(cudaRuntimeGetVersion);
 FAKE_CHECK_ABI(cudaMalloc);
 FAKE_CHECK_ABI(cudaFree);

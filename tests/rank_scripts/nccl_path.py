@@ -5,6 +5,8 @@ there).
     hbrun -np N python nccl_path.py collectives
     hbrun -np N python nccl_path.py failure     # with FAKE_NCCL_FAIL_* set
     hbrun -np N python nccl_path.py missing     # with a bad HB_NCCL_LIBRARY
+    hbrun -np 3 python nccl_path.py shared      # FAKE_CUDA_SHARED_DEVICES=1,
+                                                # FAKE_CUDA_DEVICES=2
 
 collectives: every collective on GPU tensors (FakeGpuArray, a DLPack CUDA
 producer), each result checked against numpy on every rank's data AND
@@ -21,6 +23,14 @@ keep working, and later GPU collectives must fail at once on every rank.
 
 missing: GPU support could not be loaded; GPU tensors are refused naming
 the library, CPU collectives work.
+
+shared: three ranks on a machine whose two GPUs every process sees; each
+rank takes device local_rank % 2, so ranks 0 and 2 share GPU 0. NCCL
+refuses two ranks of a communicator on one GPU: hbcore refuses first, on
+every rank, naming the two ranks and the GPU's PCI bus id; a process set of
+ranks on distinct GPUs (0 and 1) still gets its communicator; CPU
+collectives work; the global set's GPU collectives keep failing the same
+way.
 """
 import gc
 import os
@@ -374,13 +384,57 @@ def missing_cases(rank, size):
     return [("missing/refused", refused), ("missing/cpu-works", cpu_works)]
 
 
+# The fake's PCI bus id of device 0 when processes share devices.
+SHARED_GPU0 = "00000000:01:00.0"
+
+
+def shared_cases(rank, size):
+    device = hb.local_rank() % 2
+    data = all_rank_data(70, size, (5,), "float32")
+
+    def refused():
+        expect_raises(lambda: hb.allreduce(
+            FakeGpuArray(data[rank], device=device), name="nccl.shared"),
+            hx.UnsupportedError, "ranks 0 and 2 are on the same GPU",
+            "PCI bus id %s" % SHARED_GPU0,
+            "NCCL cannot run two ranks of a communicator on one GPU")
+
+    def distinct_set_works():
+        members = [0, 1]
+        ps = hb.add_process_set(members)
+        try:
+            if rank in members:
+                gpu = hb.allreduce(FakeGpuArray(data[rank], device=device),
+                                   op=hb.Sum, name="nccl.shared.set",
+                                   process_set=ps)
+                assert_close(host(gpu), reduce_expected(
+                    [data[m] for m in members], "float32", "Sum"), "float32")
+        finally:
+            hb.remove_process_set(ps)
+
+    def cpu_works():
+        out = hb.allreduce(data[rank], op=hb.Sum, name="nccl.shared.cpu")
+        assert_close(out, reduce_expected(data, "float32", "Sum"), "float32")
+
+    def refused_again():
+        expect_raises(lambda: hb.allreduce(
+            FakeGpuArray(data[rank], device=device), name="nccl.shared.2"),
+            hx.UnsupportedError, "ranks 0 and 2 are on the same GPU")
+
+    return [("shared/refused", refused),
+            ("shared/distinct-set-works", distinct_set_works),
+            ("shared/cpu-works", cpu_works),
+            ("shared/refused-again", refused_again)]
+
+
 def main() -> None:
     mode = sys.argv[1]
     hb.init()
     rank, size = hb.rank(), hb.size()
     checker = Checker(rank)
     cases = {"collectives": collective_cases, "failure": failure_cases,
-             "missing": missing_cases}[mode](rank, size)
+             "missing": missing_cases, "shared": shared_cases}[mode](rank,
+                                                                    size)
     for name, fn in cases:
         checker.run(name, fn)
     report({"size": size, "nccl_built": hb.nccl_built(),

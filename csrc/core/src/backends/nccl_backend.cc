@@ -42,6 +42,48 @@ bool ToScalar(DataType dtype, double factor, Scalar* s) {
   }
 }
 
+// One member's GPU as the others see it: its host (Topology::host_id) and
+// the GPU's PCI bus id, which names one GPU across the processes of a host
+// whatever their device numbering (CUDA_VISIBLE_DEVICES). Exchanged as raw
+// bytes between ranks of one build; zero-filled, so the id ends in a NUL.
+struct GpuIdentity {
+  int32_t host = 0;
+  char bus_id[36] = {};
+
+  bool SameGpu(const GpuIdentity& other) const {
+    return host == other.host &&
+           std::memcmp(bus_id, other.bus_id, sizeof(bus_id)) == 0;
+  }
+};
+
+// Unsupported when two members of the set are on one GPU of one host. Every
+// member gathers the same table, so all of them refuse alike.
+Status RefuseSharedGpu(const NcclBackendOptions& o, const GpuIdentity& me) {
+  std::vector<GpuIdentity> all(o.size);
+  Status s = o.bootstrap->Allgatherv(
+      &me, all.data(), std::vector<int64_t>(o.size, sizeof(GpuIdentity)));
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < all.size(); ++i) {
+    std::vector<int> same;  // global ranks on member i's GPU
+    for (size_t j = i; j < all.size(); ++j) {
+      if (all[i].SameGpu(all[j])) same.push_back(o.members[j]);
+    }
+    if (same.size() < 2) continue;
+    std::string ranks;
+    for (size_t k = 0; k < same.size(); ++k) {
+      ranks += (k == 0 ? "" : k + 1 == same.size() ? " and " : ", ") +
+               std::to_string(same[k]);
+    }
+    return Status::Unsupported(
+        "ranks " + ranks + " are on the same GPU (PCI bus id " +
+        std::string(all[i].bus_id) + " of one host), and NCCL cannot run "
+        "two ranks of a communicator on one GPU: give each process a GPU of "
+        "its own (pin it by local_rank(), or start one process per GPU with "
+        "python -m hbcore.run), or keep these tensors on the CPU");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 // An allreduce in flight: complete when its event (recorded on the NCCL
@@ -159,6 +201,14 @@ Status NcclBackend::SetUp(int device) {
                          kCudaSuccess)) {
     local = gpu.CudaError("creating the NCCL backend's streams and events", e);
   }
+  GpuIdentity me;
+  me.host = options_.host_id;
+  if (local.ok() &&
+      (e = cuda_.DeviceGetPCIBusId(me.bus_id, sizeof(me.bus_id) - 1,
+                                   device)) != kCudaSuccess) {
+    local = gpu.CudaError("cudaDeviceGetPCIBusId(" + std::to_string(device) +
+                          ")", e);
+  }
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (local.ok() && options_.rank == 0) {
@@ -176,7 +226,12 @@ Status NcclBackend::SetUp(int device) {
     return Status::Internal("another rank of the set could not set up its "
                             "GPU (see its error)");
   }
-  // 3. Rank 0's unique id over MPI, then the communicator.
+  // 3. One GPU per member: NCCL refuses a communicator with two ranks on
+  // one GPU (ncclInvalidUsage, its reason printed only with NCCL_DEBUG), so
+  // every member checks the same table first and they all refuse alike.
+  s = RefuseSharedGpu(options_, me);
+  if (!s.ok()) return s;
+  // 4. Rank 0's unique id over MPI, then the communicator.
   s = options_.bootstrap->Broadcast(&id, sizeof(id), 0);
   if (!s.ok()) return s;
   ncclResult_t r =
@@ -199,17 +254,21 @@ Status NcclBackend::SetUp(int device) {
 
 Status NcclBackend::Fail(const Status& why, bool raise) {
   if (!failed_.ok()) return failed_;
-  if (comm_ != nullptr) {
+  const bool had_comm = comm_ != nullptr;
+  if (had_comm) {
     nccl_.CommAbort(comm_);
     comm_ = nullptr;
   }
   const std::string where = "rank " + std::to_string(options_.global_rank);
-  failed_ = Status(why.code() == HB_ERR_SHUTDOWN ? HB_ERR_SHUTDOWN
-                                                  : HB_ERR_INTERNAL,
+  // A shut-down runtime, and a set-up that refused (two ranks on one GPU),
+  // keep their kind; anything else is an internal failure.
+  const bool keeps_code =
+      why.code() == HB_ERR_SHUTDOWN || why.code() == HB_ERR_UNSUPPORTED;
+  const char* aborted = had_comm ? "the NCCL communicator was aborted; " : "";
+  failed_ = Status(keeps_code ? why.code() : HB_ERR_INTERNAL,
                    "GPU collective failed on " + where + ": " +
-                       why.message() +
-                       " (the NCCL communicator was aborted; later GPU "
-                       "collectives of this job fail)");
+                       why.message() + " (" + aborted +
+                       "later GPU collectives of this process set fail)");
   if (raise) {
     options_.alarm->Raise(options_.set_id, options_.members,
                           where + ": " + why.message());

@@ -22,8 +22,11 @@
 //
 // Set-up (lazy, at the first GPU batch, which every member reaches in the
 // same order): bind the device, create the streams, agree over the host
-// backend that every member managed to (a MIN allreduce), broadcast rank
-// 0's ncclUniqueId over the host backend (MPI stays the control plane) and
+// backend that every member managed to (a MIN allreduce), check that no two
+// members share a GPU (an allgather of host and PCI bus id: NCCL refuses
+// that, with a reason only its debug log names, so hbcore refuses first
+// with UnsupportedError naming the ranks and the GPU), broadcast rank 0's
+// ncclUniqueId over the host backend (MPI stays the control plane) and
 // ncclCommInitRank.
 //
 // Failures. Every wait polls the CUDA event, NCCL's asynchronous error, the
@@ -57,6 +60,7 @@ struct NcclBackendOptions {
   std::vector<int> members;  // global ranks of the set, for notices
   int global_rank = 0;
   int local_rank = 0;  // picks the GPU of a rank that never had a tensor
+  int host_id = 0;     // Topology::host_id: who shares a GPU with whom
   // The fused pieces of the pipeline (HB_FUSION_THRESHOLD).
   int64_t fusion_bytes = 0;
   // True once the runtime is shutting down: waits give up.

@@ -28,6 +28,11 @@ constexpr int kCudaMemcpyDefault = 4;
 typedef cudaError_t (*cudaGetDeviceCount_fn)(int* count);
 typedef cudaError_t (*cudaSetDevice_fn)(int device);
 typedef cudaError_t (*cudaGetDevice_fn)(int* device);
+// The device's PCI bus id, "domain:bus:device.function" (hex): what names
+// one GPU across the processes of a machine, whatever their device
+// numbering (CUDA_VISIBLE_DEVICES), as NCCL's own check of duplicates does.
+typedef cudaError_t (*cudaDeviceGetPCIBusId_fn)(char* bus_id, int len,
+                                                int device);
 typedef cudaError_t (*cudaRuntimeGetVersion_fn)(int* version);
 typedef cudaError_t (*cudaMalloc_fn)(void** ptr, size_t bytes);
 typedef cudaError_t (*cudaFree_fn)(void* ptr);
@@ -138,6 +143,7 @@ typedef ncclResult_t (*ncclGroupEnd_fn)();
   X(GetDeviceCount, cudaGetDeviceCount)                 \
   X(SetDevice, cudaSetDevice)                           \
   X(GetDevice, cudaGetDevice)                           \
+  X(DeviceGetPCIBusId, cudaDeviceGetPCIBusId)           \
   X(RuntimeGetVersion, cudaRuntimeGetVersion)           \
   X(Malloc, cudaMalloc)                                 \
   X(Free, cudaFree)                                     \

@@ -681,6 +681,7 @@ void Runtime::CreateExecutor(SetState* set, Backend* cpu) {
     o.members = set->info.ranks;
     o.global_rank = topology().rank;
     o.local_rank = topology().local_rank;
+    o.host_id = topology().host_id;
     o.fusion_bytes = config_.fusion_threshold_bytes;
     o.stop_requested = [this] {
       std::lock_guard<std::mutex> lock(mu_);

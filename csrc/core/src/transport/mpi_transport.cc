@@ -128,8 +128,10 @@ class MpiTransport : public Transport {
     MPI_Comm_rank(cross_, &topo_.cross_rank);
     MPI_Comm_size(cross_, &topo_.cross_size);
     // The host's lowest global rank names it (process sets ask whether
-    // their members span hosts: CreateGroup).
-    rc = MPI_Allreduce(&topo_.rank, &host_id_, 1, MPI_INT, MPI_MIN, local_);
+    // their members span hosts: CreateGroup; the NCCL backend which ranks
+    // share a GPU).
+    rc = MPI_Allreduce(&topo_.rank, &topo_.host_id, 1, MPI_INT, MPI_MIN,
+                       local_);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce (host id)");
     ring_choice_ = config.ring_allreduce;
     topo_.cpus = ThreadCpus();
@@ -254,7 +256,7 @@ class MpiTransport : public Transport {
     int size = 1;
     MPI_Comm_size(comm, &size);
     // Maxima of (host id, -host id): one host iff they agree.
-    int mine[2] = {host_id_, -host_id_};
+    int mine[2] = {topo_.host_id, -topo_.host_id};
     int max[2] = {0, 0};
     int rc = MPI_Allreduce(mine, max, 2, MPI_INT, MPI_MAX, comm);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Allreduce (set hosts)");
@@ -313,7 +315,6 @@ class MpiTransport : public Transport {
   }
 
   Topology topo_;
-  int host_id_ = 0;  // the lowest global rank on this rank's host
   Choice ring_choice_ = Choice::kAuto;  // HB_RING_ALLREDUCE
   WaitPolicy wait_;  // of every control plane (the global set's and groups')
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -25,6 +25,9 @@ struct Topology {
   int local_size = 1;
   int cross_rank = 0;
   int cross_size = 1;
+  // The lowest global rank on this rank's host: names the host (the MPI
+  // shared-memory split), the same number on every rank of it.
+  int host_id = 0;
   bool threads_multiple = false;
   // Every host runs the same number of ranks (Horovod's is_homogeneous).
   bool homogeneous = true;
