@@ -41,7 +41,7 @@ def import_deepctr() -> Any:
     starts a thread that asks PyPI for the latest release (requests.get,
     no timeout). Here that request fails at once and the thread is
     joined, so no rank talks to the network or leaves a thread behind
-    (docs/ecosystem.md says what users can do about it)."""
+    (docs/ecosystem.md, "DeepCTR", points users here)."""
     import requests
 
     before = set(threading.enumerate())
