@@ -15,10 +15,11 @@ reported. So the warning names the op and the remedy at trace time, once.
 Loop bodies (``tf.while_loop``) are not reported: the common one, Keras'
 ``steps_per_execution`` loop, runs the same number of steps on every rank.
 
-The check reads the graph's class names only (``CondBranchFuncGraph`` for
-TF2 control flow, ``CondContext`` for v1): no private TensorFlow name is
-imported, and on a TensorFlow that renamed them it warns less, never
-fails.
+The check reads the graph's class names only (``CondBranchFuncGraph``, a
+``ControlFlowFuncGraph``, for TF2 control flow; ``CondContext`` for v1): no
+private TensorFlow name is imported, and on a TensorFlow that renamed them
+it warns less, never fails. It looks within the function being traced: a
+branch around the call of another tf.function is the caller's.
 """
 import threading
 import warnings
@@ -42,12 +43,21 @@ class rank_uniform:
 
 
 def _cond_branch(graph: Any) -> Optional[str]:
-    """The name of the innermost cond branch ``graph`` is (or is inside),
-    None when it is in none."""
+    """The name of the innermost cond branch ``graph`` is (or is inside,
+    within the same function), None when it is in none.
+
+    The walk stops at a function boundary: a tf.function called inside a
+    branch is traced into a graph of its own, and the branch is the
+    caller's choice (Keras 3 calls its train step in a branch on "is there
+    another batch" when steps_per_execution > 1; the train step itself is
+    what the warning is about)."""
     inner: Any = graph
     while inner is not None:
-        if type(inner).__name__ == "CondBranchFuncGraph":
+        kinds = {c.__name__ for c in type(inner).__mro__}
+        if "CondBranchFuncGraph" in kinds:
             return str(inner.name)
+        if "ControlFlowFuncGraph" not in kinds:
+            break  # a function's own graph: the branches outside are not ours
         inner = getattr(inner, "outer_graph", None)
     get_context = getattr(graph, "_get_control_flow_context", None)
     context = get_context() if get_context is not None else None

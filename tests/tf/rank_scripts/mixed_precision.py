@@ -346,12 +346,25 @@ def keras_cases(rank: int, size: int) -> Dict[str, Callable[[], None]]:
                            lambda: hb.allreduce(value, name="in_branch"),
                            lambda: value)
 
+        @tf.function
+        def step() -> Any:
+            return hb.allreduce(value, name="in_function")
+
+        @tf.function
+        def calls_a_function_in_a_branch(flag: Any) -> Any:
+            # The branch is around a call of another tf.function (as Keras
+            # 3's steps_per_execution loop calls its train step): the
+            # function's collective is not reported.
+            return tf.cond(flag > 0, step, lambda: value)
+
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             # Traced only (no rank runs it): the warning is a trace-time
             # one. Two signatures trace it twice; it warns once.
             diverging.get_concrete_function(tf.TensorSpec((), tf.float32))
             diverging.get_concrete_function(tf.TensorSpec((), tf.int32))
+            calls_a_function_in_a_branch.get_concrete_function(
+                tf.TensorSpec((), tf.float32))
         branch = [str(w.message) for w in seen
                   if BRANCH_WARNING in str(w.message)]
         check(len(branch) == 1, "expected one branch warning, got %s"
