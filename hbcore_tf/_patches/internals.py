@@ -328,6 +328,16 @@ TF_KERAS_OPTIMIZER_V2 = Internal(
     _TK + "optimizers.legacy.optimizer_v2:OptimizerV2",
     "recognises legacy tf_keras optimizers (_compat.optimizer_family)",
     None, "class")
+TF_KERAS_AGGREGATE_GRADIENTS = Internal(
+    _TK + "optimizers.optimizer:Optimizer.aggregate_gradients",
+    "overridden by DistributedOptimizer as the reduction: tf_keras' "
+    "LossScaleOptimizer calls it before its Inf/NaN check "
+    "(_parallel/distributed_optimizer.py)", ("self", "grads_and_vars"))
+TF_KERAS_V2_AGGREGATE_GRADIENTS = Internal(
+    _TK + "optimizers.legacy.optimizer_v2:OptimizerV2._aggregate_gradients",
+    "overridden by DistributedOptimizer as the reduction: the legacy "
+    "LossScaleOptimizer calls it before its Inf/NaN check "
+    "(_parallel/distributed_optimizer.py)", ("self", "grads_and_vars"))
 TF_KERAS_ADD_VARIABLE_FROM_REFERENCE = Internal(
     _TK + "optimizers.optimizer:_BaseOptimizer.add_variable_from_reference",
     "patched: slots of sharded tables are shards (_patches/keras_slots.py)",
