@@ -18,7 +18,11 @@ dtypes, in-place operations. A grouped call takes host tensors or GPU
 tensors, not both.
 """
 import enum
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import itertools
+import sys
 import threading
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -66,13 +70,81 @@ _DTYPE_CODES: Dict[Any, int] = {
     np.dtype(np.float32): core.HB_FLOAT32,
     np.dtype(np.float64): core.HB_FLOAT64, np.dtype(np.bool_): core.HB_BOOL,
 }
-try:  # bfloat16 arrays come from ml_dtypes (installed with TensorFlow)
-    import ml_dtypes
-
-    _DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = core.HB_BFLOAT16
-except ImportError:  # pragma: no cover - bfloat16 then unsupported
-    pass
 core.register_dtypes(list(_DTYPE_CODES.items()))
+
+
+# bfloat16 arrays come from ml_dtypes (installed with TensorFlow), whose
+# import costs about a second (0.7.0 on the 2-core machine): more than
+# numpy and hbcore.init() together, paid again by every new process of
+# an elastic re-formation.  A numpy bfloat16 array can exist only once
+# ml_dtypes is imported, so hbcore registers the dtype with the core
+# then: now if it already is, else right after someone imports it (a
+# finder on sys.meta_path that wraps the module's exec), and before a
+# DLPack tensor is taken (a framework's tensor may be bfloat16, and its
+# result needs the numpy dtype).  register_dtypes runs under the GIL,
+# as does every lookup in the table, so a registration from another
+# thread is never seen half done.
+_bfloat16_registered = False
+
+
+def _register_bfloat16(ml_dtypes: Any) -> None:
+    """Adds bfloat16 to the core's dtype table (once).
+
+    Args:
+        ml_dtypes: The imported ml_dtypes module.
+    """
+    global _bfloat16_registered
+    if not _bfloat16_registered:
+        _DTYPE_CODES[np.dtype(ml_dtypes.bfloat16)] = core.HB_BFLOAT16
+        core.register_dtypes(list(_DTYPE_CODES.items()))
+        _bfloat16_registered = True
+
+
+def _use_bfloat16() -> None:
+    """Registers bfloat16 if ml_dtypes is installed (imports it)."""
+    if not _bfloat16_registered:
+        try:
+            import ml_dtypes
+        except ImportError:  # pragma: no cover - bfloat16 then unsupported
+            return
+        _register_bfloat16(ml_dtypes)
+
+
+class _AfterMlDtypesImport(importlib.abc.MetaPathFinder):
+    """Registers bfloat16 as soon as ``import ml_dtypes`` has run."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None
+                  ) -> Optional[importlib.machinery.ModuleSpec]:
+        """The other finders' spec of ml_dtypes, its exec wrapped.
+
+        Args:
+            name: The module being imported.
+            path, target: Unused (the other finders get ``name`` alone).
+
+        Returns:
+            None for any other module (the next finder answers).
+        """
+        if name != "ml_dtypes":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # one import only; no recursion
+        spec = importlib.util.find_spec(name)
+        loader = None if spec is None else spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        run_module = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run_module(module)
+            _register_bfloat16(module)
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+if "ml_dtypes" in sys.modules:
+    _register_bfloat16(sys.modules["ml_dtypes"])
+else:
+    sys.meta_path.insert(0, _AfterMlDtypesImport())
 
 # What a handle's wait() returns (ResultKind in csrc/python/module.cc).
 _GIVEN = core.RESULT_GIVEN
@@ -127,6 +199,8 @@ def _as_input(tensor: Any, fn: str) -> _dlpack.Input:
     """A C-contiguous numpy array, or a DlpackInput for a GPU tensor."""
     if isinstance(tensor, np.ndarray):  # the common case, fast
         return np.asarray(tensor, order="C")  # keeps 0-d arrays 0-d
+    if not _bfloat16_registered and _dlpack.dlpack_device(tensor):
+        _use_bfloat16()  # a framework's tensor may be bfloat16
     return _dlpack.as_input(tensor, fn)
 
 
@@ -135,6 +209,8 @@ def _as_inplace(tensor: Any, fn: str) -> _dlpack.Input:
     a view of its host memory, or a DlpackInput of its device memory."""
     array = tensor
     if not isinstance(tensor, np.ndarray):
+        if not _bfloat16_registered and _dlpack.dlpack_device(tensor):
+            _use_bfloat16()  # a framework's tensor may be bfloat16
         array = _dlpack.as_inplace(tensor, fn)
         if array is None:
             raise InvalidArgumentError(

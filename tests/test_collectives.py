@@ -8,7 +8,8 @@ every rank, so a failure names exactly what broke.
 """
 import pytest
 
-from support.harness import cached_ranks, run_ranks, script_path
+from support.harness import (cached_ranks, python_result, run_ranks,
+                             script_path)
 from rank_scripts import collectives
 from rank_scripts.common import DTYPE_NAMES
 
@@ -103,3 +104,31 @@ def test_pipeline_cases_on_one_host(np_):
     run = run_ranks(script_path("pipeline.py"), np_, timeout=120)
     run.assert_ok()
     run.assert_cases(PIPELINE_CASES)
+
+
+def test_bfloat16_is_there_once_ml_dtypes_is_imported_before_or_after():
+    """hbcore does not import ml_dtypes itself (about a second of every
+    new process's start, elastic re-formations included: hbcore/ops.py);
+    a bfloat16 array works whether ml_dtypes came before or after hbcore,
+    and a numpy-only program never loads it."""
+    pytest.importorskip("ml_dtypes")
+    got = python_result(
+        "import json, sys\n"
+        "import numpy as np\n"
+        "import hbcore as hvd\n"
+        "hvd.init()\n"
+        "hvd.allreduce(np.ones(3, np.float32), name='f32')\n"
+        "alone = 'ml_dtypes' in sys.modules\n"
+        "import ml_dtypes\n"
+        "x = np.arange(4).astype(ml_dtypes.bfloat16)\n"
+        "y = hvd.allreduce(x, op=hvd.Sum, name='bf16')\n"
+        "print('RESULT ' + json.dumps([alone, str(y.dtype),\n"
+        "                              y.astype(np.float32).tolist()]))\n",
+        timeout=TIMEOUT_S)
+    assert got == [False, "bfloat16", [0.0, 1.0, 2.0, 3.0]]
+    before = python_result(
+        "import json, ml_dtypes, numpy as np, hbcore as hvd\n"
+        "hvd.init()\n"
+        "y = hvd.broadcast(np.ones(2, ml_dtypes.bfloat16), 0, name='b')\n"
+        "print('RESULT ' + json.dumps(str(y.dtype)))\n", timeout=TIMEOUT_S)
+    assert before == "bfloat16"

@@ -9,6 +9,7 @@ the last generation that ran each one (from its log).
 import importlib.util
 import json
 import os
+import re
 import select
 import socket
 import stat
@@ -118,7 +119,13 @@ def test_kill_9_of_hosts_of_ranks_0_and_1_recovers_from_the_last_commit():
         assert os.path.exists(os.path.join(run.out_dir, "done." + event))
     sizes = logged_sizes(run.out_dir)
     assert sizes[0] == 3 and 2 in sizes, sizes
-    # The lost hosts were left out of the next generation.
+    # hbrun said which rank ended generation 0 (the line that
+    # benchmarks/elastic.py splits the detection by), and left the lost
+    # hosts out of the next generation.
+    assert re.search(r"hbrun: elastic generation 0 ended \(rank 1 on host "
+                     r"hB killed by signal SIGKILL \(9\)\); its ranks "
+                     r"stopped [0-9.]+ s after hbrun learnt it\n",
+                     run.stderr), run.describe()
     assert "hbrun: elastic generation 1 on hA:1,hC:1\n" in run.stderr, (
         run.describe())
     store = store_of(run.out_dir)

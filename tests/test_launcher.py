@@ -246,7 +246,7 @@ def test_status_line_round_trip():
 
 def test_settle_waits_for_every_rank_to_fail_then_stops():
     """After the first failure the teardown waits for the other ranks'
-    failures (so each prints its own error), no longer than _SETTLE_S."""
+    failures (so each prints its own error), no longer than SETTLE_S."""
     import queue
     from hbcore.launcher import supervisor
     events = queue.Queue()
@@ -256,19 +256,19 @@ def test_settle_waits_for_every_rank_to_fail_then_stops():
     events.put(("exit", 0))  # must not be taken: 3 ranks failed by then
     start = time.monotonic()
     supervisor._settle(events, 3)
-    assert time.monotonic() - start < supervisor._SETTLE_S / 2
+    assert time.monotonic() - start < supervisor.SETTLE_S / 2
     assert events.get_nowait() == ("exit", 0)
 
     # mpiexec ending also ends the wait; a lone rank that never fails is
-    # waited for _SETTLE_S at most.
+    # waited for SETTLE_S at most.
     events.put(("exit", 0))
     start = time.monotonic()
     supervisor._settle(events, 3)
-    assert time.monotonic() - start < supervisor._SETTLE_S / 2
+    assert time.monotonic() - start < supervisor.SETTLE_S / 2
     start = time.monotonic()
     supervisor._settle(events, 2)
     waited = time.monotonic() - start
-    assert supervisor._SETTLE_S - 0.05 <= waited < supervisor._SETTLE_S + 2.0
+    assert supervisor.SETTLE_S - 0.05 <= waited < supervisor.SETTLE_S + 2.0
     assert events.empty()
 
 

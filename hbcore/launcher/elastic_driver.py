@@ -61,13 +61,22 @@ from hbcore.launcher.elastic_notice import KEY_VAR, NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
 from hbcore.launcher.rank_wrapper import RankStatus
-from hbcore.launcher.supervisor import launch
+from hbcore.launcher.supervisor import SETTLE_S, launch
 
 # horovodrun's default --elastic-timeout, and its variable.
 DEFAULT_ELASTIC_TIMEOUT_S = 600
 ELASTIC_TIMEOUT_VAR = "HOROVOD_ELASTIC_TIMEOUT"
 # How often hosts are asked for (horovodrun: once a second).
 DISCOVERY_INTERVAL_S = 1.0
+# The supervisor's settle pause after a rank killed by a signal (kill -9,
+# the OOM killer, a lost host): its peers are blocked on it in a
+# collective and will not report, so the pause of a fixed job (a second,
+# for ranks failing together to print their own errors) would only delay
+# the re-formation.  Ranks that died with it at once (the other slots of
+# a lost host) still report within it.  After any other first status
+# (an error exit, an early exit 0, REFORM_EXIT_CODE) the others usually
+# follow, and the full pause keeps their statuses.
+KILLED_SETTLE_S = 0.1
 
 
 class ElasticSettings(NamedTuple):
@@ -234,10 +243,18 @@ def _host_name(hosts: List[Host], rank: int) -> str:
     return host_of_rank([(h.name, h.slots) for h in hosts], rank)[0]
 
 
+def _settle_for(status: RankStatus) -> float:
+    """The settle pause after ``status``, the generation's first."""
+    return KILLED_SETTLE_S if status.signal is not None else SETTLE_S
+
+
+def _rank_end(status: RankStatus, hosts: List[Host]) -> str:
+    return "rank %d on host %s %s" % (
+        status.rank, _host_name(hosts, status.rank), status.describe())
+
+
 def _describe(status: RankStatus, hosts: List[Host], generation: int) -> str:
-    return "generation %d: rank %d on host %s %s" % (
-        generation, status.rank, _host_name(hosts, status.rank),
-        status.describe())
+    return "generation %d: %s" % (generation, _rank_end(status, hosts))
 
 
 def run_elastic(command: Sequence[str], settings: ElasticSettings,
@@ -289,6 +306,7 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
             try:
                 result = launch(command, total_slots(hosts), hosts=hosts,
                                 env=rank_env, events=events, seen=seen,
+                                settle_for=_settle_for,
                                 **launch_args)  # type: ignore[arg-type]
             finally:
                 poller.stopped.set()
@@ -313,6 +331,18 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                 raise _JobEnd(result.message(program) or
                               "mpiexec exited with code %s"
                               % result.mpiexec_code)
+            if seen:
+                # When each part of a re-formation happens (benchmarks/
+                # elastic.py reads this line): hbrun learnt of the first
+                # status, stopped the world teardown_s later, and starts
+                # the next generation now.
+                sys.stderr.write(
+                    "%s: elastic generation %d ended (%s); its ranks "
+                    "stopped %.2f s after hbrun learnt it\n"
+                    % (program, generation,
+                       _rank_end(seen[0], hosts),
+                       result.teardown_s or 0.0))
+                sys.stderr.flush()
             for status in failed:
                 failures.append(_describe(status, hosts, generation))
                 hosts_state.blacklist.add(_host_name(hosts, status.rank))

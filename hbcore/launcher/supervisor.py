@@ -14,13 +14,21 @@ Teardown, in order (after a settle pause in which ranks failing at about
 the same moment, often with the same bad setting, still get their own
 error out: it ends once every rank has failed or mpiexec has exited, and
 after a second at most, so a job whose other ranks wait for the failed one
-ends a second later):
+ends a second later; the owner of a launch may choose a shorter pause per
+first failure: the elastic driver waits 0.1 s after a rank killed by a
+signal, whose peers are blocked on it and will not report):
 1. SIGTERM to mpiexec, so hydra stops its proxies and ranks, including
    those on other hosts, which this process cannot reach.
 2. After at most a second, SIGTERM to every local process of the job still
    alive: the process tree below mpiexec plus every descendant seen while
    the job ran (an orphan re-parented to init is no longer "below" anyone).
 3. After the grace period, SIGKILL to whatever is left.
+A process counts as gone once it is a zombie: it has exited, and only its
+parent's wait is missing.  A rank whose wrapper died is re-parented to
+init, and the init of a container (PID 1 of ``docker run`` without
+``--init``) may reap it seconds later; waiting for that (as
+``psutil.wait_procs`` does) cost each elastic re-formation 1.5 s in the
+development container.
 
 The supervisor also catches SIGINT, SIGTERM and SIGHUP sent to its own
 process (Ctrl-C on hbrun) and tears the job down the same way, so no rank
@@ -52,6 +60,8 @@ TERMINATE_GRACE_S = 3.0
 _MPIEXEC_STOP_S = 1.0
 # How often the set of the job's processes is refreshed while it runs.
 _TREE_REFRESH_S = 1.0
+# How often a teardown checks whether the processes it signalled are gone.
+_EXIT_POLL_S = 0.01
 # How long to wait for the output relays to finish after mpiexec ended.
 _RELAY_DRAIN_S = 2.0
 # Longest pause between the first failure and the teardown, so that ranks
@@ -59,7 +69,7 @@ _RELAY_DRAIN_S = 2.0
 # their output through mpiexec before it is stopped.  A rank still importing
 # its framework when a faster one failed would otherwise be stopped before
 # it prints its own error (0.25 s was too short on a loaded 2-CPU machine).
-_SETTLE_S = 1.0
+SETTLE_S = 1.0
 
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -77,6 +87,10 @@ class LaunchResult(NamedTuple):
         mpiexec_code: mpiexec's own return code (negative: killed by us).
         aborted: Why the owner of the launch stopped it (``abort`` events,
             e.g. a machine of a rendezvous went away), or None.
+        teardown_s: Seconds from the first failure (or abort, or signal)
+            reaching the supervisor to the end of the launch (settle
+            pause, teardown, output drained), or None when mpiexec ended
+            by itself.
     """
     exit_code: int
     np: int
@@ -84,6 +98,7 @@ class LaunchResult(NamedTuple):
     interrupted_by: Optional[int]
     mpiexec_code: Optional[int]
     aborted: Optional[str] = None
+    teardown_s: Optional[float] = None
 
     def message(self, program: str = "hbrun") -> Optional[str]:
         """Returns the one-line failure report, or None on success.
@@ -151,14 +166,37 @@ class ProcessTree:
         """
         self.refresh()
         _signal_all([self._root], signal.SIGTERM)
+        # mpiexec is our child: psutil reaps it as soon as it exits.
         psutil.wait_procs([self._root], timeout=min(_MPIEXEC_STOP_S, grace_s))
         procs = self.alive()
         _signal_all(procs, signal.SIGTERM)
-        _, procs = psutil.wait_procs(procs, timeout=grace_s)
-        procs = [p for p in procs if _not_zombie(p)]
+        procs = _wait_exited(procs, grace_s)
         if procs:
             _signal_all(procs, signal.SIGKILL)
-            psutil.wait_procs(procs, timeout=grace_s)
+            _wait_exited(procs, grace_s)
+
+
+def _wait_exited(procs: Sequence[psutil.Process],
+                 timeout_s: float) -> List[psutil.Process]:
+    """Waits until every process has exited or ``timeout_s`` passed.
+
+    A zombie has exited (see the module comment): unlike
+    ``psutil.wait_procs``, this does not wait for its parent to reap it.
+
+    Args:
+        procs: Processes just signalled (not necessarily our children).
+        timeout_s: Longest wait.
+
+    Returns:
+        The processes still running at the end.
+    """
+    deadline = time.monotonic() + timeout_s
+    left = list(procs)
+    while True:
+        left = [p for p in left if p.is_running() and _not_zombie(p)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(_EXIT_POLL_S)
 
 
 def _not_zombie(proc: psutil.Process) -> bool:
@@ -210,7 +248,8 @@ def supervise(command: Sequence[str], np: int,
               grace_s: float = TERMINATE_GRACE_S,
               intercept: Optional[Callable[[bytes], bool]] = None,
               events: Optional["queue.Queue"] = None,
-              seen: Optional[List[RankStatus]] = None
+              seen: Optional[List[RankStatus]] = None,
+              settle_for: Optional[Callable[[RankStatus], float]] = None
               ) -> LaunchResult:
     """Runs an mpiexec command line until it ends or a rank fails.
 
@@ -232,6 +271,8 @@ def supervise(command: Sequence[str], np: int,
         seen: If given, every rank status read before the teardown is
             appended to it, in arrival order (the elastic driver reads them
             all, not only the first).
+        settle_for: Seconds of the settle pause after a first failure,
+            given that failure (default: SETTLE_S for any).
 
     Returns:
         The outcome; no process of the job is left running.
@@ -274,17 +315,20 @@ def supervise(command: Sequence[str], np: int,
         try:
             first_failure, interrupted_by, aborted = _wait_for_end(
                 events, tree, seen)
+            ending: Optional[float] = time.monotonic()
             if first_failure is not None or interrupted_by is not None:
                 # Quiet first: hydra may notice the failure itself during
                 # the settle pause and print its misleading banner.
                 quiet.set()
                 if interrupted_by is None:
-                    _settle(events, np, seen)
+                    _settle(events, np, seen, SETTLE_S if settle_for is None
+                            else settle_for(first_failure))
                 tree.terminate(grace_s)
             elif aborted is not None:
                 quiet.set()
                 tree.terminate(grace_s)
             else:
+                ending = None
                 # mpiexec ended by itself; a failure status may still be in
                 # the pipes, and a rank's stray child may still run.
                 for relay in relays:
@@ -317,7 +361,8 @@ def supervise(command: Sequence[str], np: int,
     else:
         exit_code = mpiexec_code if mpiexec_code >= 0 else 128 - mpiexec_code
     return LaunchResult(exit_code, np, first_failure, interrupted_by,
-                        mpiexec_code, aborted)
+                        mpiexec_code, aborted,
+                        None if ending is None else time.monotonic() - ending)
 
 
 def _wait_for_end(events: "queue.Queue", tree: ProcessTree,
@@ -350,12 +395,13 @@ def _wait_for_end(events: "queue.Queue", tree: ProcessTree,
 
 
 def _settle(events: "queue.Queue", np: int,
-            seen: Optional[List[RankStatus]] = None) -> None:
+            seen: Optional[List[RankStatus]] = None,
+            settle_s: float = SETTLE_S) -> None:
     """Waits after the first failure until every rank has failed, mpiexec
-    has exited, a signal arrived or _SETTLE_S passed, whichever is first.
+    has exited, a signal arrived or ``settle_s`` passed, whichever is first.
     The events it takes are dropped (statuses are appended to ``seen``):
     the first failure is already chosen, and the teardown that follows handles a signal the same way."""
-    deadline = time.monotonic() + _SETTLE_S
+    deadline = time.monotonic() + settle_s
     failed = 1
     while failed < np:
         left = deadline - time.monotonic()
@@ -400,7 +446,9 @@ def launch(command: Sequence[str], np: int,
            grace_s: float = TERMINATE_GRACE_S,
            timestamp_output: bool = False,
            events: Optional["queue.Queue"] = None,
-           seen: Optional[List[RankStatus]] = None) -> LaunchResult:
+           seen: Optional[List[RankStatus]] = None,
+           settle_for: Optional[Callable[[RankStatus], float]] = None
+           ) -> LaunchResult:
     """Launches ``command`` on ``np`` ranks through mpiexec and waits.
 
     Every rank runs under the rank wrapper, its output lines prefixed with
@@ -426,7 +474,7 @@ def launch(command: Sequence[str], np: int,
         grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
         timestamp_output: Put the local time in front of every output
             line (horovodrun's ``--prefix-output-with-timestamp``).
-        events, seen: As ``supervise``'s.
+        events, seen, settle_for: As ``supervise``'s.
 
     Returns:
         A LaunchResult; ``result.message()`` is the line to print on
@@ -446,5 +494,5 @@ def launch(command: Sequence[str], np: int,
         err.write("hbrun: %s\n" % shlex.join(args))
         err.flush()
     return supervise(args, np, environ=environ, stdout=stdout, stderr=stderr,
-                     events=events, seen=seen,
+                     events=events, seen=seen, settle_for=settle_for,
                      stdin=stdin, grace_s=grace_s)
