@@ -11,14 +11,19 @@ import json
 import os
 import re
 import select
+import signal
 import socket
 import stat
+import subprocess
 import sys
 
 import numpy as np
+import psutil
 import pytest
 
-from support.harness import run_hbrun, run_ranks, script_path
+from support.harness import base_env, run_hbrun, run_ranks, script_path
+from support.procs import ENTRY, SCRIPTS, wait_gone
+from support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(200)
 
@@ -562,3 +567,45 @@ def test_hbcore_run_with_min_np_goes_on_after_a_host_is_lost(tmp_path):
     with pytest.raises(ValueError, match="reset_limit and cooldown_range "
                        "are for an elastic job"):
         run(elastic_train.job, np=1, reset_limit=2)
+
+
+def test_kill_9_of_an_elastic_hbrun_ends_its_job_on_every_host(tmp_path):
+    # The elastic driver runs threads, so mpiexec cannot get the kernel's
+    # death signal when hbrun dies (supervisor.py): the job watchdog
+    # (hbcore/launcher/job_watchdog.py) must stop mpiexec, both emulated
+    # hosts' proxies and the ranks. Before it, they ran on for minutes.
+    hosts = _discovery_script(str(tmp_path))
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    # fail_rank.py with a rank that does not exist: every rank sleeps.
+    hbrun = subprocess.Popen(
+        [sys.executable, ENTRY, "hbrun", "-np", "2", "--min-np", "1",
+         "--max-np", "2", "--host-discovery-script", "cat " + hosts, FORK,
+         sys.executable, os.path.join(SCRIPTS, "fail_rank.py"),
+         str(pid_dir), "99", "exit3"],
+        env=base_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    job = []
+    try:
+        wait_until(lambda: len(os.listdir(pid_dir)) >= 2, timeout=60,
+                   what="both ranks to start")
+        job = psutil.Process(hbrun.pid).children(recursive=True)
+        ranks = [int((pid_dir / name).read_text())
+                 for name in os.listdir(pid_dir)]
+        assert set(ranks) <= {p.pid for p in job}, (ranks, job)
+        os.kill(hbrun.pid, signal.SIGKILL)
+        hbrun.wait(timeout=10)
+        left = wait_gone([p.pid for p in job], timeout=15)
+        assert not left, "still running 15 s after kill -9 of hbrun: %s" % [
+            " ".join(psutil.Process(pid).cmdline()) for pid in left]
+    finally:
+        for proc in job:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        if hbrun.poll() is None:
+            hbrun.kill()
+        hbrun.wait()
+        if hbrun.stderr is not None:
+            hbrun.stderr.close()

@@ -10,6 +10,7 @@ Modules, one job each:
     mpiexec      finding hydra's mpiexec, building its command line
     hosts        -H / --hostfile parsing
     supervisor   running mpiexec, first-failure detection, teardown
+    job_watchdog ends the job when a launcher with threads is killed
     output       hbrun-side relay of the ranks' output
     rank_wrapper rank-side: runs the command, forwards signals, reports
     rank_output  rank-side: rank-prefixed output lines

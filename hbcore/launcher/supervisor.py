@@ -52,6 +52,7 @@ from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host
 from hbcore.launcher.mpiexec import build_command, find_mpiexec, wrapped_command
 from hbcore.launcher.output import OutputRelay, make_sink
+from hbcore.launcher.job_watchdog import JobWatchdog
 from hbcore.launcher.rank_wrapper import RankStatus, parent_death_preexec
 
 # Seconds a terminated process gets to exit before it is killed.
@@ -284,11 +285,16 @@ def supervise(command: Sequence[str], np: int,
     quiet = threading.Event()
     with _SignalCatcher(events):
         # If this process dies without a teardown (SIGKILL), mpiexec gets
-        # SIGTERM and stops the job itself.  Only safe single-threaded (see
-        # parent_death_preexec); hbrun is, a library caller may not be.
+        # SIGTERM and stops the job itself.  The death signal is only safe
+        # single-threaded (see parent_death_preexec): a launcher with
+        # threads (the elastic driver, a library caller) starts a watchdog
+        # process that does the same when this process is gone.
         preexec = (parent_death_preexec(signal.SIGTERM)
                    if threading.active_count() == 1 else None)
+        watchdog = None
         try:
+            if preexec is None:
+                watchdog = JobWatchdog(grace_s)
             proc = subprocess.Popen(list(command), stdin=stdin,
                                     stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE,
@@ -296,7 +302,11 @@ def supervise(command: Sequence[str], np: int,
                                     start_new_session=True,
                                     preexec_fn=preexec)
         except OSError as exc:
+            if watchdog is not None:
+                watchdog.close()
             raise LauncherError("cannot start %s: %s" % (command[0], exc))
+        if watchdog is not None:
+            watchdog.watch(proc.pid)
         tree = ProcessTree(proc.pid)
 
         def on_status(status: RankStatus) -> None:
@@ -342,6 +352,9 @@ def supervise(command: Sequence[str], np: int,
             quiet.set()
             tree.terminate(grace_s)
             raise
+        finally:
+            if watchdog is not None:
+                watchdog.close()  # torn down: nothing left to watch
         try:
             mpiexec_code = proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
