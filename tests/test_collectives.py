@@ -29,9 +29,14 @@ SHM_SPLIT_NP = 3
 SHM_SPLIT_ENV = {"HB_SHM_ALLREDUCE_THRESHOLD": "64"}
 
 def collectives_run(np_, env=None):
-    """The launch for np_ ranks (and env), run once per test session."""
+    """The launch for np_ ranks (and env), run once per test session: in
+    the warm world of np_ ranks (the script is about the collectives; its
+    lifecycle cases call init/shutdown/init within the job, and a warm job
+    starts with hbcore shut down, as a fresh process does); a launch with
+    an environment of its own is the only job such a world would run, so
+    it keeps a fresh job."""
     return cached_ranks(SCRIPT, np_, timeout=TIMEOUT_S, env=env,
-                        args=[",".join(DTYPES[np_])])
+                        args=[",".join(DTYPES[np_])], warm=not env)
 
 
 def _case_names(np_, group):
@@ -101,7 +106,7 @@ def test_pipeline_cases_on_one_host(np_):
     lone large tensors in one cycle, a joined rank) on one host, where fused
     batches reduce in shared memory: numpy's results."""
     from test_multihost import PIPELINE_CASES
-    run = run_ranks(script_path("pipeline.py"), np_, timeout=120)
+    run = run_ranks(script_path("pipeline.py"), np_, timeout=120, warm=True)
     run.assert_ok()
     run.assert_cases(PIPELINE_CASES)
 

@@ -17,6 +17,12 @@ from support.harness import run_ranks, script_path
 SCRIPT = script_path("ordering.py")
 
 
+# The order, threads and stress launches run in the warm worlds of their
+# rank count (harness.run_ranks' warm): their subject is the negotiation
+# within a job. The tunings keep fresh jobs: each environment would have
+# a world for its one job.
+
+
 def _check(run, cases):
     assert not run.timed_out, "deadlock? " + run.describe()
     run.assert_cases(cases)
@@ -25,19 +31,21 @@ def _check(run, cases):
 
 @pytest.mark.parametrize("np_", [2, 3, 4])
 def test_same_tensors_in_different_order(np_):
-    run = run_ranks(SCRIPT, np_, timeout=60, args=["order", 50])
+    run = run_ranks(SCRIPT, np_, timeout=60, args=["order", 50], warm=True)
     _check(run, ["order/round0", "order/round1"])
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_four_threads_per_rank(np_):
-    run = run_ranks(SCRIPT, np_, timeout=90, args=["threads", 25])
+    run = run_ranks(SCRIPT, np_, timeout=90, args=["threads", 25],
+                    warm=True)
     _check(run, ["threads/4-threads"])
 
 
 @pytest.mark.parametrize("np_,seed", [(3, 2024), (2, 99), (4, 5)])
 def test_stress_500_tensors(np_, seed):
-    run = run_ranks(SCRIPT, np_, timeout=120, args=["stress", 500, seed])
+    run = run_ranks(SCRIPT, np_, timeout=120, args=["stress", 500, seed],
+                    warm=True)
     _check(run, ["stress/500-tensors", "stress/500-tensors-again"])
     kinds = run.results[0]["kinds"]
     # The mix really covers every collective and many dtypes.

@@ -12,9 +12,14 @@ from support.harness import run_ranks, script_path
 NPS = [3, 4]
 
 
-def run_mode(np_, *args, env=None, timeout=120):
+def run_mode(np_, *args, env=None, timeout=120, warm=False):
+    """Runs one mode of the script at np_ ranks and asserts that every
+    rank ran cases and passed them all. ``warm``: in the warm world of
+    np_ ranks (harness.run_ranks), for the modes about sets within a job;
+    a stall or a shutdown, and the environment variables, keep a fresh
+    job."""
     run = run_ranks(script_path("process_sets.py"), np_, timeout=timeout,
-                    env=env, args=args)
+                    env=env, args=args, warm=warm)
     run.assert_ok()
     for rank in range(np_):
         assert run.cases.get(rank), "rank %d ran no case\n%s" % (
@@ -25,14 +30,14 @@ def run_mode(np_, *args, env=None, timeout=120):
 
 @pytest.mark.parametrize("np_", NPS)
 def test_overlapping_sets_run_concurrently(np_):
-    run = run_mode(np_, "concurrent")
+    run = run_mode(np_, "concurrent", warm=True)
     assert sorted(run.cases[0]) == ["concurrent/ids", "concurrent/round0",
                                     "concurrent/round1"]
 
 
 @pytest.mark.parametrize("np_", NPS)
 def test_errors_name_the_set(np_):
-    run = run_mode(np_, "errors")
+    run = run_mode(np_, "errors", warm=True)
     assert len(run.cases[0]) == 6
 
 
@@ -43,13 +48,13 @@ def test_errors_name_the_set(np_):
 ])
 def test_dynamic_add_remove(np_, env, how):
     args = ("dynamic", how) if how else ("dynamic",)
-    run = run_mode(np_, *args, env=env)
+    run = run_mode(np_, *args, env=env, warm=env is None)
     assert len(run.cases[0]) == 5
 
 
 @pytest.mark.parametrize("np_", NPS)
 def test_static_sets_refuse_add_remove(np_):
-    run = run_mode(np_, "static")
+    run = run_mode(np_, "static", warm=True)
     assert len(run.cases[0]) == 2
 
 

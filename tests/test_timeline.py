@@ -98,8 +98,13 @@ def test_start_and_stop_timeline(tmp_path, np_, front, setting):
     CYCLE_START markers, and HOROVOD_TIMELINE=DYNAMIC (Horovod's setting
     for this) opens no file of that name."""
     env = {} if setting is None else {"HOROVOD_TIMELINE": setting}
+    # The numpy front without a setting runs in the warm world of np_
+    # ranks (harness.run_ranks' warm): the timeline starts and stops within
+    # the job. The tf front imports TensorFlow, which a numpy world must
+    # not keep, and a setting would have a world for this one job.
     run = run_ranks(DYNAMIC_SCRIPT, np_, timeout=120 if front == "tf" else 60,
-                    env=env, args=[str(tmp_path), front])
+                    env=env, args=[str(tmp_path), front],
+                    warm=front == "numpy" and setting is None)
     run.assert_ok()
     run.assert_cases(["timeline/before-init", "timeline/record",
                       "timeline/errors"])

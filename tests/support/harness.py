@@ -20,6 +20,16 @@ Several tests of one launch share it through the session's launch cache:
 ``cached_ranks(script, np, ...)`` (and ``cached_single``) run a launch
 once per session for the same arguments; ``cached_run(key, make_run)``
 caches any other launch (tests/support/tf_launch.py's, say).
+
+A launch whose subject is not the process itself may ask for a warm world
+(``warm=True``): its ranks are those of a long-lived numpy-only world of
+the same rank count, environment and hbrun flags (tests/support/
+warm_world.py), which run the script as a fresh ``hbrun`` job would, minus
+the start of N processes, MPI_Init and the first connections. Launches
+about init, shutdown, the environment read at init (unless each value has
+its world), signals, exit codes, the launcher, faults, timing and memory
+keep a fresh job. HB_TEST_WARM=0 in pytest's environment runs every
+launch fresh (to compare, or to rule the warm worlds out).
 """
 import json
 import os
@@ -48,11 +58,24 @@ def script_path(name: str) -> str:
 
 def kill_tree(pid: int) -> None:
     """SIGKILLs a process and every descendant of it."""
-    try:
-        root = psutil.Process(pid)
-        procs = root.children(recursive=True) + [root]
-    except psutil.Error:
-        return
+    kill_trees([pid])
+
+
+def kill_trees(pids: Sequence[int]) -> None:
+    """SIGKILLs several processes and every descendant of each, then waits
+    for all of them at once (psutil's wait for processes that are not our
+    children polls, ~2 s per tree when waited for one after another).
+
+    Args:
+        pids: the roots; those already gone are skipped.
+    """
+    procs = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs.extend(root.children(recursive=True) + [root])
+        except psutil.Error:
+            continue
     for proc in procs:
         try:
             proc.kill()
@@ -216,26 +239,48 @@ def emulated_hosts(slots: Sequence[int],
             {"HB_TEST_HOSTS": ",".join(str(n) for n in slots)})
 
 
+def warm_enabled() -> bool:
+    """Whether ``warm=True`` launches use warm worlds (HB_TEST_WARM is not
+    "0" in pytest's environment)."""
+    return os.environ.get("HB_TEST_WARM", "1") != "0"
+
+
 def run_ranks(script: str, np: int, timeout: float = 60,
               env: Optional[Mapping[str, str]] = None,
               args: Sequence[str] = (),
               hbrun_args: Sequence[str] = (),
-              wrapper: Sequence[str] = ()) -> RankRun:
+              wrapper: Sequence[str] = (), warm: bool = False) -> RankRun:
     """Runs ``[wrapper] hbrun -np NP [hbrun_args] python SCRIPT ARGS`` and
     collects every rank's report.
 
     Args:
         script: path of the rank script (see script_path()).
         np: number of ranks.
-        timeout: hard limit in seconds; the process tree is killed after it.
+        timeout: hard limit in seconds; the process tree is killed after it
+            (a warm job: the job is failed and its world stopped).
         env: extra environment variables for every rank.
         args: arguments of the rank script.
         hbrun_args: extra hbrun flags (before the command).
         wrapper: a command that runs the rest (e.g. in another namespace).
+        warm: run the script in a warm numpy world of the same ``np``,
+            ``env`` and ``hbrun_args`` instead of a fresh job (see the
+            module docstring: only for scripts whose subject is not the
+            process); fresh anyway under HB_TEST_WARM=0.
 
     Returns:
         The RankRun (never raises for a failed or hung job; check it).
+
+    Raises:
+        ValueError: ``warm`` with a ``wrapper`` (a world has no wrapper).
     """
+    if warm and wrapper:
+        raise ValueError("a warm launch cannot run under a wrapper")
+    if warm and warm_enabled():
+        # Imported here: warm_world imports this module.
+        from support.warm_world import run_warm
+
+        return run_warm(script, np, timeout=timeout, env=env, args=args,
+                        hbrun_args=hbrun_args, frontend="numpy")
     return run_hbrun(np, [sys.executable, script] + [str(a) for a in args],
                      timeout=timeout, env=env, hbrun_args=hbrun_args,
                      wrapper=wrapper)
@@ -303,22 +348,26 @@ def cached_ranks(script: str, np: int, timeout: float = 60,
                  env: Optional[Mapping[str, str]] = None,
                  args: Sequence[str] = (),
                  hbrun_args: Sequence[str] = (),
-                 wrapper: Sequence[str] = ()) -> RankRun:
+                 wrapper: Sequence[str] = (), warm: bool = False) -> RankRun:
     """run_ranks(), once per session for the same arguments (see
     cached_run()).
 
     Args:
-        script, np, timeout, env, args, hbrun_args, wrapper: of run_ranks();
-            all of them are part of the key.
+        script, np, timeout, env, args, hbrun_args, wrapper, warm: of
+            run_ranks(); all of them are part of the key.
 
     Returns:
         The session's RankRun of that launch.
+
+    Raises:
+        ValueError: as run_ranks().
     """
     key = ("run_ranks", script, np, timeout, _env_key(env),
-           tuple(str(a) for a in args), tuple(hbrun_args), tuple(wrapper))
+           tuple(str(a) for a in args), tuple(hbrun_args), tuple(wrapper),
+           warm)
     return cached_run(key, lambda: run_ranks(
         script, np, timeout=timeout, env=env, args=args,
-        hbrun_args=hbrun_args, wrapper=wrapper))
+        hbrun_args=hbrun_args, wrapper=wrapper, warm=warm))
 
 
 def cached_single(script: str, args: Sequence[str] = (),

@@ -1,33 +1,42 @@
 """Warm worlds: ``hbrun -np N`` jobs that stay up across tests and run the
 rank scripts sent to them, so a test pays for its own work, not for N
-processes importing TensorFlow and initialising MPI again.
+processes importing TensorFlow (or numpy and hbcore), initialising MPI
+and making their first connections again.
 
     run = run_warm(script, np=3, env={...}, args=(), timeout=180)
     run.assert_ok()            # the same RankRun a cold run_ranks() returns
+    run = run_warm(script, np=3, frontend="numpy")   # a world without TF
 
-A world is kept per (rank count, environment, hbrun flags, TF thread
-pools): the environment is fixed when TensorFlow is imported
-(TF_USE_LEGACY_KERAS, PYTHONPATH) and HybridBackend's options read it at
-their first use, and TF's thread pools cannot change once TF ran an op,
-so a job runs only in a world started with exactly its own.
+A world is kept per (frontend, rank count, environment, hbrun flags, TF
+thread pools): the environment is fixed when TensorFlow is imported
+(TF_USE_LEGACY_KERAS, PYTHONPATH), HybridBackend's options read it at
+their first use and hbcore's knobs (HB_*) at every init, and TF's thread
+pools cannot change once TF ran an op, so a job runs only in a world
+started with exactly its own. The frontend says what the ranks import up
+front: ``tf`` (TensorFlow, Keras, hbcore_tf: tests/tf's rank scripts) or
+``numpy`` (numpy and hbcore only: tests/rank_scripts', launched through
+harness.run_ranks(..., warm=True)).
 The ranks (tests/support/warm_rank.py) run each job as a fresh process
 would run the script; its docstring states the protocol.
 
 What a warm run keeps from a cold one:
   - isolation: each job has its own HB_TEST_OUT, environment, working
     directory, stdout/stderr, hbcore runtime (init/shutdown), Keras
-    session and TF graph, and imports the test helpers afresh;
+    session and TF graph (tf) or hbcore's naming counters, warnings state
+    and numpy error settings (numpy), and imports the test helpers afresh;
   - failure: a job that fails on any rank, hangs past its timeout, or
     kills a rank ends the world (it is started again for the next job) and
     fails only itself, with every rank's output in its RankRun;
   - retirement: a job that leaves what a fresh process would not have
-    (tf.compat.v1 graph mode) ends the world after it.
+    (tf.compat.v1 graph mode; TensorFlow or a running thread in a numpy
+    world) ends the world after it.
 Jobs that need a process of their own (what happens at import or init,
 fault injection, launcher flags) do not come here: they use
 harness.run_ranks.
 
-At most MAX_WORLDS worlds are alive at once (the least recently used one
-is stopped), and every world is stopped when the test session ends.
+At most MAX_WORLDS[frontend] worlds of a frontend are alive at once (the
+least recently used one is stopped), and every world is stopped when the
+test session ends.
 """
 import atexit
 import collections
@@ -46,19 +55,24 @@ TESTS_DIR = os.path.dirname(SUPPORT_DIR)
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
-from support.harness import RankRun, base_env, kill_tree  # noqa: E402
+from support.harness import (RankRun, base_env, kill_tree,  # noqa: E402
+                             kill_trees)
 
 RANK_SERVER = os.path.join(SUPPORT_DIR, "warm_rank.py")
-# 2 flavours x 2 rank counts (the worlds one rank_script_tests file uses)
-# and two more, so a launch with an environment of its own between two
-# such files does not evict a world the next file needs.
-MAX_WORLDS = 6
-# Seconds a world may take to start (every rank imports TF, hbcore_tf).
-START_TIMEOUT_S = 180
+# tf: 2 flavours x 2 rank counts (the worlds one rank_script_tests file
+# uses) and two more, so a launch with an environment of its own between
+# two such files does not evict a world the next file needs.
+# numpy: the plain 2, 3 and 4 rank worlds, and one of an environment or
+# host layout of its own (a numpy rank takes ~75 MB).
+MAX_WORLDS = {"tf": 6, "numpy": 4}
+# Seconds a world may take to start (every rank imports TF, hbcore_tf; or
+# numpy and hbcore).
+START_TIMEOUT_S = {"tf": 180, "numpy": 60}
 # After one rank failed, seconds the others get to finish the job too
 # before the world is stopped (they may be waiting in a collective).
 STRAGGLER_S = 5.0
-WorldKey = Tuple[int, Tuple[Tuple[str, str], ...], Tuple[str, ...]]
+# (frontend, np, environment, hbrun flags)
+WorldKey = Tuple[str, int, Tuple[Tuple[str, str], ...], Tuple[str, ...]]
 
 
 # A rank script asks TF for its thread pools before its first op (they
@@ -91,13 +105,14 @@ class WarmWorld:
     """One hbrun job of N warm ranks; runs one job at a time."""
 
     def __init__(self, np: int, env: Mapping[str, str],
-                 hbrun_args: Sequence[str]) -> None:
+                 hbrun_args: Sequence[str], frontend: str = "tf") -> None:
         self.np = np
+        self.frontend = frontend
         self.control = tempfile.mkdtemp(prefix="hbwarm_")
         self.command = ([sys.executable, "-m", "hbcore.launcher.cli",
                          "-np", str(np)] + list(hbrun_args)
                         + [sys.executable, RANK_SERVER, self.control,
-                           str(os.getpid())])
+                           str(os.getpid()), frontend])
         full_env = base_env(env)
         self._log = open(os.path.join(self.control, "hbrun.log"), "w+")
         self.proc = subprocess.Popen(
@@ -144,9 +159,9 @@ class WarmWorld:
 
     def wait_ready(self) -> None:
         names = ["ready.rank%d" % r for r in range(self.np)]
-        if not self._wait_files(names, time.monotonic() + START_TIMEOUT_S):
-            raise WorldDied("the world did not start in %d s"
-                            % START_TIMEOUT_S)
+        limit = START_TIMEOUT_S[self.frontend]
+        if not self._wait_files(names, time.monotonic() + limit):
+            raise WorldDied("the world did not start in %d s" % limit)
 
     # -- one job -----------------------------------------------------------
     def run(self, script: str, args: Sequence[str], out_dir: str,
@@ -255,9 +270,10 @@ _worlds: "collections.OrderedDict[WorldKey, WarmWorld]" = \
     collections.OrderedDict()
 
 
-def _world(np: int, env: Mapping[str, str],
+def _world(frontend: str, np: int, env: Mapping[str, str],
            hbrun_args: Sequence[str]) -> WarmWorld:
-    key: WorldKey = (np, tuple(sorted(env.items())), tuple(hbrun_args))
+    key: WorldKey = (frontend, np, tuple(sorted(env.items())),
+                     tuple(hbrun_args))
     world = _worlds.get(key)
     if world is not None and world.alive():
         _worlds.move_to_end(key)
@@ -265,10 +281,12 @@ def _world(np: int, env: Mapping[str, str],
     if world is not None:
         world.stop()
         del _worlds[key]
-    while len(_worlds) >= MAX_WORLDS:
-        _, oldest = _worlds.popitem(last=False)
-        oldest.stop()
-    world = WarmWorld(np, env, hbrun_args)
+    same_frontend = [k for k in _worlds if k[0] == frontend]
+    # _worlds is in least recently used order, and so is same_frontend.
+    excess = max(0, len(same_frontend) + 1 - MAX_WORLDS[frontend])
+    for old in same_frontend[:excess]:
+        _worlds.pop(old).stop()
+    world = WarmWorld(np, env, hbrun_args, frontend)
     _worlds[key] = world
     return world
 
@@ -276,7 +294,8 @@ def _world(np: int, env: Mapping[str, str],
 def run_warm(script: str, np: int, timeout: float = 180,
              env: Optional[Mapping[str, str]] = None,
              args: Sequence[str] = (),
-             hbrun_args: Sequence[str] = ()) -> RankRun:
+             hbrun_args: Sequence[str] = (),
+             frontend: str = "tf") -> RankRun:
     """Runs ``python SCRIPT ARGS`` on every rank of a warm world of ``np``
     ranks started with ``env`` and ``hbrun_args`` (started now if none is
     up), as ``harness.run_ranks`` would run it in a fresh job.
@@ -289,13 +308,23 @@ def run_warm(script: str, np: int, timeout: float = 180,
         env: the environment of the world (see the module docstring).
         args: arguments of the script.
         hbrun_args: hbrun flags of the world.
+        frontend: what the world's ranks import up front: "tf"
+            (TensorFlow, Keras, hbcore_tf) or "numpy" (numpy and hbcore
+            only; such a world never has TensorFlow).
 
     Returns:
         The RankRun (never raises for a failed or hung job; check it).
+
+    Raises:
+        ValueError: an unknown ``frontend``.
     """
+    if frontend not in MAX_WORLDS:
+        raise ValueError("unknown frontend %r (known: %s)"
+                         % (frontend, ", ".join(sorted(MAX_WORLDS))))
     env = dict(env or {})
-    env["HB_TEST_TF_THREADS"] = tf_threads(script)
-    world = _world(np, env, hbrun_args)
+    if frontend == "tf":
+        env["HB_TEST_TF_THREADS"] = tf_threads(script)
+    world = _world(frontend, np, env, hbrun_args)
     out_dir = tempfile.mkdtemp(prefix="hbtest_")
     if world.jobs == 0:
         try:
@@ -319,9 +348,12 @@ def run_warm(script: str, np: int, timeout: float = 180,
 
 @atexit.register
 def stop_all() -> None:
-    """Stops every world (the end of the test session)."""
-    while _worlds:
-        _, world = _worlds.popitem()
+    """Stops every world (the end of the test session): all killed at
+    once, then each one's files removed."""
+    worlds = list(_worlds.values())
+    _worlds.clear()
+    kill_trees([w.proc.pid for w in worlds if w.proc.poll() is None])
+    for world in worlds:
         world.stop()
 
 
