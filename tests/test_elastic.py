@@ -192,6 +192,7 @@ def test_a_rank_stopped_by_sigstop_is_removed_like_a_dead_one():
     # allreduce. Its wrapper sees it stopped for --elastic-timeout (2 s
     # here; hang_watch.py) and SIGKILLs it; hbrun names it and why, leaves
     # hB out, and hA finishes from the commit (the replay redoes step 2).
+    # (8-10 s: the 2 s limit and two generations' start-up.)
     run = run_with_a_hung_rank("stop", "--elastic-timeout", "2")
     assert_finished(run, np_final=1)
     assert step_sizes(run.out_dir) == [2, 2] + [1] * 8, run.describe()

@@ -34,6 +34,7 @@ only: the wrapper runs this by file path (rank_wrapper.py).
 """
 
 import os
+import select
 import signal
 import subprocess
 import time
@@ -119,12 +120,47 @@ def wait_watching(child: subprocess.Popen, limit: Optional[HangLimit]
     """
     if limit is None or process_state(child.pid) is None:
         return child.wait(), None
+    exit_fd = _exit_fd(child.pid)
+    try:
+        return _watch(child, limit, exit_fd)
+    finally:
+        if exit_fd is not None:
+            os.close(exit_fd)
+
+
+def _exit_fd(pid: int) -> Optional[int]:
+    """A pidfd of ``pid`` (readable once it exits), or None where there is
+    none (Linux before 5.3, Python before 3.9)."""
+    try:
+        return os.pidfd_open(pid)  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None
+
+
+def _exited_within(child: subprocess.Popen, seconds: float,
+                   exit_fd: Optional[int]) -> Optional[int]:
+    """The child's return code if it exits within ``seconds``, else None.
+
+    With a pidfd the wait sleeps until the exit or the timeout, so the
+    exit is seen at once; ``Popen.wait(timeout)`` instead polls every
+    50 ms, which would delay every failure report by up to that."""
+    if exit_fd is None:
+        try:
+            return child.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return None
+    select.select([exit_fd], [], [], seconds)
+    return child.poll()
+
+
+def _watch(child: subprocess.Popen, limit: HangLimit,
+           exit_fd: Optional[int]) -> Tuple[int, Optional[str]]:
+    """wait_watching's loop (steps 1-3 of the module comment)."""
     hung_since: Optional[float] = None
     while True:
-        try:
-            return child.wait(timeout=limit.poll_s()), None
-        except subprocess.TimeoutExpired:
-            pass
+        code = _exited_within(child, limit.poll_s(), exit_fd)
+        if code is not None:
+            return code, None
         state = process_state(child.pid)
         now = time.monotonic()
         if state not in HUNG_STATES:
@@ -137,8 +173,8 @@ def wait_watching(child: subprocess.Popen, limit: Optional[HangLimit]
         reason = "it made no progress: %s for %.1f s (limit: %s)" % (
             HUNG_STATES[state], now - hung_since, limit.source)
         child.send_signal(signal.SIGKILL)
-        try:
-            return child.wait(timeout=KILL_WAIT_S), reason
-        except subprocess.TimeoutExpired:
-            return -signal.SIGKILL, "%s; not exited %g s after SIGKILL" % (
-                reason, KILL_WAIT_S)
+        code = _exited_within(child, KILL_WAIT_S, exit_fd)
+        if code is not None:
+            return code, reason
+        return -signal.SIGKILL, "%s; not exited %g s after SIGKILL" % (
+            reason, KILL_WAIT_S)
