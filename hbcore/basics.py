@@ -410,15 +410,30 @@ class _ExitOnUncaught:
 
     def __call__(self, kind, value, traceback) -> None:
         self.previous(kind, value, traceback)
-        try:
-            _shutdown_at_exit()
-        finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:  # a closed stream must not block exit
-                    pass
-            os._exit(1)
+        exit_without_finalize(1)
+
+
+def exit_without_finalize(code: int) -> None:
+    """Ends the process at once with ``code``, without MPI_Finalize.
+
+    The runtime is shut down first (peers that still run learn it) and
+    stdout/stderr are flushed; then ``os._exit``.  For a rank whose peers
+    may never finalize (one failed, died or hangs): MPI_Finalize would
+    wait for them in a PMI barrier forever, so no launcher would see this
+    rank exit.  atexit handlers registered by others do not run.
+
+    Args:
+        code: The exit code.
+    """
+    try:
+        _shutdown_at_exit()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed stream must not block exit
+                pass
+        os._exit(code)
 
 
 def _shutdown_at_exit() -> None:

@@ -120,7 +120,8 @@ KNOBS: Tuple[Knob, ...] = (
          "flag", "disable the stall warnings"),
     Knob("stall_shutdown_time_seconds", "HB_STALL_SHUTDOWN_TIME_SECONDS",
          "number", "0", 0, math.inf, "seconds",
-         "fail every rank when a tensor stalls this long (0: never)",
+         "fail every rank when a tensor stalls this long, and kill a rank "
+         "stopped or stuck in the kernel this long (0: never)",
          Flag("--stall-check-shutdown-time-seconds", "S")),
     Knob("log_level", "HB_LOG_LEVEL", "log_level", "WARNING", 0, 0, "level",
          "one of " + ", ".join(LOG_LEVELS),

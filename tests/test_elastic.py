@@ -176,6 +176,60 @@ TF_KILLS = {
 }
 
 
+def run_with_a_hung_rank(event: str, *limit_flag: str):
+    """hA:1,hB:1 with ``--min-np 1`` and ``limit_flag``, hB's rank hung by
+    ``event`` (stop or hang) before step 3, after the commit after step
+    1."""
+    return run_ranks(SCRIPT, 2, timeout=60,
+                     env={"HB_TEST_EVENTS": "%s:hB:3" % event},
+                     hbrun_args=["-H", "hA:1,hB:1", FORK, "--min-np", "1"]
+                     + list(limit_flag))
+
+
+def test_a_rank_stopped_by_sigstop_is_removed_like_a_dead_one():
+    # hB's rank SIGSTOPs itself before step 3, after the commit after step
+    # 1: it never dies, and hA's rank blocks on it in the step's
+    # allreduce. Its wrapper sees it stopped for --elastic-timeout (2 s
+    # here; hang_watch.py) and SIGKILLs it; hbrun names it and why, leaves
+    # hB out, and hA finishes from the commit (the replay redoes step 2).
+    # (8-10 s: the 2 s limit and two generations' start-up.)
+    run = run_with_a_hung_rank("stop", "--elastic-timeout", "2")
+    assert_finished(run, np_final=1)
+    assert step_sizes(run.out_dir) == [2, 2] + [1] * 8, run.describe()
+    assert re.search(r"hbrun: elastic generation 0 ended \(rank 1 on host "
+                     r"hB killed by signal SIGKILL \(9\) by hbrun: it made "
+                     r"no progress: stopped \(state T\) for (2|3)\.\d s "
+                     r"\(limit: --elastic-timeout 2\)\); its ranks stopped "
+                     r"[0-9.]+ s after hbrun learnt it\n", run.stderr), (
+        run.describe())
+    assert "hbrun: elastic generation 1 on hA:1\n" in run.stderr, (
+        run.describe())
+    with open(os.path.join(run.out_dir, "pid.0.1")) as f:
+        assert not wait_gone([int(f.read())]), "the stopped rank is left"
+
+
+def test_a_rank_hung_in_its_own_code_ends_its_world_at_the_stall_time():
+    # hB's rank blocks forever before step 3, its process running: hA's
+    # rank waits in the step's allreduce, the core's stall shutdown (3 s)
+    # fails it, and it leaves (exit 75) without MPI_Finalize, which would
+    # wait for hB's rank forever (hbcore/elastic/run.py). Nothing tells
+    # the hung rank from a slow one, so the world re-forms on both hosts
+    # from the commit after step 1 and finishes. (About 11 s: the 3 s
+    # stall, the settle second and two generations' start-up; a shorter
+    # stall time risks a false stall on a loaded machine.)
+    run = run_with_a_hung_rank("hang", "--stall-check-shutdown-time-seconds",
+                               "3")
+    assert_finished(run, np_final=2)
+    assert logged_sizes(run.out_dir) == [2, 2], run.describe()
+    assert re.search(r"\[0\]<stderr>:hbcore.elastic: rank 0 leaves "
+                     r"generation 0 to re-form the job: ShutdownError: "
+                     r"stalled tensor 'step' was submitted by rank\(s\) 0 "
+                     r"[0-9]+ s ago but not yet by rank\(s\) 1", run.stderr), (
+        run.describe())
+    assert "hbrun: elastic generation 1 on hA:1,hB:1\n" in run.stderr, (
+        run.describe())
+
+
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
                     reason="TensorFlow is not installed")
 @pytest.mark.parametrize("trainer, flavor", [

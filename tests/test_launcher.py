@@ -242,6 +242,10 @@ def test_status_line_round_trip():
     exited = RankStatus(1, 3, None, "h", 43, 1.0)
     assert exited.describe() == "exited with code 3" and exited.shell_code == 3
     assert parse_status(b"[0]<stdout>:@@hbrun-rank-status@@ {}\n") is None
+    hung = killed._replace(hung="it made no progress: stopped (state T)")
+    assert parse_status(format_status(hung)) == hung
+    assert hung.describe() == ("killed by signal SIGKILL (9) by hbrun: it "
+                               "made no progress: stopped (state T)")
 
 
 def test_settle_waits_for_every_rank_to_fail_then_stops():

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from support.harness import cached_ranks, run_ranks, script_path
+from support.procs import gone
 
 SCRIPT = script_path("stall.py")
 
@@ -105,3 +106,27 @@ def test_init_again_after_stall_shutdown(np_):
     for rank in range(np_):
         assert run.results[rank].get("reinit") == "ok", (rank,
                                                           run.results[rank])
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_a_stopped_rank_ends_a_fixed_job_at_the_stall_shutdown_time(np_):
+    # The last rank SIGSTOPs itself: the others block on it in the
+    # control plane, where no stall check runs, so before hang_watch.py
+    # the job waited forever whatever the stall shutdown time. Now the
+    # stopped rank's wrapper kills it after that time, and hbrun ends the
+    # job naming it and why. (No stall warning: rank 0's check never ran.)
+    run = run_ranks(SCRIPT, np_, timeout=60, args=["stop"],
+                    env={"HB_STALL_CHECK_TIME_SECONDS": "1",
+                         "HB_STALL_SHUTDOWN_TIME_SECONDS": "2"})
+    assert not run.timed_out, "the stopped rank hung the job\n" + (
+        run.describe())
+    match = re.search(
+        r"hbrun: rank %d failed first: killed by signal SIGKILL \(9\) by "
+        r"hbrun: it made no progress: stopped \(state T\) for "
+        r"(2|3)\.\d s \(limit: --stall-check-shutdown-time-seconds 2\) "
+        r"\[host [^,]+, pid (\d+)\]; stopped the remaining ranks\n"
+        % (np_ - 1), run.stderr)
+    assert match, run.describe()
+    assert run.returncode == 128 + 9, run.describe()
+    assert run.results == {}, run.describe()  # no allreduce completed
+    assert gone(int(match.group(2))), "the stopped rank is still there"

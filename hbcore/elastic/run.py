@@ -29,6 +29,7 @@ from hbcore.elastic.state import State
 from hbcore.launcher.elastic_protocol import (GENERATION_VAR,
                                               REFORM_EXIT_CODE, STORE_VAR,
                                               finished_path)
+from hbcore.basics import exit_without_finalize
 from hbcore.basics import rank as hb_rank
 
 # Failures of the world rather than of this rank's program.
@@ -40,8 +41,11 @@ def _reform(reason: BaseException) -> None:
                      "re-form the job: %s: %s\n"
                      % (hb_rank(), os.environ.get(GENERATION_VAR),
                         type(reason).__name__, reason))
-    sys.stderr.flush()
-    sys.exit(REFORM_EXIT_CODE)
+    # Not sys.exit: MPI_Finalize would wait for every peer to finalize
+    # too, and one that hangs (its process running, stuck outside the
+    # collectives) never does, so the driver would never see this rank
+    # leave.  What the next generation needs is in the store already.
+    exit_without_finalize(REFORM_EXIT_CODE)
 
 
 def run(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -55,8 +59,9 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
         The wrapped function, called as ``func(state, *args, **kwargs)``.
 
     Raises:
-        SystemExit: With REFORM_EXIT_CODE, when the job must re-form
-            under hbrun's elastic driver.
+        HostsUpdatedInterrupt, ShutdownError, WaitTimeoutError: Outside
+            hbrun's elastic driver.  Under it the process exits with
+            REFORM_EXIT_CODE instead (os._exit: see _reform).
     """
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:

@@ -333,8 +333,12 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
                             "':slots' (default 1)")
     group.add_argument("--elastic-timeout", type=_positive_int, metavar="S",
                        help="seconds to wait for --min-np slots (default "
-                            "%s or %d)" % (ELASTIC_TIMEOUT_VAR,
-                                           DEFAULT_ELASTIC_TIMEOUT_S))
+                            "%s or %d); also how long a rank may stay "
+                            "stopped or stuck in the kernel before it is "
+                            "killed as hung, unless "
+                            "--stall-check-shutdown-time-seconds is set"
+                            % (ELASTIC_TIMEOUT_VAR,
+                               DEFAULT_ELASTIC_TIMEOUT_S))
     group.add_argument("--reset-limit", type=_non_negative_int, metavar="N",
                        help="most re-formations of the job (default: "
                             "unlimited)")

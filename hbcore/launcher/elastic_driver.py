@@ -27,7 +27,10 @@ The driver's loop, one turn per generation g:
      program without ``hvd.elastic.run``, all within the settle second
      of supervisor.py): the job is done (exit 0);
    - a rank failed (signal, or a code other than 0 and REFORM_EXIT_CODE):
-     its host is blacklisted and the failure recorded;
+     its host is blacklisted and the failure recorded.  A rank that hung
+     (stopped, or stuck in the kernel) for HB_STALL_SHUTDOWN_TIME_SECONDS,
+     else --elastic-timeout (which the ranks get as TIMEOUT_VAR), is one:
+     its wrapper SIGKILLs it and reports why (hang_watch.py);
    - a rank exited 0 before its elastic function returned (a worker that
      ends early; its wrapper reports it): the generation ends, and its
      slot leaves the job (the others go on from the last commit);
@@ -56,7 +59,7 @@ import psutil
 from hbcore.launcher.discovery import Blacklist, run_discovery_script
 from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
                                               REFORM_EXIT_CODE, STORE_VAR,
-                                              host_of_rank)
+                                              TIMEOUT_VAR, host_of_rank)
 from hbcore.launcher.elastic_notice import KEY_VAR, NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
@@ -298,7 +301,8 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
             rank_env.update({GENERATION_VAR: str(generation),
                              HOSTS_VAR: hydra_hosts_arg(hosts),
                              STORE_VAR: store, NOTICE_VAR: notice.address,
-                             KEY_VAR: notice.key})
+                             KEY_VAR: notice.key,
+                             TIMEOUT_VAR: str(settings.timeout_s)})
             events: "queue.Queue" = queue.Queue()
             seen: List[RankStatus] = []
             poller = _Poller(hosts_state, hosts, notice, generation, events)

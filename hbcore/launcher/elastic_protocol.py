@@ -12,6 +12,10 @@ Variables:
                            holds r)
     HB_ELASTIC_STORE       the job's store root; each host keeps its
                            commits under ``<root>/<host>/``
+    HB_ELASTIC_TIMEOUT_SECONDS  ``--elastic-timeout``: the rank wrapper
+                           kills a rank that hung this long (unless
+                           HB_STALL_SHUTDOWN_TIME_SECONDS sets a limit;
+                           hang_watch.py)
 
 Exit codes:
     REFORM_EXIT_CODE  a rank ends its process for a re-formation: its
@@ -34,6 +38,7 @@ from typing import List, Tuple
 GENERATION_VAR = "HB_ELASTIC_GENERATION"
 HOSTS_VAR = "HB_ELASTIC_HOSTS"
 STORE_VAR = "HB_ELASTIC_STORE"
+TIMEOUT_VAR = "HB_ELASTIC_TIMEOUT_SECONDS"
 
 # EX_TEMPFAIL: "try again"; no Python or shell error uses it.
 REFORM_EXIT_CODE = 75

@@ -8,6 +8,8 @@ hbrun starts every rank as ``python .../rank_wrapper.py [--output-dir DIR]
 - forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the child;
 - arranges (Linux ``PR_SET_PDEATHSIG``) that the child is killed if the
   wrapper itself dies, so a rank never outlives its wrapper as an orphan;
+- kills the child (SIGKILL) once it has hung, stopped or stuck in the
+  kernel, for the hang limit (hang_watch.py);
 - when the child ends with a nonzero code or by a signal (or, under the
   elastic driver, exits 0 before its training function returned), writes
   one status line (``STATUS_MARKER`` + JSON) on stderr.  hbrun reads mpiexec's stderr,
@@ -41,12 +43,14 @@ from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
 if __package__:
     from hbcore.launcher.elastic_protocol import (GENERATION_VAR, STORE_VAR,
                                                   finished_path)
+    from hbcore.launcher.hang_watch import hang_limit, wait_watching
     from hbcore.launcher.rank_output import (LinePump, STDERR, STDOUT,
                                              line_prefix, rank_dir_name,
                                              timestamped_prefix, write_all)
 else:  # run by path: sys.path[0] is this directory
     from elastic_protocol import (GENERATION_VAR, STORE_VAR,  # type: ignore
                                   finished_path)
+    from hang_watch import hang_limit, wait_watching  # type: ignore
     from rank_output import (LinePump, STDERR, STDOUT, line_prefix,  # type: ignore
                              rank_dir_name, timestamped_prefix, write_all)
 
@@ -70,7 +74,8 @@ _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 class RankStatus(NamedTuple):
     """How a rank's process ended, as reported by its wrapper.
 
-    Exactly one of ``exit_code`` and ``signal`` is set.
+    Exactly one of ``exit_code`` and ``signal`` is set.  ``hung`` says
+    why the wrapper killed a rank that hung (hang_watch.py), else None.
     """
     rank: int
     exit_code: Optional[int]
@@ -78,16 +83,22 @@ class RankStatus(NamedTuple):
     host: str
     pid: int
     time: float
+    hung: Optional[str] = None
 
     def describe(self) -> str:
-        """Returns e.g. ``"exited with code 3"`` or
-        ``"killed by signal SIGKILL (9)"``."""
+        """Returns e.g. ``"exited with code 3"``, ``"killed by signal
+        SIGKILL (9)"`` or, for a hung rank, ``"killed by signal SIGKILL (9)
+        by hbrun: it made no progress: stopped (state T) for 2.0 s (limit:
+        --elastic-timeout 2)"``."""
         if self.signal is not None:
             try:
                 name = signal.Signals(self.signal).name
             except ValueError:
                 name = "signal %d" % self.signal
-            return "killed by signal %s (%d)" % (name, self.signal)
+            killed = "killed by signal %s (%d)" % (name, self.signal)
+            if self.hung is not None:
+                return "%s by hbrun: %s" % (killed, self.hung)
+            return killed
         return "exited with code %d" % self.exit_code
 
     @property
@@ -281,7 +292,7 @@ def run_rank(command: List[str], output_dir: Optional[str] = None,
              LinePump(child.stderr, 2, prefix(rank, STDERR), tees[STDERR])]
     for pump in pumps:
         pump.start()
-    returncode = child.wait()
+    returncode, hung = wait_watching(child, hang_limit(os.environ))
     ended = time.time()
     deadline = time.monotonic() + _DRAIN_TIMEOUT_S
     for pump in pumps:
@@ -293,7 +304,7 @@ def run_rank(command: List[str], output_dir: Optional[str] = None,
         rank=rank,
         exit_code=returncode if returncode >= 0 else None,
         signal=-returncode if returncode < 0 else None,
-        host=socket.gethostname(), pid=child.pid, time=ended)
+        host=socket.gethostname(), pid=child.pid, time=ended, hung=hung)
     try:
         write_all(2, format_status(status))
     except OSError:

@@ -87,7 +87,11 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         min_np: Elastic: fewest ranks to go on with (hbrun's ``--min-np``;
             docs/elastic.md).  Any of min_np, max_np and
             host_discovery_script makes the job elastic: ``fn`` then uses
-            ``hvd.elastic.run`` and state objects.
+            ``hvd.elastic.run`` and state objects.  A rank stopped or
+            stuck in the kernel for HB_STALL_SHUTDOWN_TIME_SECONDS (in
+            ``env`` or this process's environment), else for
+            HOROVOD_ELASTIC_TIMEOUT (600 s), is killed and its host left
+            out (docs/elastic.md, "Hung ranks").
         max_np: Elastic: most ranks (``--max-np``).
         min_num_proc: horovod.run's name for ``min_np``.
         max_num_proc: horovod.run's name for ``max_np``.

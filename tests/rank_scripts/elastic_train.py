@@ -18,6 +18,10 @@ file in $HB_TEST_OUT records it):
                      it SIGKILLs every rank of HOST (itself last) and
                      removes HOST's store directory (its shared memory)
     exit0:HOST:STEP  that rank exits 0 there (a worker that ends early)
+    stop:HOST:STEP   that rank SIGSTOPs itself there (a rank that hangs
+                     without dying; its wrapper must kill it)
+    hang:HOST:STEP   that rank blocks there forever in its own code, its
+                     process running (the stall shutdown must end it)
     killwrite:HOST:STEP  the rank on HOST SIGKILLs itself in the middle of
                      the commit after step STEP: half of its first store
                      file of that commit written (a .tmp file left), the
@@ -47,6 +51,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -376,11 +381,19 @@ class FitTrainer(KerasTrainer):
 
 
 def before_step(events: list, host: str, s: int) -> None:
-    """The kill / killhost / exit0 events of step ``s`` on ``host``."""
+    """The kill / killhost / exit0 / stop / hang events of step ``s`` on
+    ``host``."""
     for kind, where, at in events:
         if where == host and int(at) == s and kind in (
-                "kill", "killhost", "exit0") and once(
+                "kill", "killhost", "exit0", "stop", "hang") and once(
                     "%s:%s:%s" % (kind, where, at)):
+            if kind == "stop":
+                # Frozen here until its wrapper kills it; should it ever
+                # run on, its step would go on as if nothing happened.
+                os.kill(os.getpid(), signal.SIGSTOP)
+                continue
+            if kind == "hang":
+                threading.Event().wait()
             if kind == "killhost":
                 lose_host(host)
             if kind == "kill":

@@ -3,6 +3,7 @@
     hbrun -np N python stall.py warn       (HB_STALL_CHECK_TIME_SECONDS=1)
     hbrun -np N python stall.py shutdown   (... and
                                             HB_STALL_SHUTDOWN_TIME_SECONDS=2)
+    hbrun -np N python stall.py stop       (the same)
 
 warn: rank 0 submits 'lonely' async and synchronizes; the others stay
 away WARN_STALL_S seconds (long enough for warnings to be logged), then
@@ -14,10 +15,16 @@ raises ShutdownError naming the tensor and the missing ranks; the others
 wait until rank 0 has seen that error (a marker-file handshake), then call
 allreduce and must get ShutdownError too.
 
+stop: the last rank SIGSTOPs itself instead (a rank that hangs without
+dying: the others block on it in the control plane, where no stall check
+runs); the others' allreduce never completes.  Only the launcher ends
+such a job (its rank wrapper kills the stopped rank: hang_watch.py).
+
 Every rank reports what it got (exception type and message, timings); in
 shutdown mode every rank then calls init() again and runs an allreduce.
 """
 import os
+import signal
 import sys
 import time
 
@@ -41,7 +48,12 @@ def main() -> None:
     hb.init()
     result = {"mode": mode, "size": hb.size()}
     start = time.monotonic()
-    if rank == 0:
+    if mode == "stop":
+        if rank == hb.size() - 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        hb.allreduce(np.ones(4, np.float32), name="frozen")
+        result["outcome"] = "completed"
+    elif rank == 0:
         handle = hb.allreduce_async(np.ones(4, np.float32), name="lonely")
         try:
             hb.synchronize(handle)
