@@ -31,7 +31,8 @@ points of its program (each holds one collective).
   values broadcasts them, and for each part the lowest rank holding it
   broadcasts it, every rank keeping the rows it holds now (reshard.py);
   5. every rank writes the commit again in the new world's layout (so a
-  new host holds it too, and each part has its second copy).  With no
+  new host holds it too, and each part has its second copy); a host that
+  listed the replicated values' file in 1. keeps it unwritten.  With no
   commit anywhere (a fresh job) rank 0's current values are broadcast, as
   Horovod does, and each rank keeps its own parts; with commits but none
   whole (two hosts lost at once) sync raises RuntimeError rather than
@@ -149,13 +150,14 @@ class State:
         if store is not None:
             self._write(store, self._payload(), self._part_payload())
 
-    def _write(self, store: Store, payload: Sequence[Any],
+    def _write(self, store: Store, payload: Optional[Sequence[Any]],
                part: Optional[bytes]) -> None:
         """Writes commit ``self._commit`` (module comment, ``save``);
-        ``payload``: the replicated values' bytes, in chunks.  Nothing is
-        removed here: only an agreement proves a newer commit whole."""
+        ``payload``: the replicated values' bytes, in chunks, or None when
+        this host holds them already.  Nothing is removed here: only an
+        agreement proves a newer commit whole."""
         key, commit = self._key, self._commit
-        if store.writes_replicated:
+        if store.writes_replicated and payload is not None:
             store.write(key, commit, payload)
         if part is not None:
             rank, size = self._rank(), hb_size()
@@ -197,7 +199,13 @@ class State:
                              for p in range(parts))
         self._commit = commit
         if store is not None:
-            self._write(store, self._payload(), self._part_payload())
+            # A host that listed the commit's replicated file holds it
+            # whole (an agreement proved it before the world ended); only
+            # the others write it.  Parts are always written: their
+            # exchange is collective.
+            held_here = (commit, 0, 0) in everyone[rank]
+            self._write(store, None if held_here else self._payload(),
+                        self._part_payload())
 
     def _bcast(self, payload: bytes, root: int) -> bytes:
         if root == 0:

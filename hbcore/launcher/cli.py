@@ -26,6 +26,7 @@ from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
                                    total_slots)
 from hbcore.launcher.mpiexec import launcher_environ, nic_env
+from hbcore.launcher.operator_hostfile import operator_hostfile, uniform_slots
 from hbcore.launcher.supervisor import launch
 from hbcore.launcher.tf_config_launch import (DEFAULT_START_TIMEOUT_S,
                                               run_tf_config_job)
@@ -391,7 +392,9 @@ def _elastic_settings(parser: argparse.ArgumentParser,
     return ElasticSettings(
         np=args.np, min_np=min_np, max_np=args.max_np,
         discovery_script=args.host_discovery_script, fixed_hosts=hosts,
-        slots_per_host=args.slots_per_host or 1, timeout_s=timeout,
+        slots_per_host=(args.slots_per_host
+                        or getattr(args, "operator_slots", None) or 1),
+        timeout_s=timeout,
         reset_limit=args.reset_limit,
         cooldown_range=None if cooldown is None else tuple(cooldown))
 
@@ -545,7 +548,13 @@ def validate_common(parser: argparse.ArgumentParser,
 
 
 def _resolve_hosts(parser: argparse.ArgumentParser,
-                   args: argparse.Namespace) -> Optional[List[Host]]:
+                   args: argparse.Namespace,
+                   environ: Mapping[str, str]) -> Optional[List[Host]]:
+    """The hosts of -H/--hostfile, else of the hostfile an MPI operator
+    names in ``environ`` (not with a discovery script, which then only
+    lends its slot count: see operator_hostfile.py); sets args.np and
+    args.operator_slots; exits 2 on bad input."""
+    args.operator_slots = None
     try:
         if args.hosts is not None:
             hosts = parse_hosts(args.hosts)
@@ -556,6 +565,15 @@ def _resolve_hosts(parser: argparse.ArgumentParser,
     except (ValueError, OSError) as exc:
         flag = "-H/--hosts" if args.hosts is not None else "--hostfile"
         parser.error("argument %s: %s" % (flag, exc))
+    if hosts is None:
+        try:
+            given = operator_hostfile(environ)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if given is not None:
+            args.operator_slots = uniform_slots(given.hosts)
+            if getattr(args, "host_discovery_script", None) is None:
+                hosts = given.hosts
     if args.np is None and getattr(args, "min_np", None) is not None:
         args.np = args.min_np  # an elastic job starts with --min-np slots
     if args.np is None:
@@ -600,7 +618,7 @@ def parse_args(argv: Optional[Sequence[str]] = None
                          "launch is not elastic)")
         args.elastic = None
         return args, None
-    hosts = _resolve_hosts(parser, args)
+    hosts = _resolve_hosts(parser, args, os.environ)
     args.elastic = _elastic_settings(parser, args, hosts, os.environ)
     return args, hosts
 

@@ -6,8 +6,10 @@ installing or upgrading TensorFlow after hbcore needs no reinstall. When
 many ranks import at once, a file lock lets one of them compile while the
 others wait for it; the library is moved into place atomically.
 
-Cache location: $HB_TF_OPS_CACHE, else $XDG_CACHE_HOME/hbcore, else
-~/.cache/hbcore.
+Cache location: hbcore.user_cache.cache_dir("HB_TF_OPS_CACHE"):
+$HB_TF_OPS_CACHE, else $XDG_CACHE_HOME/hbcore, else ~/.cache/hbcore where
+that is writable, else a private directory under $TMPDIR (a non-root user
+with a read-only home, as in Kubernetes pods).
 
 hbcore and TensorFlow are imported inside the functions that need them:
 ``hbrun --check-build`` (hbcore.tf_probe) loads this file on its own to
@@ -66,12 +68,9 @@ def _tf_flags() -> Tuple[List[str], List[str], str]:
 
 
 def _cache_dir() -> str:
-    base = os.environ.get("HB_TF_OPS_CACHE")
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-            os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "hbcore")
-    return base
+    from hbcore.user_cache import cache_dir
+
+    return cache_dir("HB_TF_OPS_CACHE")
 
 
 def _key(sources: List[str], include: str, flags: List[str],
