@@ -1,9 +1,10 @@
 """hbcore.ray.RayExecutor on a real local Ray cluster: the actors form one
 job (results equal numpy's), state lives across calls, a failing worker
 fails the call with its error, shutdown leaves no process.
-ElasticRayExecutor: a rank killed by SIGKILL mid-training, the job goes
-on from the last commit (weights equal a replay, tests/test_elastic.py's);
-a rank's error ends it with that error; limits and bad settings."""
+ElasticRayExecutor: a rank and an actor killed by SIGKILL mid-training,
+the job goes on from the last commit (weights equal a replay,
+tests/test_elastic.py's); a host the discovery adds joins at a commit; a
+rank's error ends it with that error; limits and bad settings."""
 import os
 import sys
 
@@ -18,6 +19,7 @@ from support.hbcore_path import import_engine, rank_python_path  # noqa: E402
 from support.procs import Watchdog, hosted_processes  # noqa: E402
 
 ray = import_engine("ray")
+from hbcore.launcher.hosts import parse_hosts  # noqa: E402
 from hbcore.ray import ElasticRayExecutor, RayExecutor  # noqa: E402
 from test_elastic import first_steps, replay, step_sizes  # noqa: E402
 
@@ -138,6 +140,46 @@ def test_elastic_kill_9_of_a_rank_and_an_actor_goes_on_from_the_commit(
     assert first_steps(str(tmp_path)) == {0: 0, 1: 2, 2: 6}  # the commits'
     assert results == [dict(replay(str(tmp_path)), size=2, generation=2,
                             resets=[2])] * 2
+    assert hosted_processes() == []
+
+
+class FileDiscovery:
+    """Horovod's HostDiscovery over a hosts file, one ``name:slots`` a
+    line (elastic_train.py's add event writes it)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def find_available_hosts_and_slots(self):
+        with open(self.path) as f:
+            hosts = parse_hosts(",".join(f.read().split()))
+        return {h.name: h.slots for h in hosts}
+
+
+def test_elastic_host_added_by_the_discovery_joins_at_a_commit(cluster,
+                                                               tmp_path):
+    """Two generations of Ray workers, 2 then 3 (about 20 s)."""
+    # The user's discovery (override_discovery=False) answers the node
+    # with 2 slots; after step 2 rank 0 adds host hB:1 and every rank
+    # commits: the driver's notice interrupts them, and generation 1 has
+    # 3 workers (max_num_proc) going on from that commit, no rollback.
+    node = ray.nodes()[0]["NodeManagerAddress"]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("%s:2\n" % node)
+    settings = ElasticRayExecutor.create_settings(
+        min_num_proc=2, max_num_proc=3, timeout_s=60, elastic_timeout=60)
+    settings.discovery = FileDiscovery(str(hosts))
+    executor = ElasticRayExecutor(
+        settings, override_discovery=False,
+        env_vars={"HB_TEST_OUT": str(tmp_path), "HB_TEST_EVENTS": "add:hB:2",
+                  "HB_TEST_HOSTS_FILE": str(hosts)})
+    executor.start()
+    with Watchdog(120):
+        results = executor.run(hosted_fns.elastic_job)
+    assert step_sizes(str(tmp_path)) == [2] * 3 + [3] * 7
+    assert first_steps(str(tmp_path)) == {0: 0, 1: 3}
+    assert results == [dict(replay(str(tmp_path)), size=3, generation=1,
+                            resets=[3])] * 3
     assert hosted_processes() == []
 
 
