@@ -233,6 +233,23 @@ def test_run_elastic_goes_on_after_a_task_worker_is_killed(spark, tmp_path):
     assert hosted_processes() == []
 
 
+def test_run_elastic_workers_that_cannot_import_hbcore_end_the_job(
+        spark, bare_python, monkeypatch):
+    # Not a reset: the stage failed before its job formed.
+    _workers_run(monkeypatch, spark, bare_python, chosen=True)
+    with Watchdog(120):
+        with pytest.raises(RuntimeError) as exc:
+            hbcore.spark.run_elastic(hosted_fns.elastic_job, num_proc=2,
+                                     start_timeout=60)
+    message = str(exc.value)
+    assert re.match(r"hbcore\.spark\.run_elastic: elastic job failed: "
+                    r"hbcore\.spark\.run_elastic: error: Spark task [01] "
+                    r"failed: ModuleNotFoundError: No module named ", message
+                    ), message
+    assert "generation 1" not in message
+    assert hosted_processes() == []
+
+
 def test_run_elastic_arguments_are_checked(spark):
     run_elastic = hbcore.spark.run_elastic
     with pytest.raises(ValueError, match="min_num_proc 3 is more than "

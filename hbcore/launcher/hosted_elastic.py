@@ -36,10 +36,13 @@ from hbcore.launcher.run_task import rank_error, root_failure
 
 # Outcomes of one generation's ranks: rank -> hosted_rank's outcome.
 Outcomes = Dict[int, Tuple[str, Any]]
-# Starts a generation's hosts: place(spec, hosts, payload) returns a
-# function that, once the job has ended (its argument: whether with exit
-# code 0), waits for the hosts and returns their outcomes.
-Place = Callable[[MemberSpec, List[Host], bytes],
+# Starts a generation's hosts: place(spec, hosts, payload, abort) returns
+# a function that, once the job has ended (its argument: whether with
+# exit code 0), waits for the hosts and returns their outcomes. abort(why)
+# stops the generation's job (an engine that sees its hosts fail): before
+# the job formed that ends the elastic job with ``why``, after it a host
+# went away (a reset).
+Place = Callable[[MemberSpec, List[Host], bytes, Callable[[str], None]],
                  Callable[[bool], Outcomes]]
 
 
@@ -179,7 +182,7 @@ class HostedElasticJob:
                         settle_for=settle_for, **self._job_args)
         try:
             collect = self._place(job.spec(self._driver_host), hosts,
-                                  self._payload)
+                                  self._payload, job.abort)
             code, message = job.wait()
             outcomes = collect(code == 0)
         except BaseException:

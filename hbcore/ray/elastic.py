@@ -263,8 +263,8 @@ class ElasticRayExecutor:
         found = self.settings.discovery.find_available_hosts_and_slots()
         return [Host(name, slots) for name, slots in found.items()]
 
-    def _place(self, spec: MemberSpec, hosts: List[Host], payload: bytes
-               ) -> Callable[[bool], Outcomes]:
+    def _place(self, spec: MemberSpec, hosts: List[Host], payload: bytes,
+               _abort: Callable[[str], None]) -> Callable[[bool], Outcomes]:
         """One actor per slot on its node, each hosting its rank."""
         actor = ray.remote(Worker)
         pairs = [(h.name, h.slots) for h in hosts]

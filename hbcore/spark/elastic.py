@@ -21,7 +21,7 @@ from hbcore.launcher.hosted_rank import MemberSpec
 from hbcore.launcher.hosts import Host, total_slots
 from hbcore.launcher.mpiexec import nic_env
 from hbcore.spark.runner import (active_context, default_local_python,
-                                 driver_host, start_timeout_s)
+                                 driver_host, stage_failure, start_timeout_s)
 from hbcore.spark.stage import BarrierStage
 
 PROGRAM = "hbcore.spark.run_elastic"
@@ -101,11 +101,14 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
         return [Host(SLOT_NAME % i, 1)
                 for i in range(context.defaultParallelism)]
 
-    def place(spec: MemberSpec, hosts: List[Host], payload: bytes
-              ) -> Callable[[bool], Outcomes]:
-        # Rank i is task i, on host spark-slot-i of the generation.
+    def place(spec: MemberSpec, hosts: List[Host], payload: bytes,
+              abort: Callable[[str], None]) -> Callable[[bool], Outcomes]:
+        # Rank i is task i, on host spark-slot-i of the generation. A
+        # failed stage stops the generation: a task that failed before
+        # the job formed (its Python cannot import hbcore) ends the job
+        # with its error, one that failed later is a lost worker.
         stage = BarrierStage(context, spec, payload, total_slots(hosts),
-                             PROGRAM, lambda exc: None)
+                             PROGRAM, lambda exc: abort(stage_failure(exc)))
         return stage.finish
 
     job = HostedElasticJob(
