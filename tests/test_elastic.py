@@ -87,6 +87,16 @@ def logged_sizes(out_dir: str) -> list:
     return [sizes[g] for g in sorted(sizes)]
 
 
+def first_steps(out_dir: str) -> dict:
+    """Generation -> the first step it ran (where it restored to)."""
+    first = {}
+    with open(os.path.join(out_dir, "steps.log")) as f:
+        for line in f:
+            generation, _, step = map(int, line.split())
+            first[generation] = min(step, first.get(generation, step))
+    return first
+
+
 def assert_finished(run, np_final=None, expected=None) -> dict:
     """The job succeeded and every rank of its last world holds the
     replay's values (default: replay's total)."""

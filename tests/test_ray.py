@@ -1,6 +1,10 @@
 """hbcore.ray.RayExecutor on a real local Ray cluster: the actors form one
 job (results equal numpy's), state lives across calls, a failing worker
-fails the call with its error, shutdown leaves no process."""
+fails the call with its error, shutdown leaves no process.
+ElasticRayExecutor: a rank and an actor killed by SIGKILL mid-training,
+the job goes on from the last commit (weights equal a replay,
+tests/test_elastic.py's); a host the discovery adds joins at a commit; a
+rank's error ends it with that error; limits and bad settings."""
 import os
 import sys
 
@@ -15,7 +19,9 @@ from support.hbcore_path import import_engine, rank_python_path  # noqa: E402
 from support.procs import Watchdog, hosted_processes  # noqa: E402
 
 ray = import_engine("ray")
-from hbcore.ray import RayExecutor  # noqa: E402
+from hbcore.launcher.hosts import parse_hosts  # noqa: E402
+from hbcore.ray import ElasticRayExecutor, RayExecutor  # noqa: E402
+from test_elastic import first_steps, replay, step_sizes  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +112,115 @@ def test_workers_that_cannot_be_placed_fail_start_in_time(cluster):
         finally:
             executor.shutdown()
     assert hosted_processes() == []
+
+
+def _elastic(out_dir, events="", **settings):
+    settings.setdefault("timeout_s", 60)
+    settings.setdefault("elastic_timeout", 60)
+    executor = ElasticRayExecutor(
+        ElasticRayExecutor.create_settings(**settings),
+        env_vars={"HB_TEST_OUT": str(out_dir), "HB_TEST_EVENTS": events})
+    executor.start()
+    return executor
+
+
+def test_elastic_kill_9_of_a_rank_and_an_actor_goes_on_from_the_commit(
+        cluster, tmp_path):
+    """Three generations of 2 Ray workers (about 30 s on 2 loaded cores:
+    each generation's ranks start Python and hbcore)."""
+    # 2 of the node's 3 slots. Before step 3 the first rank there
+    # SIGKILLs itself, before step 6 one SIGKILLs its actor: each time the
+    # next generation (2 new workers) goes back to the last commit.
+    node = ray.nodes()[0]["NodeManagerAddress"]
+    executor = _elastic(tmp_path, "kill:%s:3,killhosting:%s:6"
+                        % (node, node), max_num_proc=2)
+    with Watchdog(180):
+        results = executor.run(hosted_fns.elastic_job)
+    assert step_sizes(str(tmp_path)) == [2] * 10
+    assert first_steps(str(tmp_path)) == {0: 0, 1: 2, 2: 6}  # the commits'
+    assert results == [dict(replay(str(tmp_path)), size=2, generation=2,
+                            resets=[2])] * 2
+    assert hosted_processes() == []
+
+
+class FileDiscovery:
+    """Horovod's HostDiscovery over a hosts file, one ``name:slots`` a
+    line (elastic_train.py's add event writes it)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def find_available_hosts_and_slots(self):
+        with open(self.path) as f:
+            hosts = parse_hosts(",".join(f.read().split()))
+        return {h.name: h.slots for h in hosts}
+
+
+def test_elastic_host_added_by_the_discovery_joins_at_a_commit(cluster,
+                                                               tmp_path):
+    """Two generations of Ray workers, 2 then 3 (about 20 s)."""
+    # The user's discovery (override_discovery=False) answers the node
+    # with 2 slots; after step 2 rank 0 adds host hB:1 and every rank
+    # commits: the driver's notice interrupts them, and generation 1 has
+    # 3 workers (max_num_proc) going on from that commit, no rollback.
+    node = ray.nodes()[0]["NodeManagerAddress"]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("%s:2\n" % node)
+    settings = ElasticRayExecutor.create_settings(
+        min_num_proc=2, max_num_proc=3, timeout_s=60, elastic_timeout=60)
+    settings.discovery = FileDiscovery(str(hosts))
+    executor = ElasticRayExecutor(
+        settings, override_discovery=False,
+        env_vars={"HB_TEST_OUT": str(tmp_path), "HB_TEST_EVENTS": "add:hB:2",
+                  "HB_TEST_HOSTS_FILE": str(hosts)})
+    executor.start()
+    with Watchdog(120):
+        results = executor.run(hosted_fns.elastic_job)
+    assert step_sizes(str(tmp_path)) == [2] * 3 + [3] * 7
+    assert first_steps(str(tmp_path)) == {0: 0, 1: 3}
+    assert results == [dict(replay(str(tmp_path)), size=3, generation=1,
+                            resets=[3])] * 3
+    assert hosted_processes() == []
+
+
+def test_elastic_rank_error_ends_the_job_and_limits_are_errors(cluster,
+                                                               tmp_path):
+    # A rank that raises is a bug, not a reset: its error ends the job.
+    executor = _elastic(tmp_path, max_num_proc=2)
+    with Watchdog(60):
+        with pytest.raises(RuntimeError) as exc:
+            executor.run(lambda: hosted_fns.fail_on_rank(1))
+    assert ("hbcore.ray.ElasticRayExecutor: rank 1 raised ValueError: bad "
+            "shard on rank 1") in str(exc.value)
+    assert "generation 1" not in str(exc.value)
+    # More slots than the 3 CPUs: the driver's limit, named.
+    executor = _elastic(tmp_path, min_num_proc=4, elastic_timeout=1)
+    with Watchdog(60):
+        with pytest.raises(RuntimeError, match=r"elastic job failed: fewer "
+                           r"than 4 slots \(--min-np\) for 1 s"):
+            executor.run(hosted_fns.elastic_job)
+    assert hosted_processes() == []
+
+
+def test_elastic_bad_settings_are_refused():
+    create = ElasticRayExecutor.create_settings
+    with pytest.raises(ValueError, match="min_num_proc must be an integer >= 1, "
+                       "got 0"):
+        create(min_num_proc=0)
+    with pytest.raises(ValueError, match="max_num_proc 1 is less than num_proc 2"):
+        create(min_num_proc=2, max_num_proc=1)
+    with pytest.raises(ValueError, match="elastic_timeout must be a positive"):
+        create(elastic_timeout=0)
+    with pytest.raises(TypeError, match="unexpected keyword arguments "
+                       "bogus"):
+        create(bogus=1)
+    with pytest.warns(DeprecationWarning, match="min_np is deprecated"):
+        assert create(min_np=2).min_num_proc == 2
+    with pytest.raises(ValueError, match="gpus_per_slot is set, but use_gpu "
+                       "is False"):
+        ElasticRayExecutor(create(), gpus_per_slot=1)
+    executor = ElasticRayExecutor(create())
+    with pytest.raises(RuntimeError, match="not started"):
+        executor.run(hosted_fns.elastic_job)
+    with pytest.raises(NotImplementedError, match="callbacks"):
+        executor.run(hosted_fns.elastic_job, callbacks=[print])

@@ -3,7 +3,9 @@ one job whose results equal hbcore.run's and numpy's, a failing task fails
 the call with its error (a worker Python that cannot import hbcore: its
 ModuleNotFoundError and how to choose another), nothing is left running;
 in local mode the workers run the driver's Python unless PYSPARK_PYTHON
-is set."""
+is set. run_elastic: a task's Python worker killed by SIGKILL
+mid-training, the job goes on from the last commit (weights equal a
+replay, tests/test_elastic.py's); bad arguments are named."""
 import os
 import re
 import subprocess
@@ -22,6 +24,7 @@ from support.procs import Watchdog, hosted_processes  # noqa: E402
 pyspark = import_engine("pyspark")
 import hbcore  # noqa: E402
 import hbcore.spark  # noqa: E402
+from test_elastic import first_steps, replay, step_sizes  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -168,19 +171,19 @@ def test_tasks_that_cannot_all_start_fail_the_call_in_time(spark):
 
 def test_start_timeout_comes_from_the_argument_or_horovods_variable(
         monkeypatch):
-    from hbcore.spark.runner import _start_timeout
+    from hbcore.spark.runner import start_timeout_s
     monkeypatch.delenv("HB_SPARK_START_TIMEOUT", raising=False)
     monkeypatch.delenv("HOROVOD_SPARK_START_TIMEOUT", raising=False)
-    assert _start_timeout(None) == 600
+    assert start_timeout_s(None) == 600
     monkeypatch.setenv("HOROVOD_SPARK_START_TIMEOUT", "45")
-    assert _start_timeout(None) == 45
-    assert _start_timeout(7) == 7
+    assert start_timeout_s(None) == 45
+    assert start_timeout_s(7) == 7
     monkeypatch.setenv("HB_SPARK_START_TIMEOUT", "soon")
     with pytest.raises(ValueError, match="HB_SPARK_START_TIMEOUT='soon': the "
                                          "start timeout must be a positive"):
-        _start_timeout(None)
+        start_timeout_s(None)
     with pytest.raises(ValueError, match="start_timeout=0: the start timeout"):
-        _start_timeout(0)
+        start_timeout_s(0)
 
 
 def test_task_failure_reads_the_last_exception_of_a_chained_traceback():
@@ -209,3 +212,62 @@ def test_task_failure_reads_the_last_exception_of_a_chained_traceback():
     assert failure.traceback.startswith("Traceback (most recent call last):")
     assert failure.traceback.endswith("second line of the message")
     assert task_failure(RuntimeError("Job 3 cancelled")) is None
+
+
+def test_run_elastic_goes_on_after_a_task_worker_is_killed(spark, tmp_path):
+    """Two barrier stages of 2 tasks (about 25 s on 2 loaded cores: each
+    generation's ranks start Python and hbcore)."""
+    # The rank of slot 1 SIGKILLs its task's Python worker before step 3:
+    # Spark fails that stage, and the next one goes back to the commit
+    # after step 1.
+    with Watchdog(120):
+        results = hbcore.spark.run_elastic(
+            hosted_fns.elastic_job, num_proc=2, start_timeout=60,
+            elastic_timeout=60,
+            env={"HB_TEST_OUT": str(tmp_path),
+                 "HB_TEST_EVENTS": "killhosting:spark-slot-1:3"})
+    assert step_sizes(str(tmp_path)) == [2] * 10
+    assert first_steps(str(tmp_path)) == {0: 0, 1: 2}  # the commits'
+    assert results == [dict(replay(str(tmp_path)), size=2, generation=1,
+                            resets=[2])] * 2
+    assert hosted_processes() == []
+
+
+def test_run_elastic_workers_that_cannot_import_hbcore_end_the_job(
+        spark, bare_python, monkeypatch):
+    # Not a reset: the stage failed before its job formed.
+    _workers_run(monkeypatch, spark, bare_python, chosen=True)
+    with Watchdog(120):
+        with pytest.raises(RuntimeError) as exc:
+            hbcore.spark.run_elastic(hosted_fns.elastic_job, num_proc=2,
+                                     start_timeout=60)
+    message = str(exc.value)
+    assert re.match(r"hbcore\.spark\.run_elastic: elastic job failed: "
+                    r"hbcore\.spark\.run_elastic: error: Spark task [01] "
+                    r"failed: ModuleNotFoundError: No module named ", message
+                    ), message
+    assert "generation 1" not in message
+    assert hosted_processes() == []
+
+
+def test_run_elastic_arguments_are_checked(spark):
+    run_elastic = hbcore.spark.run_elastic
+    with pytest.raises(ValueError, match="min_num_proc 3 is more than "
+                       "num_proc 2"):
+        run_elastic(hosted_fns.elastic_job, num_proc=2, min_num_proc=3)
+    with pytest.raises(ValueError, match="max_num_proc 1 is less than "
+                       "num_proc 2"):
+        run_elastic(hosted_fns.elastic_job, num_proc=2, max_num_proc=1)
+    with pytest.raises(ValueError, match="reset_limit must be an integer "
+                       ">= 0"):
+        run_elastic(hosted_fns.elastic_job, reset_limit=-1)
+    with pytest.warns(DeprecationWarning, match="max_np is deprecated"), \
+            pytest.raises(ValueError, match="max_num_proc 1 is less than "
+                          "num_proc 3"):
+        run_elastic(hosted_fns.elastic_job, max_np=1)
+    # local[3] has 3 task slots: 4 never come.
+    with Watchdog(60):
+        with pytest.raises(RuntimeError, match=r"elastic job failed: fewer "
+                           r"than 4 slots \(--min-np\) for 1 s"):
+            run_elastic(hosted_fns.elastic_job, num_proc=4,
+                        elastic_timeout=1)

@@ -24,6 +24,8 @@ Modules, one job each:
     hosted_job   driver side of Spark/Ray jobs (coordinator, mpiexec)
     hosted_rank  a Spark task's / Ray actor's side: hosts one rank
     rank_server  rank side of a hosted rank: runs the host's calls
+    hosted_elastic  elastic Spark/Ray jobs: the elastic driver's
+                 generations as jobs of hosted ranks
     check_build  hbrun --check-build
     elastic_driver  hbrun's elastic jobs: one MPI world per generation
                  (protocol in its module comment; docs/elastic.md)

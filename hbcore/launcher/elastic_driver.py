@@ -41,6 +41,12 @@ The driver's loop, one turn per generation g:
 The job's store is removed when the driver ends, however it ends, and the
 supervisor leaves no rank running (supervisor.py).  A job that ends
 without success prints which limit ended it and every failure recorded.
+
+Front ends whose workers are not started by hydra over ssh (Ray actors,
+Spark tasks: hosted_elastic.py) give a ``GenerationBackend``: its
+``discover`` answers step 1 and the poller, its ``launch`` runs step 2's
+world, and the rest of the loop (limits, resets, the notice, the store)
+is this one.
 """
 
 import glob
@@ -52,7 +58,8 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
+                    Sequence, Tuple)
 
 import psutil
 
@@ -64,7 +71,7 @@ from hbcore.launcher.elastic_notice import KEY_VAR, NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
 from hbcore.launcher.rank_wrapper import RankStatus
-from hbcore.launcher.supervisor import SETTLE_S, launch
+from hbcore.launcher.supervisor import SETTLE_S, LaunchResult, launch
 
 # horovodrun's default --elastic-timeout, and its variable.
 DEFAULT_ELASTIC_TIMEOUT_S = 600
@@ -108,6 +115,31 @@ class ElasticSettings(NamedTuple):
     cooldown_range: Optional[Tuple[float, float]]
 
 
+class GenerationBackend(NamedTuple):
+    """Where a front end's workers come from (see the module comment).
+
+    Attributes:
+        discover: Returns the hosts (with slots) available now; a
+            LauncherError ends the job.
+        launch: Runs one generation's world and waits for its end:
+            ``launch(hosts, rank_env, events, seen, settle_for)`` with
+            ``supervisor.launch``'s meaning of the last three; returns
+            the LaunchResult (one aborted without a rank status: a host
+            of a rank went away, a reset), or raises LauncherError to end
+            the job.
+        blacklist_failures: Whether a failed rank's host is blacklisted
+            (hbrun's hosts: yes).  A front end whose engine reports lost
+            machines itself (a dead Ray node, a lost Spark executor leave
+            its ``discover`` answer) says no: its failed rank's slot is
+            filled again at the next generation.
+        report: Called with each line of the driver's final report.
+    """
+    discover: Callable[[], List[Host]]
+    launch: Callable[..., LaunchResult]
+    blacklist_failures: bool
+    report: Callable[[str], None]
+
+
 class _JobEnd(Exception):
     """Ends the driver's loop with a reason (the first line of the report)."""
 
@@ -130,8 +162,11 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 class _Hosts:
     """The hosts a generation may use (step 1 of the module comment)."""
 
-    def __init__(self, settings: ElasticSettings) -> None:
+    def __init__(self, settings: ElasticSettings,
+                 discover: Optional[Callable[[], List[Host]]] = None
+                 ) -> None:
         self._settings = settings
+        self._discover = discover
         self.blacklist = Blacklist(settings.cooldown_range)
         self.finished: Dict[str, int] = {}
         self._order: Dict[str, int] = {}
@@ -139,6 +174,8 @@ class _Hosts:
     def discover(self) -> List[Host]:
         """All hosts known now (LauncherError if the script fails)."""
         settings = self._settings
+        if self._discover is not None:
+            return self._discover()
         if settings.discovery_script is not None:
             return run_discovery_script(settings.discovery_script,
                                         settings.slots_per_host)
@@ -176,6 +213,7 @@ class _Hosts:
             if total_slots(hosts) >= needed:
                 return hosts
             if (self._settings.discovery_script is None
+                    and self._discover is None
                     and self._settings.cooldown_range is None
                     and all(self.blacklist.blocked(h.name) for h in known)):
                 raise _JobEnd("every host is blacklisted (%s)" % ", ".join(
@@ -262,16 +300,18 @@ def _describe(status: RankStatus, hosts: List[Host], generation: int) -> str:
 
 def run_elastic(command: Sequence[str], settings: ElasticSettings,
                 env: Mapping[str, str], launch_args: Mapping[str, object],
-                program: str = "hbrun") -> int:
+                program: str = "hbrun",
+                backend: Optional[GenerationBackend] = None) -> int:
     """Runs an elastic job to its end (see the module comment).
 
     Args:
-        command: What each rank runs.
+        command: What each rank runs (unused with a backend).
         settings: The elastic flags.
         env: Variables for every rank (HB_* settings).
         launch_args: Further keyword arguments of ``supervisor.launch``
-            (mpi_args, output_dir, environ, ...).
+            (mpi_args, output_dir, environ, ...; unused with a backend).
         program: The name starting report lines.
+        backend: A front end's hosts and launch, or None: hbrun's.
 
     Returns:
         The exit code: 0 when a generation ended with every rank exiting
@@ -285,7 +325,15 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
     if threading.current_thread() is threading.main_thread():
         previous = {signum: signal.signal(signum, _raise_interrupted)
                     for signum in _SIGNALS}
-    hosts_state = _Hosts(settings)
+    hosts_state = _Hosts(settings,
+                         None if backend is None else backend.discover)
+
+    def report(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+        if backend is not None:
+            backend.report(line)
+
     notice = NoticeServer()
     failures: List[str] = []
     resets = 0
@@ -308,15 +356,19 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
             poller = _Poller(hosts_state, hosts, notice, generation, events)
             poller.start()
             try:
-                result = launch(command, total_slots(hosts), hosts=hosts,
-                                env=rank_env, events=events, seen=seen,
-                                settle_for=_settle_for,
-                                **launch_args)  # type: ignore[arg-type]
+                if backend is not None:
+                    result = backend.launch(hosts, rank_env, events, seen,
+                                            _settle_for)
+                else:
+                    result = launch(command, total_slots(hosts), hosts=hosts,
+                                    env=rank_env, events=events, seen=seen,
+                                    settle_for=_settle_for,
+                                    **launch_args)  # type: ignore[arg-type]
             finally:
                 poller.stopped.set()
                 poller.join()
             if result.interrupted_by is not None:
-                sys.stderr.write(result.message(program) + "\n")
+                report(result.message(program))
                 return result.exit_code
             if poller.error is not None:
                 raise _JobEnd(poller.error)
@@ -332,9 +384,17 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                     or len(left) == total_slots(hosts)):
                 return 0
             if not failed and not reform and not left:
-                raise _JobEnd(result.message(program) or
-                              "mpiexec exited with code %s"
-                              % result.mpiexec_code)
+                if backend is None or result.aborted is None:
+                    raise _JobEnd(result.message(program) or
+                                  "mpiexec exited with code %s"
+                                  % result.mpiexec_code)
+                # A backend's host of a rank went away (its process died,
+                # its Spark stage failed): a reset, as a rank's failure.
+                failures.append("generation %d: %s"
+                                % (generation, result.aborted))
+                sys.stderr.write("%s: elastic generation %d ended (%s)\n"
+                                 % (program, generation, result.aborted))
+                sys.stderr.flush()
             if seen:
                 # When each part of a re-formation happens (benchmarks/
                 # elastic.py reads this line): hbrun learnt of the first
@@ -349,7 +409,8 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                 sys.stderr.flush()
             for status in failed:
                 failures.append(_describe(status, hosts, generation))
-                hosts_state.blacklist.add(_host_name(hosts, status.rank))
+                if backend is None or backend.blacklist_failures:
+                    hosts_state.blacklist.add(_host_name(hosts, status.rank))
             for status in left:
                 host = _host_name(hosts, status.rank)
                 hosts_state.finished[host] = (
@@ -361,15 +422,14 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                               % settings.reset_limit)
             generation += 1
     except _Interrupted as exc:
-        sys.stderr.write("%s: received %s; stopped the elastic job\n"
-                         % (program, signal.Signals(exc.signum).name))
+        report("%s: received %s; stopped the elastic job"
+               % (program, signal.Signals(exc.signum).name))
         return 128 + exc.signum
     except (_JobEnd, LauncherError) as exc:
-        sys.stderr.write("%s: elastic job failed: %s\n" % (program, exc))
+        report("%s: elastic job failed: %s" % (program, exc))
         if failures:
-            sys.stderr.write("%s: failures:\n%s\n" % (
+            report("%s: failures:\n%s" % (
                 program, "\n".join("  " + f for f in failures)))
-        sys.stderr.flush()
         return 1
     finally:
         for signum, handler in previous.items():

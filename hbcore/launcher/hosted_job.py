@@ -17,7 +17,8 @@ import os
 import queue
 import sys
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    TextIO, Tuple)
 
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosted_rank import MemberSpec, member_name
@@ -25,6 +26,7 @@ from hbcore.launcher.manual_job import run_placed
 from hbcore.launcher.mpiexec import wrapped_command
 from hbcore.launcher.rendezvous import Coordinator, RendezvousError
 from hbcore.launcher.run_task import rank_error, root_failure
+from hbcore.launcher.rank_wrapper import RankStatus
 from hbcore.launcher.supervisor import LaunchResult
 
 RANK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -46,6 +48,10 @@ class HostedJob:
         stdout: Stream for the ranks' stdout (default: sys.stdout).
         stderr: Stream for the ranks' stderr (default: sys.stderr).
         timestamp: Prefix the ranks' output lines with the time.
+        events: The supervisor's event queue (default: a new one); an
+            elastic driver's poller puts its aborts there.
+        seen, settle_for: As ``supervisor.supervise``'s (the elastic
+            driver reads every rank status of a generation).
 
     Raises:
         RendezvousError: No port to listen on.
@@ -58,7 +64,11 @@ class HostedJob:
                  mpi_args: Sequence[str] = (), verbose: bool = False,
                  stdout: Optional[TextIO] = None,
                  stderr: Optional[TextIO] = None,
-                 timestamp: bool = False) -> None:
+                 timestamp: bool = False,
+                 events: Optional["queue.Queue"] = None,
+                 seen: Optional[List[RankStatus]] = None,
+                 settle_for: Optional[Callable[[RankStatus], float]] = None
+                 ) -> None:
         self.size = size
         self.program = program
         self._what = what
@@ -73,7 +83,10 @@ class HostedJob:
         # A fresh id keeps hosts of an earlier job of this driver out.
         self._job = {"id": os.urandom(16).hex(), "program": program,
                      "rank_command": self._rank_command}
-        self._events: "queue.Queue" = queue.Queue()
+        self._events: "queue.Queue" = (queue.Queue() if events is None
+                                       else events)
+        self._seen = seen
+        self._settle_for = settle_for
         self._members = [member_name(i) for i in range(size)]
         self._coordinator = Coordinator(
             self._members, self._job, self._secret, ("", 0), start_timeout,
@@ -110,7 +123,8 @@ class HostedJob:
             self.result = run_placed(
                 self._coordinator, placements, segments, self._rank_command,
                 self._mpi_args, os.environ, self._events, self._verbose,
-                self.program, *self._streams)
+                self.program, *self._streams, seen=self._seen,
+                settle_for=self._settle_for)
         except LauncherError as exc:
             self._end = (1, "%s: error: %s" % (self.program, exc))
             self._coordinator.end(*self._end)

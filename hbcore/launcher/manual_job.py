@@ -26,6 +26,7 @@ from hbcore.launcher.hydra_manual import (LAUNCH_END, LAUNCH_PREFIX,
                                           ProxyData, manual_command,
                                           proxy_command, parse_launch_line)
 from hbcore.launcher.mpiexec import find_mpiexec
+from hbcore.launcher.rank_wrapper import RankStatus
 from hbcore.launcher.rendezvous import Coordinator, Placement, Start
 from hbcore.launcher.supervisor import (TERMINATE_GRACE_S, LaunchResult,
                                         ProcessTree, supervise)
@@ -46,7 +47,10 @@ def run_placed(coordinator: Coordinator, placements: List[Placement],
                events: "queue.Queue", verbose: bool = False,
                program: str = "hbrun",
                stdout: Optional[TextIO] = None,
-               stderr: Optional[TextIO] = None) -> LaunchResult:
+               stderr: Optional[TextIO] = None,
+               seen: Optional[List[RankStatus]] = None,
+               settle_for: Optional[Callable[[RankStatus], float]] = None
+               ) -> LaunchResult:
     """Runs the job of placed members until it ends (steps 6-7 of the
     rendezvous, the coordinator's side); the caller reports its end.
 
@@ -62,6 +66,7 @@ def run_placed(coordinator: Coordinator, placements: List[Placement],
         program: Name for the verbose line.
         stdout: Stream for the ranks' stdout (default: sys.stdout).
         stderr: Stream for the ranks' stderr (default: sys.stderr).
+        seen, settle_for: As ``supervisor.supervise``'s.
 
     Returns:
         The supervisor's outcome; no process of the job is left here.
@@ -97,7 +102,8 @@ def run_placed(coordinator: Coordinator, placements: List[Placement],
     world = sum(p.arrival.workers for p in placements)
     return supervise(command, world, environ=environ,
                      stdin=subprocess.DEVNULL, intercept=intercept,
-                     events=events, stdout=stdout, stderr=stderr)
+                     events=events, stdout=stdout, stderr=stderr, seen=seen,
+                     settle_for=settle_for)
 
 
 class LocalProxy:

@@ -27,13 +27,13 @@ from ray.util.placement_group import (placement_group,
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hbcore.launcher.hosted_job import HostedJob
-from hbcore.launcher.hosted_rank import HostedRank, MemberSpec
+from hbcore.launcher.hosted_rank import HostedRank, MemberSpec, run_once
 from hbcore.launcher.mpiexec import nic_env
 
 PROGRAM = "hbcore.ray.RayExecutor"
 # Seconds the driver gives the actors beyond the start timeout to report
 # (scheduling, the rendezvous' own error message), and to stop.
-_MARGIN_S = 30.0
+MARGIN_S = 30.0
 
 
 @dataclasses.dataclass
@@ -46,7 +46,7 @@ class MiniSettings:
         timeout_s: Seconds for every actor to join the job.
         placement_group_timeout_s: Seconds for Ray to place the actors.
         nics: Network interfaces for NCCL's sockets.
-        elastic: False (elastic Ray jobs are not supported yet).
+        elastic: False (elastic jobs: ElasticRayExecutor, elastic.py).
     """
     ssh_identity_file: Optional[str] = None
     ssh_str: Optional[str] = None
@@ -61,7 +61,7 @@ class MiniSettings:
         return float(self.timeout_s)
 
 
-class _Worker:
+class Worker:
     """The actor: hosts one rank (created with ``ray.remote``)."""
 
     def __init__(self) -> None:
@@ -83,6 +83,12 @@ class _Worker:
     def call(self, payload: bytes) -> Tuple[str, Any]:
         """One call on the rank (hosted_rank.HostedRank.call)."""
         return self._rank.call(payload)
+
+    def run_once(self, spec: MemberSpec, index: int,
+                 payload: bytes) -> Tuple[str, Any]:
+        """Hosts rank ``index`` for one call (an elastic generation);
+        returns its outcome (hosted_rank.run_once)."""
+        return run_once(spec, index, payload)[1]
 
     def stop(self) -> Tuple[int, str]:
         """Ends the rank; returns the job's (code, message)."""
@@ -108,7 +114,8 @@ class RayExecutor:
             group this driver runs in, if any, instead of a new one.
         min_workers, max_workers, reset_limit, cooldown_range,
         elastic_timeout, override_discovery: horovod.ray's elastic
-            arguments; elastic jobs are not supported yet.
+            arguments; refused: hbcore's elastic Ray jobs are
+            ElasticRayExecutor's.
 
     Raises:
         ValueError: Not exactly one of num_workers and num_hosts, a count
@@ -158,7 +165,8 @@ class RayExecutor:
                              "cannot be elastic and non-elastic.")
         if min_workers is not None or max_workers is not None:
             raise NotImplementedError("%s: elastic jobs (min_workers, "
-                                      "max_workers) are not supported yet"
+                                      "max_workers) are not supported: use "
+                                      "hbcore.ray.ElasticRayExecutor"
                                       % PROGRAM)
         if (num_workers is None) == (num_hosts is None):
             raise ValueError("give num_workers or num_hosts (with "
@@ -216,7 +224,7 @@ class RayExecutor:
             spec = self._job.spec(ray.util.get_node_ip_address())
             errors = ray.get([w.start.remote(spec, i)
                               for i, w in enumerate(self._workers)],
-                             timeout=self.settings.start_timeout + _MARGIN_S)
+                             timeout=self.settings.start_timeout + MARGIN_S)
         except BaseException as exc:
             self._teardown()
             if isinstance(exc, ray.exceptions.GetTimeoutError):
@@ -227,7 +235,7 @@ class RayExecutor:
             raise
         if any(errors):
             try:
-                message = self._job.wait(_MARGIN_S)[1]
+                message = self._job.wait(MARGIN_S)[1]
             except TimeoutError:
                 message = ""
             self._teardown()
@@ -242,7 +250,7 @@ class RayExecutor:
         resources = {"num_cpus": self.cpus_per_worker,
                      "num_gpus": self.gpus_per_worker}
         group, bundle_of = self._placement_group()
-        actor = ray.remote(_Worker)
+        actor = ray.remote(Worker)
         workers = []
         for index in range(self.num_workers):
             options = dict(resources)
@@ -306,7 +314,7 @@ class RayExecutor:
             return [o[1] for o in values]
         # The job is over (the failing rank exited); report it and stop.
         try:
-            self._job.wait(self.settings.start_timeout + _MARGIN_S)
+            self._job.wait(self.settings.start_timeout + MARGIN_S)
         except TimeoutError:
             self._job.abort("a worker's call failed")
         job = self._job
@@ -387,13 +395,13 @@ class RayExecutor:
         if workers:
             try:
                 ray.get([w.stop.remote() for w in workers],
-                        timeout=self.settings.start_timeout + _MARGIN_S)
+                        timeout=self.settings.start_timeout + MARGIN_S)
             except (ray.exceptions.RayError, TimeoutError):
                 pass  # killing the actors below ends what is left
         if job is not None:
             job.abort("%s was shut down" % PROGRAM)
             try:
-                job.wait(_MARGIN_S)
+                job.wait(MARGIN_S)
             except TimeoutError:
                 pass
         for worker in workers:

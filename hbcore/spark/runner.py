@@ -11,47 +11,28 @@ error. Every task ends only when the job has ended, with its proxy and
 rank stopped, so nothing is left running on the executors.
 """
 
-import functools
 import os
 import shlex
 import socket
 import sys
-import threading
-from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping,
-                    Optional, Sequence, TextIO, Tuple, Union)
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
+                    Sequence, TextIO, Union)
 
 import cloudpickle
 import pyspark
 
 from hbcore.launcher.hosted_job import HostedJob
-from hbcore.launcher.hosted_rank import MemberSpec, run_once
 from hbcore.launcher.mpiexec import nic_env
+from hbcore.spark.stage import BarrierStage
 from hbcore.spark.task_errors import TaskFailure, task_failure, too_few_slots
 
 PROGRAM = "hbcore.spark.run"
 # horovod.spark.run's default start timeout and its variable.
 DEFAULT_START_TIMEOUT_S = 600
 START_TIMEOUT_VARS = ("HB_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT")
-# Seconds the Spark stage gets to finish after the job ended, or failed
-# (its hosts stop their proxies within a few seconds).
-_TASKS_END_S = 60.0
-_FAILED_TASKS_END_S = 10.0
 
 
-def _task(spec: MemberSpec, payload: bytes, _rows: Iterable[Any]
-          ) -> Iterator[Tuple[int, bytes]]:
-    """One Spark task: hosts rank <partition> for the call.
-
-    Yields:
-        (rank, cloudpickled outcome): Spark pickles results with plain
-        pickle, which cannot carry a lambda the function may return.
-    """
-    index = pyspark.BarrierTaskContext.get().partitionId()
-    rank, outcome = run_once(spec, index, payload)
-    yield rank, cloudpickle.dumps(outcome)
-
-
-def _start_timeout(start_timeout: Optional[float]) -> float:
+def start_timeout_s(start_timeout: Optional[float]) -> float:
     if start_timeout is not None:
         value: Any = start_timeout
         name = "start_timeout"
@@ -130,18 +111,15 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
     if use_gloo:
         raise ValueError("use_gloo=True: hbcore has no Gloo controller; "
                          "%s always forms the job over MPI" % PROGRAM)
-    context = pyspark.SparkContext._active_spark_context
-    if context is None:
-        raise RuntimeError("Could not find an active SparkContext, are you "
-                           "running in a PySpark session?")
+    context = active_context()
     if num_proc is None:
         num_proc = context.defaultParallelism
     if not isinstance(num_proc, int) or isinstance(num_proc, bool) \
             or num_proc < 1:
         raise ValueError("num_proc must be an integer >= 1, got %r"
                          % (num_proc,))
-    timeout = _start_timeout(start_timeout)
-    _default_local_python(context)
+    timeout = start_timeout_s(start_timeout)
+    default_local_python(context)
     if isinstance(extra_mpi_args, str):
         extra_mpi_args = shlex.split(extra_mpi_args)
     rank_env: Dict[str, str] = dict(env or {})
@@ -153,50 +131,48 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
     job = HostedJob(num_proc, "Spark task", PROGRAM, timeout, rank_env,
                     executable, list(extra_mpi_args or ()), verbose >= 2,
                     stdout, stderr, prefix_output_with_timestamp)
-    host = context.getConf().get("spark.driver.host") or socket.gethostname()
-    task = functools.partial(_task, job.spec(host), payload)
-    group = "%s.%s" % (PROGRAM, job.spec(host).job["id"])
-    collected: List[Tuple[int, bytes]] = []
-    spark_error: List[BaseException] = []
-    cancelled = False
-
-    def spark_job() -> None:
-        context.setJobGroup(group, "hbcore job of %d ranks" % num_proc,
-                            interruptOnCancel=True)
-        try:
-            rdd = context.parallelize(range(num_proc), num_proc)
-            collected.extend(rdd.barrier().mapPartitions(task).collect())
-        except Exception as exc:  # the job's report is more precise
-            spark_error.append(exc)
-            failure = task_failure(exc)
-            job.abort(_task_line(failure) if failure else
-                      "the Spark job failed: %s" % _first_line(exc))
-
-    thread = threading.Thread(target=spark_job, daemon=True,
-                              name="hbcore-spark-job")
-    thread.start()
+    stage = BarrierStage(context, job.spec(driver_host(context)), payload,
+                         num_proc, PROGRAM,
+                         lambda exc: job.abort(stage_failure(exc)))
     try:
         code, _ = job.wait()
-        # The tasks return once their proxies stopped, moments after the
-        # job's end. A stage still running then never got all its tasks
-        # (too few free slots: Spark retries a barrier stage for minutes).
-        thread.join(_TASKS_END_S if code == 0 else _FAILED_TASKS_END_S)
-        if thread.is_alive():
-            cancelled = True
-            context.cancelJobGroup(group)
-            thread.join()
+        outcomes = stage.finish(code == 0)
     except BaseException:
-        context.cancelJobGroup(group)
+        stage.cancel()
         job.abort("%s was interrupted" % PROGRAM)
         raise
-    outcomes = {rank: cloudpickle.loads(data) for rank, data in collected}
-    if spark_error and not outcomes:
-        raise _spark_job_error(spark_error[0], job.wait()[1], num_proc,
-                               cancelled, context) from spark_error[0]
+    if stage.error is not None and not outcomes:
+        raise _spark_job_error(stage.error, job.wait()[1], num_proc,
+                               stage.cancelled, context) from stage.error
     return job.results(outcomes)
 
 
-def _default_local_python(context: pyspark.SparkContext) -> None:
+def active_context() -> pyspark.SparkContext:
+    """The active SparkContext.
+
+    Raises:
+        RuntimeError: There is none (horovod.spark's message).
+    """
+    context = pyspark.SparkContext._active_spark_context
+    if context is None:
+        raise RuntimeError("Could not find an active SparkContext, are you "
+                           "running in a PySpark session?")
+    return context
+
+
+def driver_host(context: pyspark.SparkContext) -> str:
+    """This driver's address as Spark's executors reach it."""
+    return context.getConf().get("spark.driver.host") or socket.gethostname()
+
+
+def stage_failure(error: BaseException) -> str:
+    """Why a job is aborted when its Spark stage failed."""
+    failure = task_failure(error)
+    return (_task_line(failure) if failure else
+            "the Spark job failed: %s" % _first_line(error))
+
+
+def default_local_python(context: pyspark.SparkContext) -> None:
     """In local mode, Spark's workers run the driver's Python unless the
     user chose one.
 

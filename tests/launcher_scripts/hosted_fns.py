@@ -1,8 +1,12 @@
 """Functions the Spark and Ray tests run on hosted ranks (imported by
 reference on the ranks, from the driver's sys.path)."""
 import os
+import sys
 
 import numpy as np
+
+RANK_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "rank_scripts")
 
 
 def rank_data(rank, scale):
@@ -61,3 +65,12 @@ def kill_rank(bad_rank):
         os.kill(os.getpid(), signal.SIGKILL)
     hbcore.allreduce(np.ones(3), name="never-complete")
     return "unreachable"
+
+
+def elastic_job():
+    """rank_scripts/elastic_train.py's numpy job (test_elastic.py's
+    trainer, events from HB_TEST_EVENTS) on an elastic hosted rank."""
+    if RANK_SCRIPTS not in sys.path:
+        sys.path.insert(0, RANK_SCRIPTS)
+    import elastic_train
+    return elastic_train.job()

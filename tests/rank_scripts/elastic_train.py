@@ -22,6 +22,10 @@ file in $HB_TEST_OUT records it):
                      without dying; its wrapper must kill it)
     hang:HOST:STEP   that rank blocks there forever in its own code, its
                      process running (the stall shutdown must end it)
+    killhosting:HOST:STEP  (a hosted rank: hbcore.spark, hbcore.ray) the
+                     rank on HOST SIGKILLs the process that hosts it (the
+                     Spark task's Python worker, the Ray actor) there and
+                     waits until the job stops it
     killwrite:HOST:STEP  the rank on HOST SIGKILLs itself in the middle of
                      the commit after step STEP: half of its first store
                      file of that commit written (a .tmp file left), the
@@ -380,10 +384,25 @@ class FitTrainer(KerasTrainer):
                                       elastic.CommitStateCallback(state, 2)])
 
 
+def kill_hosting_process() -> None:
+    """The killhosting event: the process that started this rank's hydra
+    proxy (hbcore/launcher/hosted_rank.py) is SIGKILLed; this rank then
+    waits to be stopped (the others cannot commit without it)."""
+    proc = psutil.Process()
+    while "hydra_pmi_proxy" not in " ".join(proc.cmdline()):
+        proc = proc.parent()
+    proc.parent().kill()
+    threading.Event().wait()
+
+
 def before_step(events: list, host: str, s: int) -> None:
-    """The kill / killhost / exit0 / stop / hang events of step ``s`` on
+    """The kill / killhost / exit0 / stop / hang / killhosting events of
+    step ``s`` on
     ``host``."""
     for kind, where, at in events:
+        if (kind, where, int(at)) == ("killhosting", host, s) and once(
+                "%s:%s:%s" % (kind, where, at)):
+            kill_hosting_process()
         if where == host and int(at) == s and kind in (
                 "kill", "killhost", "exit0", "stop", "hang") and once(
                     "%s:%s:%s" % (kind, where, at)):
