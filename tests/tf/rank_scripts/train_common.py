@@ -86,6 +86,18 @@ def identical_on_all_ranks(arrays: Sequence[np.ndarray], what: str) -> None:
                                       np.max(np.abs(mine - other))))
 
 
+def dense_gradient_step(model: Any, optimizer: Any, x: Any, y: Any) -> None:
+    """One step of plain Keras on (x, y) with the mean squared error, each
+    gradient made dense before the update (TensorFlow's sparse-update
+    semantics: the gradient of duplicate ids summed first), as the
+    references of the embedding rank scripts train."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    variables = model.trainable_variables
+    grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
+    optimizer.apply_gradients(zip(grads, variables))
+
+
 def run_table(checker: Any, table: Dict[str, Callable[[], Any]],
               cases: Sequence[str], skip: Sequence[str] = ()) -> None:
     """Runs the cases of a rank script in order through ``checker``.
