@@ -1,6 +1,7 @@
 """hb.keras.layers.DynamicEmbedding (dynamic tables: int64 and string
-ids, rows created on first lookup) at 1, 2 and 3 ranks with Keras 3: one
-launch per rank count runs every case of tests/tf/rank_scripts/
+ids, rows created on first lookup) at 1, 2 and 3 ranks with Keras 3 and
+tf_keras (skipped with the reason when tf_keras is not importable): one
+launch per rank count and Keras runs every case of tests/tf/rank_scripts/
 dynamic_keras.py, where each rank checks rows against the per-key formula
 computed in numpy, rows held per rank against the hash formula, and
 training (model.fit and a tf.function loop under hvd.DistributedOptimizer)
@@ -8,25 +9,28 @@ against plain single-process Keras on the whole batch.
 test_same_result_at_every_world_size compares what the launches trained.
 """
 import numpy as np
+import pytest
 
-from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
+from support.tf_launch import (REQUIRES_TF, STALL_FAST_ENV, keras_flavors,
+                               rank_script_tests)
 
 pytestmark = REQUIRES_TF
 
 NPS = (1, 2, 3)
 
 test_launch_is_clean, test_case, run = rank_script_tests(
-    "dynamic_keras.py", nps=NPS, flavors=("keras3",), timeout=240,
+    "dynamic_keras.py", nps=NPS, flavors=("keras3", "tf_keras"), timeout=240,
     env=STALL_FAST_ENV)
 
 
-def test_same_result_at_every_world_size():
+@pytest.mark.parametrize("flavor", keras_flavors())
+def test_same_result_at_every_world_size(flavor):
     """The trained tables and Dense weights of every run (1, 2 and 3
     ranks) agree with each other, on every rank."""
-    reference = run(1, "keras3").results[0]["trained"]
+    reference = run(1, flavor).results[0]["trained"]
     assert sorted(reference) == ["adagrad", "adam", "loop_adagrad", "sgd"]
     for np_ in NPS:
-        launch = run(np_, "keras3")
+        launch = run(np_, flavor)
         for rank in range(np_):
             trained = launch.results[rank]["trained"]
             assert sorted(trained) == sorted(reference)

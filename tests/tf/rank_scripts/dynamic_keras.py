@@ -5,7 +5,7 @@ hbrun at 1, 2 and 3 ranks.
 Every expected value is computed here without the code under test:
 - initial rows from the per-key formula of docs/embedding.md ("Dynamic
   tables"), written in numpy (splitmix64 on uint64 words);
-- which rank holds a key from the same formula (``mix(key) % size``);
+- which rank holds a key from the same formula (``splitmix64(key) % size``);
 - string keys from TF's ``tf.strings.to_hash_bucket_fast`` (plain TF);
 - training against plain single-process Keras: ``keras.layers.Embedding``
   over the whole vocabulary, its rows initialised from the formula, trained
@@ -18,7 +18,7 @@ world sizes.
 import numpy as np
 
 from train_common import (Checker, check, close, dense_gradient_step,
-                          env_rank, env_size, expect_raises, identical_on_all_ranks,
+                          env_rank, env_size, expect_raises, splitmix64, identical_on_all_ranks,
                           rank_values, report, run_table, tf)
 
 import hbcore_tf as hb  # noqa: E402
@@ -44,16 +44,9 @@ POOL = np.array([0, 1, 2, -1, -(2 ** 63), 2 ** 63 - 1, 10 ** 12, 77,
 
 # --- the reference's formulas (numpy, on Python ints) -------------------------
 
-def mix(z: int) -> int:
-    z &= MASK
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return z ^ (z >> 31)
-
-
 def uniforms(key: int, seed: int, count: int) -> np.ndarray:
-    base = mix((int(key) & MASK) ^ mix(seed))
-    return np.array([(mix(base + (j + 1) * GOLDEN) >> 11) * 2.0 ** -53
+    base = splitmix64((int(key) & MASK) ^ splitmix64(seed))
+    return np.array([(splitmix64(base + (j + 1) * GOLDEN) >> 11) * 2.0 ** -53
                      for j in range(count)])
 
 
@@ -70,7 +63,7 @@ def normal_row(key: int, seed: int, mean: float, stddev: float
 
 
 def owner(key: int, size: int) -> int:
-    return mix(int(key)) % size
+    return splitmix64(int(key)) % size
 
 
 def held_here(keys, rank: int, size: int) -> int:

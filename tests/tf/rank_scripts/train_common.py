@@ -86,6 +86,17 @@ def identical_on_all_ranks(arrays: Sequence[np.ndarray], what: str) -> None:
                                       np.max(np.abs(mine - other))))
 
 
+def splitmix64(z: int) -> int:
+    """The splitmix64 finalizer on a 64-bit word (Python ints, modulo
+    2**64): the hash that places a dynamic table's keys, written from its
+    definition, for the references of the rank scripts."""
+    mask = (1 << 64) - 1
+    z &= mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
 def dense_gradient_step(model: Any, optimizer: Any, x: Any, y: Any) -> None:
     """One step of plain Keras on (x, y) with the mean squared error, each
     gradient made dense before the update (TensorFlow's sparse-update
