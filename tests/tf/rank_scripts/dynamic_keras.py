@@ -29,7 +29,8 @@ keras = _compat.keras_module()
 
 CASES = ["lookup_creates_rows", "normal_initializer", "string_ids",
          "ragged_and_sparse_ids", "fit_sgd", "fit_adagrad", "fit_adam",
-         "custom_loop_adagrad", "bad_ids_and_arguments", "over_capacity"]
+         "custom_loop_adagrad", "custom_loop_v1_adagrad",
+         "bad_ids_and_arguments", "over_capacity"]
 D = 3          # embedding dimension
 F = 2          # ids per example
 GLOBAL = 6     # examples per step, all ranks together
@@ -100,7 +101,17 @@ OPTIMIZERS = {
     "sgd": lambda: keras.optimizers.SGD(0.2),
     "adagrad": lambda: keras.optimizers.Adagrad(0.3),
     "adam": lambda: keras.optimizers.Adam(0.05),
+    "v1_adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.3),
 }
+
+
+def updated_variables(model, opt_name):
+    """What the optimizer updates: the model's trainable variables, as
+    tf.Variables for a tf.compat.v1 optimizer (Keras 3 wraps them)."""
+    variables = model.trainable_variables
+    if opt_name.startswith("v1_"):
+        variables = [_compat.unwrap_variable(v) for v in variables]
+    return variables
 
 
 def model_of(embedding) -> "keras.Model":
@@ -125,7 +136,8 @@ def expected_training(opt_name: str):
     opt = OPTIMIZERS[opt_name]()
     for step in range(STEPS):
         ids, y = global_batch(step)
-        dense_gradient_step(model, opt, np.searchsorted(vocab, ids), y)
+        dense_gradient_step(model, opt, np.searchsorted(vocab, ids), y,
+                            updated_variables(model, opt_name))
     return [model.get_layer("emb").get_weights()[0]] + \
         model.get_layer("out").get_weights()
 
@@ -224,24 +236,32 @@ def main() -> None:
                                              int(layer.table.size())))
         trained[what] = [np.asarray(a).tolist() for a in got]
 
-    def custom_loop_adagrad():
-        layer = dynamic("emb_loop", capacity=16)
+    def custom_loop(opt_name):
+        """A tf.function loop: hvd.DistributedOptimizer around a Keras
+        optimizer, or a tf.compat.v1 optimizer under
+        hb.DistributedGradientTape."""
+        layer = dynamic("emb_loop_" + opt_name, capacity=16)
         model = model_of(layer)
-        opt = hvd.DistributedOptimizer(OPTIMIZERS["adagrad"]())
+        v1 = opt_name.startswith("v1_")
+        opt = OPTIMIZERS[opt_name]()
+        if not v1:
+            opt = hvd.DistributedOptimizer(opt)
+        variables = updated_variables(model, opt_name)
 
         @tf.function
         def step(x, y):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(tf.square(model(x) - y))
-            variables = model.trainable_variables
+            if v1:
+                tape = hb.DistributedGradientTape(tape)
             opt.apply_gradients(zip(tape.gradient(loss, variables),
                                     variables))
 
         for k in range(STEPS):
             ids, y = global_batch(k)
             step(my_part(ids, rank, size), my_part(y, rank, size))
-        check_trained(model, layer, expected_training("adagrad"),
-                      "loop_adagrad")
+        check_trained(model, layer, expected_training(opt_name),
+                      "loop_" + opt_name)
 
     def bad_ids_and_arguments():
         ints = dynamic("ints")
@@ -284,7 +304,8 @@ def main() -> None:
         "fit_sgd": lambda: fit("sgd"),
         "fit_adagrad": lambda: fit("adagrad"),
         "fit_adam": lambda: fit("adam"),
-        "custom_loop_adagrad": custom_loop_adagrad,
+        "custom_loop_adagrad": lambda: custom_loop("adagrad"),
+        "custom_loop_v1_adagrad": lambda: custom_loop("v1_adagrad"),
         "bad_ids_and_arguments": bad_ids_and_arguments,
         "over_capacity": over_capacity,
     }

@@ -97,14 +97,18 @@ def splitmix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def dense_gradient_step(model: Any, optimizer: Any, x: Any, y: Any) -> None:
+def dense_gradient_step(model: Any, optimizer: Any, x: Any, y: Any,
+                        variables: Any = None) -> None:
     """One step of plain Keras on (x, y) with the mean squared error, each
     gradient made dense before the update (TensorFlow's sparse-update
     semantics: the gradient of duplicate ids summed first), as the
-    references of the embedding rank scripts train."""
+    references of the embedding rank scripts train. ``variables``: what
+    the optimizer updates (the tf.Variables of a Keras 3 model for a
+    tf.compat.v1 optimizer), by default the model's trainable ones."""
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(x) - y))
-    variables = model.trainable_variables
+    if variables is None:
+        variables = model.trainable_variables
     grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
     optimizer.apply_gradients(zip(grads, variables))
 
