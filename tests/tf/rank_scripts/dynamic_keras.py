@@ -30,6 +30,7 @@ keras = _compat.keras_module()
 CASES = ["lookup_creates_rows", "normal_initializer", "string_ids",
          "ragged_and_sparse_ids", "fit_sgd", "fit_adagrad", "fit_adam",
          "custom_loop_adagrad", "custom_loop_v1_adagrad",
+         "custom_loop_v1_adam", "custom_loop_v1_ftrl",
          "bad_ids_and_arguments", "over_capacity"]
 D = 3          # embedding dimension
 F = 2          # ids per example
@@ -102,6 +103,9 @@ OPTIMIZERS = {
     "adagrad": lambda: keras.optimizers.Adagrad(0.3),
     "adam": lambda: keras.optimizers.Adam(0.05),
     "v1_adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.3),
+    "v1_adam": lambda: tf.compat.v1.train.AdamOptimizer(0.05),
+    "v1_ftrl": lambda: tf.compat.v1.train.FtrlOptimizer(
+        0.3, l1_regularization_strength=0.001),
 }
 
 
@@ -126,7 +130,7 @@ def model_of(embedding) -> "keras.Model":
 def expected_training(opt_name: str):
     """Plain Keras in this process: an Embedding over the vocabulary (ids
     mapped to their rank in it), rows from the formula, the whole batch of
-    every step, dense gradients. Returns (table rows in vocabulary order,
+    every step, dense gradients (sparse for tf.compat.v1 optimizers). Returns (table rows in vocabulary order,
     Dense kernel, Dense bias)."""
     vocab = vocabulary()
     table = np.stack([uniform_row(k) for k in vocab]).astype(np.float32)
@@ -137,7 +141,8 @@ def expected_training(opt_name: str):
     for step in range(STEPS):
         ids, y = global_batch(step)
         dense_gradient_step(model, opt, np.searchsorted(vocab, ids), y,
-                            updated_variables(model, opt_name))
+                            updated_variables(model, opt_name),
+                            dense=not opt_name.startswith("v1_"))
     return [model.get_layer("emb").get_weights()[0]] + \
         model.get_layer("out").get_weights()
 
@@ -306,6 +311,8 @@ def main() -> None:
         "fit_adam": lambda: fit("adam"),
         "custom_loop_adagrad": lambda: custom_loop("adagrad"),
         "custom_loop_v1_adagrad": lambda: custom_loop("v1_adagrad"),
+        "custom_loop_v1_adam": lambda: custom_loop("v1_adam"),
+        "custom_loop_v1_ftrl": lambda: custom_loop("v1_ftrl"),
         "bad_ids_and_arguments": bad_ids_and_arguments,
         "over_capacity": over_capacity,
     }

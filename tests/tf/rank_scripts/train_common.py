@@ -98,18 +98,23 @@ def splitmix64(z: int) -> int:
 
 
 def dense_gradient_step(model: Any, optimizer: Any, x: Any, y: Any,
-                        variables: Any = None) -> None:
+                        variables: Any = None, dense: bool = True) -> None:
     """One step of plain Keras on (x, y) with the mean squared error, each
     gradient made dense before the update (TensorFlow's sparse-update
     semantics: the gradient of duplicate ids summed first), as the
     references of the embedding rank scripts train. ``variables``: what
     the optimizer updates (the tf.Variables of a Keras 3 model for a
-    tf.compat.v1 optimizer), by default the model's trainable ones."""
+    tf.compat.v1 optimizer), by default the model's trainable ones.
+    ``dense=False`` keeps a table's gradient an IndexedSlices (a
+    tf.compat.v1 optimizer sums its duplicates and updates only its rows:
+    Ftrl's dense update would also move rows without a gradient)."""
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(tf.square(model(x) - y))
     if variables is None:
         variables = model.trainable_variables
-    grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
+    grads = tape.gradient(loss, variables)
+    if dense:
+        grads = [tf.convert_to_tensor(g) for g in grads]
     optimizer.apply_gradients(zip(grads, variables))
 
 
