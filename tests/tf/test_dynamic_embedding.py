@@ -4,7 +4,8 @@ tf_keras (skipped with the reason when tf_keras is not importable): one
 launch per rank count and Keras runs every case of tests/tf/rank_scripts/
 dynamic_keras.py, where each rank checks rows against the per-key formula
 computed in numpy, rows held per rank against the hash formula, and
-training (model.fit and a tf.function loop under hvd.DistributedOptimizer)
+training (model.fit and tf.function loops: Keras optimizers under
+hvd.DistributedOptimizer, tf.compat.v1 ones under DistributedGradientTape)
 against plain single-process Keras on the whole batch.
 test_same_result_at_every_world_size compares what the launches trained.
 Each launch takes 18-35 s on the shared 2-core machine (its world's start
