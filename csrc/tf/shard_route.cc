@@ -25,6 +25,13 @@
 //   senders_with_data = the sum of the flags (float32 scalar).
 // With unique=false nothing is deduplicated (distinct/index and the send
 // segments then hold every id, as exchange.py documents for emb_unique).
+//
+// Hash partition (hash_partition=true, the dynamic tables of
+// hbcore_tf/embedding/dynamic_table.py): ids are keys of any int64 value,
+// none is invalid, and the owner of a key is MixKey(key) % num_shards
+// (MixKey: the splitmix64 finalizer on the key's 64 bits, as unsigned);
+// `num_rows` is ignored. The owner's `distinct` holds the keys themselves
+// (no offset, no range check): its hash map turns them into rows.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -88,6 +95,15 @@ class DenseIndex {
   int shift_ = 60;  // 64 - log2(capacity)
 };
 
+// The splitmix64 finalizer: a bijection of 64-bit words that spreads
+// sequential and strided keys evenly over the shards. Dynamic tables'
+// initializer (hbcore_tf/embedding/dynamic_init.py) uses the same mix.
+uint64_t MixKey(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 // Output `index` of the kernel: a copy of `values`, whose length is known
 // only once the kernel has run.
 absl::Status VectorOutput(OpKernelContext* c, int index,
@@ -105,6 +121,7 @@ class ShardRouteOp : public OpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("num_rows", &num_rows_));
     OP_REQUIRES_OK(c, c->GetAttr("num_shards", &num_shards_));
     OP_REQUIRES_OK(c, c->GetAttr("unique", &unique_));
+    OP_REQUIRES_OK(c, c->GetAttr("hash_partition", &hash_partition_));
     OP_REQUIRES(c, num_shards_ >= 1 && num_rows_ >= 1,
                 absl::InvalidArgumentError(absl::StrCat(
                     "HbcoreShardRoute: num_rows (", num_rows_,
@@ -141,7 +158,7 @@ class ShardRouteOp : public OpKernel {
     DenseIndex index(unique_ ? n : 0);
     for (int64_t i = 0; i < n; ++i) {
       int64_t id = ids[i];
-      if (id < 0 || id >= num_rows_) {
+      if (!hash_partition_ && (id < 0 || id >= num_rows_)) {
         invalid.push_back(id);
         id = 0;
       }
@@ -193,6 +210,10 @@ class ShardRouteOp : public OpKernel {
 
  private:
   int32_t Owner(int64_t id) const {
+    if (hash_partition_) {
+      return static_cast<int32_t>(MixKey(static_cast<uint64_t>(id)) %
+                                  static_cast<uint64_t>(num_shards_));
+    }
     return static_cast<int32_t>(id < cut_ ? id / long_rows_
                                           : rem_ + (id - cut_) / short_rows_);
   }
@@ -200,6 +221,7 @@ class ShardRouteOp : public OpKernel {
   int64_t num_rows_ = 0;
   int64_t num_shards_ = 0;
   bool unique_ = true;
+  bool hash_partition_ = false;
   int64_t rem_ = 0, long_rows_ = 1, short_rows_ = 1, cut_ = 0;
 };
 
@@ -209,6 +231,7 @@ class ShardReceiveOp : public OpKernel {
     OP_REQUIRES_OK(c, c->GetAttr("offset", &offset_));
     OP_REQUIRES_OK(c, c->GetAttr("rows", &rows_));
     OP_REQUIRES_OK(c, c->GetAttr("unique", &unique_));
+    OP_REQUIRES_OK(c, c->GetAttr("hash_partition", &hash_partition_));
   }
 
   void Compute(OpKernelContext* c) override {
@@ -252,8 +275,9 @@ class ShardReceiveOp : public OpKernel {
     for (int64_t s = 0; s < senders; ++s) {
       counts[s] = splits[s] - 1;
       for (int64_t j = 0; j < counts[s]; ++j, ++at, ++out) {
-        const int64_t local = received[at] - offset_;
-        OP_REQUIRES(c, local >= 0 && local < rows_,
+        const int64_t local =
+            hash_partition_ ? received[at] : received[at] - offset_;
+        OP_REQUIRES(c, hash_partition_ || (local >= 0 && local < rows_),
                     absl::InternalError(absl::StrCat(
                         "HbcoreShardReceive: sender ", s, " sent id ",
                         received[at], ", which this shard (rows ", offset_,
@@ -275,6 +299,7 @@ class ShardReceiveOp : public OpKernel {
   int64_t offset_ = 0;
   int64_t rows_ = 0;
   bool unique_ = true;
+  bool hash_partition_ = false;
 };
 
 absl::Status RouteShape(InferenceContext* c) {
@@ -307,6 +332,7 @@ REGISTER_OP("HbcoreShardRoute")
     .Attr("num_rows: int")
     .Attr("num_shards: int")
     .Attr("unique: bool = true")
+    .Attr("hash_partition: bool = false")
     .SetShapeFn(RouteShape)
     .Doc("Sender side of the sharded lookup's id exchange (shard_route.cc).");
 
@@ -320,6 +346,7 @@ REGISTER_OP("HbcoreShardReceive")
     .Attr("offset: int")
     .Attr("rows: int")
     .Attr("unique: bool = true")
+    .Attr("hash_partition: bool = false")
     .SetShapeFn(ReceiveShape)
     .Doc("Owner side of the sharded lookup's id exchange (shard_route.cc).");
 

@@ -22,7 +22,7 @@ process may use Keras 3 and tf_keras optimizers side by side.
 import contextlib
 import functools
 import os
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -122,6 +122,25 @@ def keras_module() -> Any:
     import keras
 
     return keras
+
+
+def keras_flavour(legacy: bool) -> Tuple[Any, Callable]:
+    """The Keras package of a flavour and its serialization registrar.
+
+    Args:
+        legacy: True for tf_keras, False for Keras 3.
+
+    Returns:
+        (keras package, ``register_keras_serializable``).
+
+    Raises:
+        ImportError: the flavour is not installed.
+    """
+    if legacy:
+        import tf_keras as keras
+        return keras, keras.utils.register_keras_serializable
+    import keras
+    return keras, keras.saving.register_keras_serializable
 
 
 def class_per_keras(cache: dict, make: Any, legacy: Optional[bool]) -> type:

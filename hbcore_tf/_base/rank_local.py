@@ -29,6 +29,10 @@ class RowBlocks(Protocol):
 
     num_rows: int
 
+    @property
+    def hashed(self) -> bool:
+        """Whether ids are keys owned by their hash (a dynamic table)."""
+
     def rows(self, shard: int) -> int:
         """Rows held by ``shard``."""
 

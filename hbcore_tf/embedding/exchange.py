@@ -112,7 +112,7 @@ class RoutedIds(NamedTuple):
             the owners send back.
         invalid: the ids outside [0, num_rows) (routed as id 0).
         distinct: local row indices of the ids other ranks sent here,
-            deduplicated.
+            deduplicated (the keys themselves for a dynamic table).
         index: for each received id, its position in ``distinct``.
         received_counts: how many ids came from each rank.
         senders_with_data: sum of the senders' step flags (float32 scalar).
@@ -168,7 +168,9 @@ def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
     Args:
         info: the table.
         ids: flat int64 ids (ids outside [0, num_rows) are routed as id 0
-            and kept in ``invalid``).
+            and kept in ``invalid``); for a table with a hashed partition
+            (a dynamic table) any int64 keys, none invalid, and
+            ``distinct`` then holds the keys themselves.
         name: prefix of the collective's name (``name + "_ids"``).
         exact_names: name the alltoall exactly, whatever the enclosing
             name scopes (see ``sharded_lookup``).
@@ -177,14 +179,16 @@ def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
         The RoutedIds of this lookup.
     """
     unique = bool(column_option("emb_unique"))
+    hashed = bool(info.partition.hashed)
     send, send_splits, restore, invalid = _lib.hbcore_shard_route(
         ids, _step_flag(), num_rows=info.num_rows,
-        num_shards=info.partition.num_shards, unique=unique)
+        num_shards=info.partition.num_shards, unique=unique,
+        hash_partition=hashed)
     received, received_splits = _alltoall(send, send_splits, name + "_ids",
                                           exact_names)
     distinct, index, counts, with_data = _lib.hbcore_shard_receive(
         received, received_splits, offset=info.offset, rows=info.rows,
-        unique=unique)
+        unique=unique, hash_partition=hashed)
     return RoutedIds(restore, invalid, distinct, index, counts, with_data)
 
 
@@ -254,7 +258,8 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
 
     Args:
         read_rows: gathers rows of this rank's shard by local row index
-            (the gradient flows to the shard through it).
+            (the gradient flows to the shard through it); for a dynamic
+            table (``info.partition.hashed``) by key.
         info: the table.
         ids: integer ids in [0, info.num_rows).
         dtype: the table's dtype.

@@ -10,6 +10,10 @@ one slice per rank whatever the world size (see hbcore_tf.embedding.save_protoco
 Ids hashed into the table spread evenly over the blocks. The lookup's
 routing kernel (csrc/tf/shard_route.cc) computes the owner of an id with
 the same formula.
+
+A dynamic table (hbcore_tf.embedding.dynamic_table) has no row blocks: its
+keys go to rank ``mix(key) % num_shards`` (``HashPartition``, computed by
+the same kernel), and each rank holds ``capacity`` rows of its own.
 """
 from typing import NamedTuple
 
@@ -24,6 +28,11 @@ class RowPartition(NamedTuple):
 
     num_rows: int
     num_shards: int
+
+    @property
+    def hashed(self) -> bool:
+        """False: ids are row numbers, owned by blocks."""
+        return False
 
     def rows(self, shard: int) -> int:
         """Rows held by ``shard``.
@@ -49,3 +58,36 @@ class RowPartition(NamedTuple):
         """
         q, rem = divmod(self.num_rows, self.num_shards)
         return shard * q + min(shard, rem)
+
+
+class HashPartition(NamedTuple):
+    """The key ownership of a dynamic table: rank ``mix(key) % num_shards``
+    owns a key (``mix``: the splitmix64 finalizer, csrc/tf/shard_route.cc),
+    and every rank holds up to ``capacity`` rows of its own.
+
+    Attributes:
+        capacity: rows each rank can hold.
+        num_shards: ranks the table is spread over.
+    """
+
+    capacity: int
+    num_shards: int
+
+    @property
+    def hashed(self) -> bool:
+        """True: ids are keys, owned by their hash."""
+        return True
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of this rank's store (a dynamic table has no global row
+        count)."""
+        return self.capacity
+
+    def rows(self, shard: int) -> int:
+        """Rows ``shard`` can hold: ``capacity``."""
+        return self.capacity
+
+    def offset(self, shard: int) -> int:
+        """0: every rank's store starts at row 0."""
+        return 0

@@ -249,10 +249,11 @@ def _slot_of_shard(original: Callable) -> Callable:
         info = shard_info(primary)
         if info is None:
             return original(primary, *args, **kwargs)
-        if tf.executing_eagerly():
+        if tf.executing_eagerly() and not info.partition.hashed:
             # TF's slot_creator names the slot of a variable stored as
             # a checkpoint slice after the variable's graph op, which
-            # an eager variable lacks (an AttributeError otherwise).
+            # an eager variable lacks (an AttributeError otherwise). A
+            # dynamic table's store is no slice: its slots are plain.
             raise NotImplementedError(
                 "sharded embedding table %r: tf.compat.v1 optimizers "
                 "create slots of sharded tables in tf.compat.v1 graphs "

@@ -105,7 +105,8 @@ def make_keras_shard(variable: Any, info: ShardInfo) -> None:
     into the whole table (hbcore_tf.embedding.save_protocol), and each rank
     restores its own rows at any world size. Keras 3 variables delegate
     checkpointing to the tf.Variable inside, which gets the slice. A slot of
-    another shape (a factored one) is tagged only.
+    another shape (a factored one), and the store of a dynamic table or a
+    slot of it, are tagged only.
 
     Args:
         variable: the Keras table's variable, or one of its optimizer
@@ -113,6 +114,8 @@ def make_keras_shard(variable: Any, info: ShardInfo) -> None:
         info: the table's ShardInfo on this rank.
     """
     tag(variable, info)
+    if info.partition.hashed:
+        return  # a dynamic table's store: no slice of a whole table
     inner = getattr(variable, "value", None)
     if isinstance(inner, tf.Variable) and inner is not variable:
         variable = inner

@@ -57,45 +57,18 @@ from hbcore_tf.embedding.sharding import (creating_shards,
                                           install_table_patches,
                                           local_initializer, shard_plan)
 from hbcore_tf.embedding.table import make_keras_shard
-from hbcore_tf.keras import dense_features
+from hbcore_tf.keras import dense_features, dynamic_embedding
+from hbcore_tf.keras.id_lookups import IdLookupCalls, check_combiner
 from hbcore_tf.keras.model_saving import make_saving_collective
 
-COMBINERS = (None, "sum", "mean", "sqrtn")
-
 _CLASSES: Dict[bool, type] = {}
-
-
-def _check_combiner(combiner: Optional[str]) -> None:
-    if combiner not in COMBINERS:
-        raise ValueError(
-            "ShardedEmbedding: combiner %r is not one of None, 'sum', "
-            "'mean', 'sqrtn'" % (combiner,))
-
-
-def _combine(rows: tf.Tensor, segments: tf.Tensor, num_segments: Any,
-             combiner: str) -> tf.Tensor:
-    """Reduces ``rows`` [n, dim] into ``num_segments`` bags (empty bags are
-    zeros), as embedding_lookup_sparse does without weights."""
-    summed = tf.math.unsorted_segment_sum(rows, segments, num_segments)
-    if combiner == "sum":
-        return summed
-    counts = tf.math.unsorted_segment_sum(
-        tf.ones_like(segments, dtype=rows.dtype), segments, num_segments)
-    if combiner == "sqrtn":
-        counts = tf.sqrt(counts)
-    return tf.math.divide_no_nan(summed, counts[:, None])
 
 
 def _make_class(legacy: bool) -> type:
     # The class subclasses the Layer of the Keras asked for; only that one
     # is imported (tf_keras is optional).
-    if legacy:
-        import tf_keras as keras
-        register = keras.utils.register_keras_serializable
-    else:
-        import keras
-        register = keras.saving.register_keras_serializable
-    class ShardedEmbedding(keras.layers.Layer):
+    keras, register = _compat.keras_flavour(legacy)
+    class ShardedEmbedding(IdLookupCalls, keras.layers.Layer):
         """Embedding layer whose ``[input_dim, output_dim]`` table is split
         row-wise over the ranks (each rank holds about 1/N of it).
 
@@ -118,6 +91,8 @@ def _make_class(legacy: bool) -> type:
             ValueError: an unknown combiner, or a non-positive dimension.
         """
 
+        _HB_KIND = "ShardedEmbedding"
+
         def __init__(self, input_dim: int, output_dim: int,
                      embeddings_initializer: Any = "uniform",
                      embeddings_regularizer: Any = None,
@@ -126,7 +101,7 @@ def _make_class(legacy: bool) -> type:
                      name: Optional[str] = None, **kwargs: Any) -> None:
             kwargs.pop("input_length", None)  # tf_keras Embedding's config
             super().__init__(name=name, **kwargs)
-            _check_combiner(combiner)
+            check_combiner(self._HB_KIND, combiner)
             if int(input_dim) <= 0 or int(output_dim) <= 0:
                 raise ValueError(
                     "ShardedEmbedding: input_dim and output_dim must be "
@@ -197,17 +172,8 @@ def _make_class(legacy: bool) -> type:
 
         # --- lookup ------------------------------------------------------------
 
-        def _collective_name(self) -> Optional[str]:
-            """The lookup's collective name: the table's, numbered per call
-            inside one traced function (a table shared by two features);
-            eager calls run one by one and share it."""
-            base = "%s_lookup" % self.shard_info.name.replace("/", "_")
-            if tf.executing_eagerly():
-                return base
-            graph = tf.compat.v1.get_default_graph()
-            count = self._hb_graph_calls.get(graph, 0)
-            self._hb_graph_calls[graph] = count + 1
-            return base if count == 0 else "%s_%d" % (base, count)
+        def _table_name(self) -> str:
+            return self.shard_info.name
 
         def _lookup(self, ids: Any) -> tf.Tensor:
             ids = tf.convert_to_tensor(ids)
@@ -228,69 +194,12 @@ def _make_class(legacy: bool) -> type:
                 out = tf.cast(out, self.compute_dtype)
             return out
 
-        def _ragged(self, ids: tf.RaggedTensor) -> Any:
-            if self.combiner is None:
-                return ids.with_flat_values(self._lookup(ids.flat_values))
-            if ids.flat_values.shape.rank != 1:
-                raise ValueError(
-                    "ShardedEmbedding %r: with a combiner, the last "
-                    "dimension of ragged ids must be the ragged one" %
-                    self.name)
-            splits = ids.nested_row_splits[-1]
-            rows = self._lookup(ids.flat_values)
-            bags = _combine(rows, tf.ragged.row_splits_to_segment_ids(splits),
-                            tf.shape(splits)[0] - 1, self.combiner)
-            if ids.ragged_rank == 1:
-                return bags
-            return tf.RaggedTensor.from_nested_row_splits(
-                bags, ids.nested_row_splits[:-1], validate=False)
-
-        def _sparse(self, ids: tf.SparseTensor) -> tf.Tensor:
-            if self.combiner is None:
-                raise ValueError(
-                    "ShardedEmbedding %r: SparseTensor ids need a combiner "
-                    "('sum', 'mean' or 'sqrtn')" % self.name)
-            rank = ids.shape.rank
-            if rank is None or rank < 1:
-                raise ValueError("ShardedEmbedding %r: SparseTensor ids need "
-                                 "a known rank" % self.name)
-            outer = ids.dense_shape[:-1]
-            strides = tf.math.cumprod(outer, exclusive=True, reverse=True)
-            segments = tf.reduce_sum(ids.indices[:, :-1] * strides, axis=1)
-            bags = _combine(self._lookup(ids.values), segments,
-                            tf.reduce_prod(outer), self.combiner)
-            out = tf.reshape(bags, tf.concat([outer, [self.output_dim]], 0))
-            out.set_shape(ids.shape[:-1].concatenate([self.output_dim]))
-            return out
-
-        def call(self, inputs: Any) -> Any:
-            if isinstance(inputs, tf.RaggedTensor):
-                return self._ragged(inputs)
-            if isinstance(inputs, tf.SparseTensor):
-                return self._sparse(inputs)
-            out = self._lookup(inputs)
-            if self.combiner is None:
-                return out
-            # Dense ids with a combiner: the last dimension is a full bag.
-            if self.combiner == "sum":
-                return tf.reduce_sum(out, axis=-2)
-            if self.combiner == "mean":
-                return tf.reduce_mean(out, axis=-2)
-            count = tf.cast(tf.shape(out)[-2], out.dtype)
-            return tf.reduce_sum(out, axis=-2) / tf.sqrt(count)
-
         def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
             if not self.mask_zero or self.combiner is not None:
                 return None
             if isinstance(inputs, (tf.RaggedTensor, tf.SparseTensor)):
                 return None
             return tf.not_equal(inputs, 0)
-
-        def compute_output_shape(self, input_shape: Any) -> Any:
-            shape = tuple(tf.TensorShape(input_shape).as_list())
-            if self.combiner is not None:
-                shape = shape[:-1]
-            return shape + (self.output_dim,)
 
         # --- state ---------------------------------------------------------------
 
@@ -458,18 +367,21 @@ ShardedEmbedding: type
 
 
 DenseFeatures: type
+DynamicEmbedding: type
 
 
 def __getattr__(name: str) -> Any:
-    # ShardedEmbedding is built on first use, for the Keras in use;
-    # DenseFeatures (hbcore_tf.keras.dense_features) for tf_keras, the Keras
-    # that has feature columns.
+    # ShardedEmbedding and DynamicEmbedding are built on first use, for the
+    # Keras in use; DenseFeatures (hbcore_tf.keras.dense_features) for
+    # tf_keras, the Keras that has feature columns.
     if name == "ShardedEmbedding":
         return layer_class()
+    if name == "DynamicEmbedding":
+        return dynamic_embedding.layer_class()
     if name == "DenseFeatures":
         return dense_features.layer_class()
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-__all__ = ["DenseFeatures", "ShardedEmbedding", "export_plain_model",
-           "layer_class"]
+__all__ = ["DenseFeatures", "DynamicEmbedding", "ShardedEmbedding",
+           "export_plain_model", "layer_class"]

@@ -13,7 +13,7 @@ from typing import List, Tuple
 import numpy as np
 
 from train_common import (Checker, check, expect_raises, report, run_table,
-                          tf)
+                          splitmix64, tf)
 
 import hbcore_tf as hvd  # noqa: E402
 from hbcore_tf._ops.library import lib as _lib  # noqa: E402
@@ -22,6 +22,7 @@ CASES = [
     "route/eager", "route/function", "route/graph", "route/no-unique",
     "route/empty", "receive/eager", "receive/function", "receive/graph",
     "receive/no-unique", "receive/bad-splits", "receive/foreign-id",
+    "route/hash", "receive/hash",
 ]
 # (num_rows, num_shards): even, uneven, one shard, fewer rows than ids.
 LAYOUTS = [(10, 3), (1000, 4), (7, 1), (5, 2)]
@@ -40,15 +41,23 @@ def owner_of(num_rows: int, num_shards: int, row: int) -> int:
 
 
 def expected_route(ids: np.ndarray, num_rows: int, num_shards: int,
-                   flag: int, unique: bool) -> Tuple[np.ndarray, ...]:
-    """(send, send_splits, restore, invalid) as the contract states."""
-    invalid = [i for i in ids if not 0 <= i < num_rows]
-    safe = [i if 0 <= i < num_rows else 0 for i in ids]
+                   flag: int, unique: bool, hashed: bool = False
+                   ) -> Tuple[np.ndarray, ...]:
+    """(send, send_splits, restore, invalid) as the contract states; with
+    ``hashed`` (a dynamic table's keys) no id is invalid and the owner is
+    splitmix64(id) % num_shards."""
+    def owner(key: int) -> int:
+        if hashed:
+            return splitmix64(int(key)) % num_shards
+        return owner_of(num_rows, num_shards, key)
+
+    invalid = [] if hashed else [i for i in ids if not 0 <= i < num_rows]
+    safe = [i if hashed or 0 <= i < num_rows else 0 for i in ids]
     keys: List[int] = []
     for i in safe:
         if not unique or i not in keys:
             keys.append(i)
-    segments = [[k for k in keys if owner_of(num_rows, num_shards, k) == s]
+    segments = [[k for k in keys if owner(k) == s]
                 for s in range(num_shards)]
     send = sum((seg + [flag] for seg in segments), [])
     rows = sum(segments, [])   # the rows' layout on the way back
@@ -58,7 +67,7 @@ def expected_route(ids: np.ndarray, num_rows: int, num_shards: int,
         # Every id is its own key: the j-th occurrence of an owner's ids
         # keeps its place among that owner's ids.
         order = sorted(range(len(safe)), key=lambda j: (
-            owner_of(num_rows, num_shards, safe[j]), j))
+            owner(safe[j]), j))
         restore = [order.index(j) for j in range(len(safe))]
     return (np.array(send, np.int64),
             np.array([len(seg) + 1 for seg in segments], np.int64),
@@ -96,10 +105,11 @@ def run_kernel(mode: str, kernel, *inputs: np.ndarray) -> List[np.ndarray]:
 
 
 def run_route(mode: str, ids: np.ndarray, flag: int, num_rows: int,
-              num_shards: int, unique: bool) -> List[np.ndarray]:
+              num_shards: int, unique: bool,
+              hashed: bool = False) -> List[np.ndarray]:
     return run_kernel(mode, lambda ids_t, flag_t: _lib.hbcore_shard_route(
         ids_t, flag_t, num_rows=num_rows, num_shards=num_shards,
-        unique=unique), ids, np.int64(flag))
+        unique=unique, hash_partition=hashed), ids, np.int64(flag))
 
 
 def case_route(mode: str, unique: bool = True) -> None:
@@ -113,6 +123,38 @@ def case_route(mode: str, unique: bool = True) -> None:
                                    "invalid"), got, want):
                 equal(g, w, "%s (%d rows, %d shards, flag %d)" % (
                     name, num_rows, num_shards, flag))
+
+
+def case_route_hash() -> None:
+    """Keys of any int64 value (a dynamic table's) go to splitmix64(key) %
+    num_shards; none is invalid."""
+    rng = np.random.default_rng(9)
+    for num_shards in (1, 3, 4):
+        for unique in (True, False):
+            keys = rng.integers(-2 ** 63, 2 ** 63 - 1, size=30,
+                                dtype=np.int64)
+            keys[rng.random(30) < 0.3] = keys[0]
+            got = run_route("function", keys, 1, 1, num_shards, unique,
+                            hashed=True)
+            want = expected_route(keys, 1, num_shards, 1, unique,
+                                  hashed=True)
+            for name, g, w in zip(("send", "send_splits", "restore",
+                                   "invalid"), got, want):
+                equal(g, w, "hashed %s (%d shards, unique %s)" % (
+                    name, num_shards, unique))
+
+
+def case_receive_hash() -> None:
+    """The owner of a dynamic table gets the keys themselves (no offset,
+    no range check), deduplicated."""
+    received = np.array([-5, 2 ** 62, -5, 1, 7, 2 ** 62, 0], np.int64)
+    splits = np.array([4, 3], np.int64)
+    got = run_kernel("eager", lambda r, s: _lib.hbcore_shard_receive(
+        r, s, offset=0, rows=1, hash_partition=True), received, splits)
+    want = expected_receive(received, splits, 0, True)
+    for name, g, w in zip(("distinct", "index", "received_counts",
+                           "senders_with_data"), got, want):
+        equal(g, np.asarray(w), "hashed receive " + name)
 
 
 def case_route_empty() -> None:
@@ -207,6 +249,8 @@ def main() -> None:
         "receive/no-unique": lambda: case_receive("eager", unique=False),
         "receive/bad-splits": case_receive_bad_splits,
         "receive/foreign-id": case_receive_foreign_id,
+        "route/hash": case_route_hash,
+        "receive/hash": case_receive_hash,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "ok": checker.all_ok})

@@ -17,9 +17,9 @@ import tempfile
 
 import numpy as np
 
-from train_common import (check, Checker, close, expect_raises,
-                          identical_on_all_ranks, rank_values, report,
-                          run_table, tf)
+from train_common import (check, Checker, close, dense_gradient_step,
+                          expect_raises, identical_on_all_ranks, rank_values,
+                          report, run_table, tf)
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
@@ -136,12 +136,7 @@ def expected_training(opt_name, size, per_lookup=False):
     else:
         for k in range(STEPS):
             x, y = whole_batch(k, size)
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(model(x) - y))
-            variables = model.trainable_variables
-            grads = [tf.convert_to_tensor(g)
-                     for g in tape.gradient(loss, variables)]
-            opt.apply_gradients(zip(grads, variables))
+            dense_gradient_step(model, opt, x, y)
     return model.get_layer("emb").get_weights()[0], \
         model.get_layer("out").get_weights()
 

@@ -86,6 +86,38 @@ def identical_on_all_ranks(arrays: Sequence[np.ndarray], what: str) -> None:
                                       np.max(np.abs(mine - other))))
 
 
+def splitmix64(z: int) -> int:
+    """The splitmix64 finalizer on a 64-bit word (Python ints, modulo
+    2**64): the hash that places a dynamic table's keys, written from its
+    definition, for the references of the rank scripts."""
+    mask = (1 << 64) - 1
+    z &= mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def dense_gradient_step(model: Any, optimizer: Any, x: Any, y: Any,
+                        variables: Any = None, dense: bool = True) -> None:
+    """One step of plain Keras on (x, y) with the mean squared error, each
+    gradient made dense before the update (TensorFlow's sparse-update
+    semantics: the gradient of duplicate ids summed first), as the
+    references of the embedding rank scripts train. ``variables``: what
+    the optimizer updates (the tf.Variables of a Keras 3 model for a
+    tf.compat.v1 optimizer), by default the model's trainable ones.
+    ``dense=False`` keeps a table's gradient an IndexedSlices (a
+    tf.compat.v1 optimizer sums its duplicates and updates only its rows:
+    Ftrl's dense update would also move rows without a gradient)."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(model(x) - y))
+    if variables is None:
+        variables = model.trainable_variables
+    grads = tape.gradient(loss, variables)
+    if dense:
+        grads = [tf.convert_to_tensor(g) for g in grads]
+    optimizer.apply_gradients(zip(grads, variables))
+
+
 def run_table(checker: Any, table: Dict[str, Callable[[], Any]],
               cases: Sequence[str], skip: Sequence[str] = ()) -> None:
     """Runs the cases of a rank script in order through ``checker``.

@@ -1,0 +1,192 @@
+"""A dynamic embedding table: int64 or string ids, no row count, rows
+created on first lookup (docs/architecture.md, "Dynamic embedding tables
+(design)"; docs/embedding.md, "Dynamic tables").
+
+On every rank the table is
+- a hash map (``tf.lookup.experimental.MutableHashTable``) from key to a
+  row of this rank's store, and
+- the store: a ``[capacity + 1, dim]`` variable made by the caller (the
+  Keras layer's weight), tagged rank-local with a ``ShardInfo`` whose
+  partition is a ``HashPartition``, so gradient reductions pass its
+  gradient through and broadcasts skip it and its optimizer slots.
+
+A lookup is ``exchange.sharded_lookup`` with the hashed partition: the
+ids' keys go to their owners (``mix(key) % world``), each owner turns the
+keys into rows (``_read_rows``: creating the missing ones) and sends the
+rows back. Invariants of the store, which make the optimizers' slots
+right without knowing them:
+1. Row r < size() belongs to exactly one key, for good (rows are never
+   freed yet); rows are handed out in order 0, 1, 2, ...
+2. A row is written by the lookup only when it is handed out (its
+   initial values, from ``KeyInitializer``); after that only the
+   optimizer writes it. A row handed out has therefore never had a
+   gradient, and its optimizer slots still hold their initial values.
+3. Row ``capacity`` is a scratch row: keys that found no free row read
+   it, and the lookup then fails after both exchanges, naming the table.
+"""
+from typing import Any, List, Optional
+
+import tensorflow as tf
+
+from hbcore_tf._base.context import context
+from hbcore_tf._base.rank_local import ShardInfo
+from hbcore_tf.embedding.dynamic_init import KeyInitializer
+from hbcore_tf.embedding.exchange import sharded_lookup
+from hbcore_tf.embedding.partition import HashPartition
+
+KEY_DTYPES = ("int64", "string")
+# String ids become int64 keys: TF's 64-bit FarmHash fingerprint, reduced
+# into [0, 2**63 - 1) (to_hash_bucket_fast's only lossy step).
+_STRING_BUCKETS = 2 ** 63 - 1
+
+
+def check_key_dtype(key_dtype: Any, table: str) -> str:
+    """The key dtype's name ("int64" or "string").
+
+    Args:
+        key_dtype: "int64" / "string" or the tf.DType.
+        table: the table's name, for the error.
+
+    Returns:
+        "int64" or "string".
+
+    Raises:
+        ValueError: another dtype.
+    """
+    try:
+        name = tf.as_dtype(key_dtype).name
+    except TypeError:
+        name = str(key_dtype)
+    if name not in KEY_DTYPES:
+        raise ValueError("dynamic embedding table %r: key_dtype must be "
+                         "int64 or string, got %r" % (table, key_dtype))
+    return name
+
+
+class DynamicTable:
+    """This rank's part of one dynamic table (see the module docstring).
+
+    Cross-rank contract: every rank creates the table with the same name,
+    dim, capacity and initializer, and runs the same lookups in the same
+    order (each is two alltoalls, and two more in the backward pass).
+
+    Args:
+        name: the table's name (errors, collective names).
+        store: this rank's ``[capacity + 1, dim]`` tf.Variable.
+        key_dtype: "int64" or "string".
+        initializer: the initial rows per key.
+    """
+
+    def __init__(self, name: str, store: tf.Variable, key_dtype: str,
+                 initializer: KeyInitializer) -> None:
+        rows, dim = store.shape.as_list()
+        self.info = ShardInfo(name, HashPartition(rows - 1,
+                                                  context.world_size),
+                              context.rank, dim)
+        self.key_dtype = check_key_dtype(key_dtype, name)
+        self._store = store
+        self._initializer = initializer
+        self._map = tf.lookup.experimental.MutableHashTable(
+            tf.int64, tf.int64, default_value=-1,
+            name="%s_keys" % name.replace("/", "_"))
+
+    @property
+    def capacity(self) -> int:
+        """Rows this rank can hold."""
+        return self.info.partition.capacity
+
+    def size(self) -> tf.Tensor:
+        """Rows held on this rank (keys it owns that were looked up).
+
+        Returns:
+            An int64 scalar.
+        """
+        return self._map.size()
+
+    def keys(self, ids: Any) -> tf.Tensor:
+        """The int64 keys of ``ids`` (same shape).
+
+        Args:
+            ids: integer ids (int64 tables) or strings (string tables).
+
+        Returns:
+            An int64 tensor.
+
+        Raises:
+            TypeError: ids of another dtype; the message names the table.
+        """
+        ids = tf.convert_to_tensor(ids)
+        if self.key_dtype == "string":
+            if ids.dtype != tf.string:
+                raise TypeError(
+                    "dynamic embedding table %r: key_dtype is string, got "
+                    "%s ids" % (self.info.name, ids.dtype.name))
+            return tf.strings.to_hash_bucket_fast(ids, _STRING_BUCKETS)
+        if not ids.dtype.is_integer:
+            raise TypeError(
+                "dynamic embedding table %r: key_dtype is int64, got %s "
+                "ids" % (self.info.name, ids.dtype.name))
+        return tf.cast(ids, tf.int64)
+
+    def _lookup_index(self, keys: tf.Tensor) -> tf.Tensor:
+        """The map's row of each key (-1 where it has none), shaped as
+        ``keys`` (the map's op leaves the shape unknown in graphs)."""
+        index = self._map.lookup(keys)
+        index.set_shape(keys.shape)
+        return index
+
+    def _read_rows(self, keys: tf.Tensor, overflow: List[tf.Tensor]
+                   ) -> tf.Tensor:
+        """The owner's stage: rows of ``keys`` (keys this rank owns),
+        creating the missing ones; appends to ``overflow`` whether some
+        key found no free row."""
+        index = self._lookup_index(keys)
+        new, _ = tf.unique(tf.boolean_mask(keys, index < 0))
+        rows = self._map.size() + tf.range(tf.size(new, out_type=tf.int64))
+        fits = rows < self.capacity
+        new, rows = tf.boolean_mask(new, fits), tf.boolean_mask(rows, fits)
+        insert = self._map.insert(new, rows)
+        write = self._store.scatter_update(tf.IndexedSlices(
+            self._initializer(new, self.info.dim, self._store.dtype), rows))
+        overflow.append(tf.logical_not(tf.reduce_all(fits)))
+        with tf.control_dependencies([insert, write]):
+            index = self._lookup_index(keys)
+        index = tf.where(index < 0, tf.constant(self.capacity, tf.int64),
+                         index)
+        return tf.gather(self._store, index)
+
+    def lookup(self, ids: Any, name: Optional[str] = None,
+               exact_names: bool = False) -> tf.Tensor:
+        """Rows of ``ids`` (any shape), looked up across ranks; rows of
+        keys never seen are created.
+
+        Args:
+            ids: see ``keys``.
+            name: prefix of the collectives' names (see
+                exchange.sharded_lookup).
+            exact_names: see exchange.sharded_lookup.
+
+        Returns:
+            A tensor of shape ``ids.shape + [dim]``.
+
+        Raises:
+            TypeError: see ``keys``.
+            tf.errors.InvalidArgumentError: (when run, on the owner) more
+                keys than ``capacity`` on one rank; the message names the
+                table.
+        """
+        keys = self.keys(ids)
+        overflow: List[tf.Tensor] = []
+        out = sharded_lookup(lambda k: self._read_rows(k, overflow),
+                             self.info, keys, self._store.dtype,
+                             name=name, exact_names=exact_names)
+        # Checked after both exchanges, so the other ranks' step completes.
+        with tf.control_dependencies([out]):
+            check = tf.debugging.Assert(
+                tf.logical_not(overflow[0]),
+                ["dynamic embedding table '%s': rank %d holds its capacity "
+                 "of %d rows; more keys arrived" % (
+                     self.info.name, self.info.shard, self.capacity)],
+                name="check_capacity")
+        with tf.control_dependencies([check]):
+            return tf.identity(out)

@@ -1,0 +1,170 @@
+"""``hb.keras.layers.DynamicEmbedding``: a Keras embedding layer over a
+dynamic table (int64 or string ids, no row count, rows created on first
+lookup), for Keras 3 and tf_keras.
+
+    ids = keras.Input((None,), dtype="int64")
+    emb = hb.keras.layers.DynamicEmbedding(16)(ids)          # any int64 ids
+    tags = keras.Input((None,), dtype="string")
+    bag = hb.keras.layers.DynamicEmbedding(
+        16, key_dtype="string", combiner="mean")(tags)
+
+The layer's call contract is ``ShardedEmbedding``'s (hbcore_tf.keras.
+id_lookups). Its one weight, ``embeddings``, is this rank's store of
+``capacity + 1`` rows (hbcore_tf.embedding.dynamic_table): rank-local, so
+gradient reductions pass its gradient through, broadcasts skip it, and
+the user's optimizer trains it and makes slots of the same rows. See
+docs/embedding.md, "Dynamic tables", for what is not there yet.
+"""
+import weakref
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+
+from hbcore_tf._base import compat as _compat
+from hbcore_tf._base.rank_local import tag
+from hbcore_tf.embedding.dynamic_init import KeyInitializer
+from hbcore_tf.embedding.dynamic_table import DynamicTable, check_key_dtype
+from hbcore_tf.embedding.sharding import (creating_shards,
+                                          install_table_patches)
+from hbcore_tf.keras.id_lookups import IdLookupCalls, check_combiner
+
+DEFAULT_CAPACITY = 65536
+
+_CLASSES: Dict[bool, type] = {}
+
+
+def _make_class(legacy: bool) -> type:
+    # The class subclasses the Layer of the Keras asked for; only that one
+    # is imported (tf_keras is optional).
+    keras, register = _compat.keras_flavour(legacy)
+
+    class DynamicEmbedding(IdLookupCalls, keras.layers.Layer):
+        """Embedding layer over a dynamic table: ids are any int64 values
+        (or strings), each rank holds the rows of the keys it owns
+        (``mix(key) % world size``), and a row is created, on its owner,
+        the first time its id is looked up, with values that depend only
+        on the id (docs/embedding.md, "Dynamic tables").
+
+        Args:
+            output_dim: the embedding dimension.
+            key_dtype: "int64" or "string".
+            embeddings_initializer: the rows' initializer; one with a
+                per-key form ("uniform" / RandomUniform, "normal" /
+                RandomNormal, "zeros", "ones", a scalar Constant), its
+                seed (0 when None) shared by every rank.
+            combiner: None, or "sum" / "mean" / "sqrtn" to reduce the last
+                dimension of the ids (multi-hot bags).
+            ev_option: HybridBackend's embedding-variable option
+                (admission, eviction): only None is supported yet.
+            name: layer name.
+            capacity: rows each rank can hold (hbcore's extension; a
+                lookup that needs more fails naming the table).
+            **kwargs: other Keras layer arguments.
+
+        Raises:
+            ValueError: an unknown combiner or key dtype, an initializer
+                with no per-key form, a non-positive output_dim or
+                capacity.
+            NotImplementedError: an ev_option.
+        """
+
+        _HB_KIND = "DynamicEmbedding"
+
+        def __init__(self, output_dim: int, key_dtype: Any = "int64",
+                     embeddings_initializer: Any = "uniform",
+                     combiner: Optional[str] = None, ev_option: Any = None,
+                     name: Optional[str] = None,
+                     capacity: int = DEFAULT_CAPACITY,
+                     **kwargs: Any) -> None:
+            super().__init__(name=name, **kwargs)
+            check_combiner(self._HB_KIND, combiner)
+            if ev_option is not None:
+                raise NotImplementedError(
+                    "DynamicEmbedding %r: ev_option (admission, eviction) "
+                    "is not supported yet" % self.name)
+            if int(output_dim) <= 0 or int(capacity) <= 0:
+                raise ValueError(
+                    "DynamicEmbedding %r: output_dim and capacity must be "
+                    "positive, got %r and %r" % (self.name, output_dim,
+                                                 capacity))
+            self.output_dim = int(output_dim)
+            self.capacity = int(capacity)
+            self.key_dtype = check_key_dtype(key_dtype, self.name)
+            self.embeddings_initializer = keras.initializers.get(
+                embeddings_initializer)
+            self.combiner = combiner
+            # Fails now, not at the first lookup, for an initializer
+            # with no per-key form.
+            KeyInitializer(self.embeddings_initializer, self.name)
+            # Plain attributes, out of Keras' attribute tracking.
+            object.__setattr__(self, "_hb_table", None)
+            object.__setattr__(self, "_hb_graph_calls",
+                               weakref.WeakKeyDictionary())
+            self._supports_ragged_inputs = True  # tf_keras: keep ragged ids
+
+        @property
+        def table(self) -> Optional[DynamicTable]:
+            """This rank's DynamicTable (None before ``build``);
+            ``table.size()`` is the number of rows it holds."""
+            return self._hb_table
+
+        def build(self, input_shape: Any = None) -> None:
+            install_table_patches()  # Keras slots of the store: rank-local
+            with creating_shards():
+                weight = self.add_weight(
+                    shape=(self.capacity + 1, self.output_dim),
+                    initializer="zeros", name="embeddings", trainable=True)
+            self.embeddings = weight
+            path = getattr(weight, "path", None) or \
+                weight.name.split(":")[0]
+            table = DynamicTable(
+                path, _compat.unwrap_variable(weight), self.key_dtype,
+                KeyInitializer(self.embeddings_initializer, self.name))
+            tag(weight, table.info)
+            object.__setattr__(self, "_hb_table", table)
+            self.built = True
+
+        def _table_name(self) -> str:
+            return self._hb_table.info.name
+
+        def _lookup(self, ids: Any) -> tf.Tensor:
+            out = self._hb_table.lookup(ids, name=self._collective_name(),
+                                        exact_names=True)
+            if out.dtype != self.compute_dtype:
+                out = tf.cast(out, self.compute_dtype)
+            return out
+
+        def compute_mask(self, inputs: Any, mask: Any = None) -> Any:
+            return None
+
+        def save_own_variables(self, store: Any) -> None:
+            """Raises: checkpoints of dynamic tables are not there yet.
+
+            Raises:
+                NotImplementedError: always.
+            """
+            raise NotImplementedError(
+                "DynamicEmbedding %r: saving dynamic tables is not "
+                "supported yet" % self.name)
+
+        def get_config(self) -> Dict[str, Any]:
+            config = super().get_config()
+            config.update({
+                "output_dim": self.output_dim,
+                "key_dtype": self.key_dtype,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer),
+                "combiner": self.combiner,
+                "capacity": self.capacity,
+            })
+            return config
+
+    return register(package="hbcore_tf", name="DynamicEmbedding")(
+        DynamicEmbedding)
+
+
+def layer_class(legacy: Optional[bool] = None) -> type:
+    """DynamicEmbedding for Keras 3 (legacy False), tf_keras (True) or the
+    Keras in use (None), as ``layers.layer_class`` does for
+    ShardedEmbedding."""
+    return _compat.class_per_keras(_CLASSES, _make_class, legacy)

@@ -1,0 +1,326 @@
+"""hb.keras.layers.DynamicEmbedding cases (Keras 3, or tf_keras with
+TF_USE_LEGACY_KERAS=1). Run by tests/tf/test_dynamic_embedding.py under
+hbrun at 1, 2 and 3 ranks.
+
+Every expected value is computed here without the code under test:
+- initial rows from the per-key formula of docs/embedding.md ("Dynamic
+  tables"), written in numpy (splitmix64 on uint64 words);
+- which rank holds a key from the same formula (``splitmix64(key) % size``);
+- string keys from TF's ``tf.strings.to_hash_bucket_fast`` (plain TF);
+- training against plain single-process Keras: ``keras.layers.Embedding``
+  over the whole vocabulary, its rows initialised from the formula, trained
+  on the whole global batch of every step with dense gradients.
+The global batch of a step is the same at every world size (6 examples,
+split evenly over 1, 2 or 3 ranks), so the expected values are too; each
+rank also reports its trained values, which the test compares across
+world sizes.
+"""
+import numpy as np
+
+from train_common import (Checker, check, close, dense_gradient_step,
+                          env_rank, env_size, expect_raises, splitmix64, identical_on_all_ranks,
+                          rank_values, report, run_table, tf)
+
+import hbcore_tf as hb  # noqa: E402
+import hbcore_tf.keras as hvd  # noqa: E402
+from hbcore_tf._base import compat as _compat  # noqa: E402
+
+keras = _compat.keras_module()
+
+CASES = ["lookup_creates_rows", "normal_initializer", "string_ids",
+         "ragged_and_sparse_ids", "fit_sgd", "fit_adagrad", "fit_adam",
+         "custom_loop_adagrad", "custom_loop_v1_adagrad",
+         "custom_loop_v1_adam", "custom_loop_v1_ftrl",
+         "bad_ids_and_arguments", "over_capacity"]
+D = 3          # embedding dimension
+F = 2          # ids per example
+GLOBAL = 6     # examples per step, all ranks together
+STEPS = 3
+MASK = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+# Keys of every sign and size, so the hash and the int64 <-> uint64 views
+# are exercised.
+POOL = np.array([0, 1, 2, -1, -(2 ** 63), 2 ** 63 - 1, 10 ** 12, 77,
+                 -123456789, 5 * 2 ** 40, 31, 32], np.int64)
+
+
+# --- the reference's formulas (numpy, on Python ints) -------------------------
+
+def uniforms(key: int, seed: int, count: int) -> np.ndarray:
+    base = splitmix64((int(key) & MASK) ^ splitmix64(seed))
+    return np.array([(splitmix64(base + (j + 1) * GOLDEN) >> 11) * 2.0 ** -53
+                     for j in range(count)])
+
+
+def uniform_row(key: int, seed: int = 0, low: float = -0.05,
+                high: float = 0.05) -> np.ndarray:
+    return low + (high - low) * uniforms(key, seed, D)
+
+
+def normal_row(key: int, seed: int, mean: float, stddev: float
+               ) -> np.ndarray:
+    u = uniforms(key, seed, 2 * D)
+    return mean + stddev * np.sqrt(-2.0 * np.log1p(-u[:D])) * \
+        np.cos(2.0 * np.pi * u[D:])
+
+
+def owner(key: int, size: int) -> int:
+    return splitmix64(int(key)) % size
+
+
+def held_here(keys, rank: int, size: int) -> int:
+    """How many of the distinct ``keys`` rank ``rank`` holds."""
+    return sum(1 for k in set(int(k) for k in np.ravel(keys))
+               if owner(k, size) == rank)
+
+
+# --- data ----------------------------------------------------------------------
+
+def global_batch(step: int):
+    """The step's ids (pool keys, with duplicates) and targets."""
+    rng = np.random.default_rng([50, step])
+    ids = POOL[rng.integers(0, len(POOL), size=(GLOBAL, F))]
+    ids[1, 0] = ids[0, 0]
+    return ids, rank_values(60 + step, 0, (GLOBAL, 1))
+
+
+def my_part(array: np.ndarray, rank: int, size: int) -> np.ndarray:
+    per = GLOBAL // size
+    return array[rank * per:(rank + 1) * per]
+
+
+def vocabulary() -> np.ndarray:
+    return np.unique(np.concatenate([global_batch(k)[0].ravel()
+                                     for k in range(STEPS)]))
+
+
+def kernel0() -> np.ndarray:
+    return 0.5 * rank_values(20, 0, (F * D, 1))
+
+
+OPTIMIZERS = {
+    "sgd": lambda: keras.optimizers.SGD(0.2),
+    "adagrad": lambda: keras.optimizers.Adagrad(0.3),
+    "adam": lambda: keras.optimizers.Adam(0.05),
+    "v1_adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.3),
+    "v1_adam": lambda: tf.compat.v1.train.AdamOptimizer(0.05),
+    "v1_ftrl": lambda: tf.compat.v1.train.FtrlOptimizer(
+        0.3, l1_regularization_strength=0.001),
+}
+
+
+def updated_variables(model, opt_name):
+    """What the optimizer updates: the model's trainable variables, as
+    tf.Variables for a tf.compat.v1 optimizer (Keras 3 wraps them)."""
+    variables = model.trainable_variables
+    if opt_name.startswith("v1_"):
+        variables = [_compat.unwrap_variable(v) for v in variables]
+    return variables
+
+
+def model_of(embedding) -> "keras.Model":
+    ids = keras.Input((F,), dtype="int64")
+    out = keras.layers.Dense(
+        1, name="out",
+        kernel_initializer=keras.initializers.Constant(kernel0()))(
+            keras.layers.Flatten()(embedding(ids)))
+    return keras.Model(ids, out)
+
+
+def expected_training(opt_name: str):
+    """Plain Keras in this process: an Embedding over the vocabulary (ids
+    mapped to their rank in it), rows from the formula, the whole batch of
+    every step, dense gradients (sparse for tf.compat.v1 optimizers). Returns (table rows in vocabulary order,
+    Dense kernel, Dense bias)."""
+    vocab = vocabulary()
+    table = np.stack([uniform_row(k) for k in vocab]).astype(np.float32)
+    model = model_of(keras.layers.Embedding(
+        len(vocab), D, embeddings_initializer=keras.initializers.Constant(
+            table), name="emb"))
+    opt = OPTIMIZERS[opt_name]()
+    for step in range(STEPS):
+        ids, y = global_batch(step)
+        dense_gradient_step(model, opt, np.searchsorted(vocab, ids), y,
+                            updated_variables(model, opt_name),
+                            dense=not opt_name.startswith("v1_"))
+    return [model.get_layer("emb").get_weights()[0]] + \
+        model.get_layer("out").get_weights()
+
+
+def main() -> None:
+    hvd.init()
+    rank, size = env_rank(), env_size()
+    checker = Checker()
+    trained = {}
+
+    def dynamic(name, **kwargs):
+        return hb.keras.layers.DynamicEmbedding(D, name=name, **kwargs)
+
+    def lookup_creates_rows():
+        layer = dynamic("rows", capacity=16)
+        ids = my_part(global_batch(0)[0], rank, size)
+        close(layer(ids), [[uniform_row(k) for k in row] for row in ids],
+              "first lookup: rows from the per-key formula")
+        everyone = global_batch(0)[0]
+        check(int(layer.table.size()) == held_here(everyone, rank, size),
+              "rank %d holds %d rows, expected %d" % (
+                  rank, int(layer.table.size()),
+                  held_here(everyone, rank, size)))
+        # A second lookup finds the rows: no new row, the same values.
+        close(layer(ids[::-1]), [[uniform_row(k) for k in row]
+                                 for row in ids[::-1]], "second lookup")
+        check(int(layer.table.size()) == held_here(everyone, rank, size),
+              "a second lookup of the same keys created rows")
+
+    def normal_initializer():
+        layer = dynamic("normal", embeddings_initializer=keras.initializers
+                        .RandomNormal(mean=0.5, stddev=2.0, seed=7))
+        ids = POOL[rank::size]
+        close(layer(ids), [normal_row(k, 7, 0.5, 2.0) for k in ids],
+              "RandomNormal rows", rtol=1e-5, atol=1e-5)
+
+    def string_ids():
+        layer = dynamic("words", key_dtype="string")
+        words = np.array(["apple", "", "pear", "apple", "fig %d" % rank])
+        keys = tf.strings.to_hash_bucket_fast(words, 2 ** 63 - 1).numpy()
+        close(layer(words), [uniform_row(k) for k in keys],
+              "string ids: rows of their fingerprints")
+        every = tf.strings.to_hash_bucket_fast(
+            ["apple", "", "pear"] + ["fig %d" % r for r in range(size)],
+            2 ** 63 - 1).numpy()
+        check(int(layer.table.size()) == held_here(every, rank, size),
+              "string table: rank %d holds %d rows, expected %d" % (
+                  rank, int(layer.table.size()),
+                  held_here(every, rank, size)))
+
+    def ragged_and_sparse_ids():
+        rows = [[POOL[1], POOL[4], POOL[1]], [], [POOL[rank + 2]]]
+        ragged = tf.ragged.constant(rows, dtype=tf.int64)
+        want = [[uniform_row(k) for k in bag] for bag in rows]
+        plain = dynamic("bags")
+        got = plain(ragged)
+        check(isinstance(got, tf.RaggedTensor), "ragged ids without a "
+              "combiner give a RaggedTensor, got %s" % type(got).__name__)
+        for bag, expected in zip(got.to_list(), want):
+            close(np.reshape(bag, (-1, D)), np.reshape(expected, (-1, D)),
+                  "ragged rows")
+        sparse = ragged.to_sparse()
+        for combiner in ("sum", "mean", "sqrtn"):
+            layer = dynamic("bags_" + combiner, combiner=combiner)
+
+            def reduce(bag):
+                if not bag:
+                    return np.zeros(D)
+                total = np.sum(bag, axis=0)
+                return {"sum": total, "mean": total / len(bag),
+                        "sqrtn": total / np.sqrt(len(bag))}[combiner]
+            expected = [reduce(bag) for bag in want]
+            close(layer(ragged), expected, "ragged, " + combiner)
+            close(layer(sparse), expected, "sparse, " + combiner)
+
+    def fit(opt_name):
+        layer = dynamic("emb_" + opt_name, capacity=16)
+        model = model_of(layer)
+        model.compile(optimizer=hvd.DistributedOptimizer(
+            OPTIMIZERS[opt_name]()), loss="mse")
+        xs, ys = zip(*[global_batch(k) for k in range(STEPS)])
+        x = np.concatenate([my_part(a, rank, size) for a in xs])
+        y = np.concatenate([my_part(a, rank, size) for a in ys])
+        model.fit(x, y, batch_size=GLOBAL // size, epochs=1, shuffle=False,
+                  verbose=0)
+        check_trained(model, layer, expected_training(opt_name), opt_name)
+
+    def check_trained(model, layer, expected, what):
+        vocab = vocabulary()
+        got = [layer(vocab).numpy()] + model.get_layer("out").get_weights()
+        identical_on_all_ranks(got, what)
+        for i, (a, b) in enumerate(zip(got, expected)):
+            close(a, b, "%s: weight %d" % (what, i), rtol=1e-5, atol=1e-5)
+        check(int(layer.table.size()) == held_here(vocab, rank, size),
+              "%s: rank %d holds %d rows" % (what, rank,
+                                             int(layer.table.size())))
+        trained[what] = [np.asarray(a).tolist() for a in got]
+
+    def custom_loop(opt_name):
+        """A tf.function loop: hvd.DistributedOptimizer around a Keras
+        optimizer, or a tf.compat.v1 optimizer under
+        hb.DistributedGradientTape."""
+        layer = dynamic("emb_loop_" + opt_name, capacity=16)
+        model = model_of(layer)
+        v1 = opt_name.startswith("v1_")
+        opt = OPTIMIZERS[opt_name]()
+        if not v1:
+            opt = hvd.DistributedOptimizer(opt)
+        variables = updated_variables(model, opt_name)
+
+        @tf.function
+        def step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x) - y))
+            if v1:
+                tape = hb.DistributedGradientTape(tape)
+            opt.apply_gradients(zip(tape.gradient(loss, variables),
+                                    variables))
+
+        for k in range(STEPS):
+            ids, y = global_batch(k)
+            step(my_part(ids, rank, size), my_part(y, rank, size))
+        check_trained(model, layer, expected_training(opt_name),
+                      "loop_" + opt_name)
+
+    def bad_ids_and_arguments():
+        ints = dynamic("ints")
+        expect_raises(lambda: ints(np.array([1.5], np.float32)), TypeError,
+                      "ints", "key_dtype is int64", "float32")
+        expect_raises(lambda: ints(np.array(["a"])), TypeError, "ints",
+                      "string")
+        words = dynamic("words_only", key_dtype="string")
+        expect_raises(lambda: words(np.array([3], np.int64)), TypeError,
+                      "words_only", "key_dtype is string", "int64")
+        expect_raises(lambda: dynamic("f", key_dtype="float32"), ValueError,
+                      "key_dtype", "float32")
+        expect_raises(lambda: dynamic("g", embeddings_initializer="glorot_"
+                                      "uniform"), ValueError, "g",
+                      "GlorotUniform", "per-key")
+        expect_raises(lambda: dynamic("h", combiner="max"), ValueError,
+                      "combiner 'max'")
+        expect_raises(lambda: dynamic("e", ev_option=object()),
+                      NotImplementedError, "ev_option")
+
+    def over_capacity():
+        # Two new keys for every rank, one row each: every rank's lookup
+        # fails naming the table, after both exchanges (nobody hangs).
+        keys, count = [], [0] * size
+        for k in range(1000, 2000):
+            if count[owner(k, size)] < 2:
+                keys.append(k)
+                count[owner(k, size)] += 1
+        layer = dynamic("tiny", capacity=1)
+        expect_raises(lambda: layer(np.array(keys, np.int64)),
+                      tf.errors.InvalidArgumentError, "tiny",
+                      "capacity of 1 rows")
+        identical_on_all_ranks([np.arange(3)], "collectives after the error")
+
+    table = {
+        "lookup_creates_rows": lookup_creates_rows,
+        "normal_initializer": normal_initializer,
+        "string_ids": string_ids,
+        "ragged_and_sparse_ids": ragged_and_sparse_ids,
+        "fit_sgd": lambda: fit("sgd"),
+        "fit_adagrad": lambda: fit("adagrad"),
+        "fit_adam": lambda: fit("adam"),
+        "custom_loop_adagrad": lambda: custom_loop("adagrad"),
+        "custom_loop_v1_adagrad": lambda: custom_loop("v1_adagrad"),
+        "custom_loop_v1_adam": lambda: custom_loop("v1_adam"),
+        "custom_loop_v1_ftrl": lambda: custom_loop("v1_ftrl"),
+        "bad_ids_and_arguments": bad_ids_and_arguments,
+        "over_capacity": over_capacity,
+    }
+    run_table(checker, table, CASES)
+    report({"rank": rank, "size": size, "ok": checker.all_ok,
+            "keras": keras.__name__, "trained": trained})
+    hb.shutdown()
+
+
+if __name__ == "__main__":
+    main()

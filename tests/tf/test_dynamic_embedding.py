@@ -1,0 +1,50 @@
+"""hb.keras.layers.DynamicEmbedding (dynamic tables: int64 and string
+ids, rows created on first lookup) at 1, 2 and 3 ranks with Keras 3 and
+tf_keras (skipped with the reason when tf_keras is not importable): one
+launch per rank count and Keras runs every case of tests/tf/rank_scripts/
+dynamic_keras.py, where each rank checks rows against the per-key formula
+computed in numpy, rows held per rank against the hash formula, and
+training (model.fit and tf.function loops: Keras optimizers under
+hvd.DistributedOptimizer, tf.compat.v1 ones under DistributedGradientTape)
+against plain single-process Keras on the whole batch.
+test_same_result_at_every_world_size compares what the launches trained.
+Each launch takes 18-35 s on the shared 2-core machine (its world's start
+and thirteen cases, of which the eight trainings take about 1 s each
+alone): six launches, about 2.5 minutes in all, for three world sizes and
+two Keras flavours.
+"""
+import numpy as np
+import pytest
+
+from support.tf_launch import (REQUIRES_TF, STALL_FAST_ENV, keras_flavors,
+                               rank_script_tests)
+
+pytestmark = REQUIRES_TF
+
+NPS = (1, 2, 3)
+
+test_launch_is_clean, test_case, run = rank_script_tests(
+    "dynamic_keras.py", nps=NPS, flavors=("keras3", "tf_keras"), timeout=240,
+    env=STALL_FAST_ENV)
+
+
+@pytest.mark.parametrize("flavor", keras_flavors())
+def test_same_result_at_every_world_size(flavor):
+    """The trained tables and Dense weights of every run (1, 2 and 3
+    ranks) agree with each other, on every rank."""
+    reference = run(1, flavor).results[0]["trained"]
+    assert sorted(reference) == ["adagrad", "adam", "loop_adagrad",
+                                 "loop_v1_adagrad", "loop_v1_adam",
+                                 "loop_v1_ftrl", "sgd"]
+    for np_ in NPS:
+        launch = run(np_, flavor)
+        for rank in range(np_):
+            trained = launch.results[rank]["trained"]
+            assert sorted(trained) == sorted(reference)
+            for what, weights in reference.items():
+                for i, (mine, want) in enumerate(zip(trained[what],
+                                                     weights)):
+                    np.testing.assert_allclose(
+                        mine, want, rtol=1e-5, atol=1e-6,
+                        err_msg="np=%d rank %d %s weight %d" % (
+                            np_, rank, what, i))
