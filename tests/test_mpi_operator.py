@@ -93,7 +93,9 @@ def seeded_op_library(job_user):
     done = subprocess.run(
         [sys.executable, "-c", "from hbcore_tf._ops import build; "
          "print(build.op_library_path())"],
-        env=base_env(), capture_output=True, text=True, timeout=600)
+        env=base_env(), cwd=job_user.tmp, capture_output=True, text=True,
+        timeout=600)  # not the checkout's cwd: its unbuilt hbcore/ would
+    # shadow the installed one (support/under_test.py)
     assert done.returncode == 0, done.stderr[-3000:]
     compiled = done.stdout.strip().splitlines()[-1]
     cache = os.path.join(job_user.tmp, "hbcore-cache-%d" % job_user.uid)

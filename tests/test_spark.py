@@ -39,10 +39,31 @@ def spark():
                .config("spark.driver.host", "127.0.0.1").getOrCreate())
     yield session
     session.stop()
+    stop_spark_jvm()
     if old is None:
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = old
+
+
+def stop_spark_jvm() -> None:
+    """Ends the JVM that pyspark started, and waits for it.
+
+    ``SparkSession.stop`` leaves the py4j gateway's JVM running for the
+    next session of this process; it then winds down for seconds with a
+    core busy, under the next module's timing-sensitive tests (a 1 s stall
+    check saw its ranks 1 s apart).  The JVM exits when its stdin closes
+    (Spark's PythonGatewayServer watches it for its parent's death)."""
+    gateway = pyspark.SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    pyspark.SparkContext._gateway = None
+    pyspark.SparkContext._jvm = None
+    if proc is not None:
+        proc.stdin.close()
+        proc.wait(timeout=60)
 
 
 @pytest.fixture(scope="module")
