@@ -10,6 +10,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from support.under_test import ROOT, checkout_is_built  # noqa: E402
 
+# The tests marked quiet run alone under xdist (support/quiet.py).
+pytest_plugins = ["support.quiet"]
+
 if not checkout_is_built():
     sys.path[:] = [p for p in sys.path
                    if os.path.abspath(p or os.curdir) != ROOT]

@@ -3,6 +3,9 @@ import pytest
 
 from support.harness import run_ranks, script_path
 
+# CPU fractions of an idle runtime: run alone (tests/support/quiet.py).
+pytestmark = pytest.mark.quiet
+
 # The target is < 2% of one core; 5% leaves room for CI noise (other suites
 # share the 2 cores, and psutil's accounting has ~10 ms granularity).
 MAX_IDLE_FRACTION = 0.05

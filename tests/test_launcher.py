@@ -248,6 +248,7 @@ def test_status_line_round_trip():
                                "made no progress: stopped (state T)")
 
 
+@pytest.mark.quiet  # times the settle wait: run alone
 def test_settle_waits_for_every_rank_to_fail_then_stops():
     """After the first failure the teardown waits for the other ranks'
     failures (so each prints its own error), no longer than SETTLE_S."""

@@ -318,12 +318,14 @@ def assert_short_jobs_finish(count, env):
     assert not slow, "jobs that took %s s or more: %s" % (SHORT_JOB_S, slow)
 
 
+@pytest.mark.quiet  # each job is timed against SHORT_JOB_S: run alone
 @pytest.mark.timeout(900)  # 50 launches, each with its own 60 s limit
 def test_short_jobs_never_stall():
     assert_short_jobs_finish(SHORT_JOBS, {})
 
 
 @needs_tcp
+@pytest.mark.quiet  # timed like test_short_jobs_never_stall
 @pytest.mark.timeout(300)  # TCP_SHORT_JOBS launches, each limited to 60 s
 def test_short_jobs_never_stall_over_tcp():
     """Over TCP a wake-up or request that nobody progresses would hold a

@@ -18,6 +18,9 @@ from support.harness import cached_ranks, run_ranks, script_path
 from support.procs import gone
 
 SCRIPT = script_path("stall.py")
+# A 1 s stall check: a loaded machine is a false stall. Run alone
+# (tests/support/quiet.py).
+pytestmark = pytest.mark.quiet
 
 
 def _names_ranks(text, ranks):

@@ -64,7 +64,11 @@ RANK_SERVER = os.path.join(SUPPORT_DIR, "warm_rank.py")
 # two such files does not evict a world the next file needs.
 # numpy: the plain 2, 3 and 4 rank worlds, and one of an environment or
 # host layout of its own (a numpy rank takes ~75 MB).
-MAX_WORLDS = {"tf": 6, "numpy": 4}
+# Under pytest-xdist every worker keeps worlds of its own, so each keeps
+# only the four TF worlds of a rank_script_tests file (a TF rank takes
+# ~650 MB: 2 workers x 10 ranks stay well inside 24 GB).
+MAX_WORLDS = ({"tf": 4, "numpy": 4} if "PYTEST_XDIST_WORKER" in os.environ
+              else {"tf": 6, "numpy": 4})
 # Seconds a world may take to start (every rank imports TF, hbcore_tf; or
 # numpy and hbcore).
 START_TIMEOUT_S = {"tf": 180, "numpy": 60}
