@@ -31,7 +31,12 @@ PURE_SOURCES = ["common/types", "common/config", "common/logging",
 # the folders before it.
 FOLDER_ORDER = ["common", "gpu", "negotiation", "backends", "transport",
                 "runtime"]
-INCLUDE = re.compile(r'^#include "([a-z_]+)/([a-z_0-9]+\.h)"', re.M)
+INCLUDE = re.compile(r'^#include "([a-z_]+)/((?:[a-z_]+/)?[a-z_0-9]+\.h)"',
+                     re.M)
+# backends/ holds the data plane's interfaces and shared code, and one
+# subfolder per implementation (mpi/, nccl/): the shared files include no
+# implementation, and an implementation includes no other.
+BACKEND_IMPLEMENTATIONS = ["mpi", "nccl"]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +81,8 @@ def test_src_folders_include_downward():
     assert not glob.glob(os.path.join(src, "*.*")), "a file outside a folder"
     upward = []
     for folder in FOLDER_ORDER:
-        for path in sorted(glob.glob(os.path.join(src, folder, "*"))):
+        for path in sorted(glob.glob(os.path.join(src, folder, "**", "*.*"),
+                                     recursive=True)):
             with open(path) as f:
                 text = f.read()
             for target, header in INCLUDE.findall(text):
@@ -88,3 +94,21 @@ def test_src_folders_include_downward():
                     upward.append("%s/%s includes %s/%s" % (
                         folder, os.path.basename(path), target, header))
     assert upward == []
+
+
+def test_backend_implementations_stay_in_their_folders():
+    backends = os.path.join(ROOT, "csrc", "core", "src", "backends")
+    assert sorted(d for d in os.listdir(backends) if os.path.isdir(
+        os.path.join(backends, d))) == BACKEND_IMPLEMENTATIONS
+    crossing = []
+    for path in sorted(glob.glob(os.path.join(backends, "**", "*.*"),
+                                 recursive=True)):
+        own = os.path.relpath(os.path.dirname(path), backends)
+        with open(path) as f:
+            text = f.read()
+        for target, header in INCLUDE.findall(text):
+            sub = header.split("/")[0] if "/" in header else "."
+            if target == "backends" and sub != "." and sub != own:
+                crossing.append("%s includes backends/%s" % (
+                    os.path.relpath(path, backends), header))
+    assert crossing == []

@@ -6,7 +6,7 @@
 
 #include <sys/prctl.h>
 
-#include "backends/nccl_backend.h"
+#include "backends/nccl/nccl_backend.h"
 #include "common/logging.h"
 #include "negotiation/fusion.h"
 #include "transport/thread_affinity.h"

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "backends/mpi_backend.h"
+#include "backends/mpi/mpi_backend.h"
 #include "common/logging.h"
 #include "common/mpi_wait.h"
 #include "transport/mpi_control_comm.h"

@@ -1,4 +1,4 @@
-#include "backends/mpi_ring_allreduce.h"
+#include "backends/mpi/mpi_ring_allreduce.h"
 
 #include <climits>
 #include <string>

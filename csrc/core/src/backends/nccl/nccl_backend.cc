@@ -1,4 +1,4 @@
-#include "backends/nccl_backend.h"
+#include "backends/nccl/nccl_backend.h"
 
 #include <chrono>
 #include <cmath>

@@ -9,9 +9,9 @@
 #include <memory>
 
 #include "backends/backend.h"
-#include "backends/mpi_hier_allgather.h"
-#include "backends/mpi_ring_allreduce.h"
-#include "backends/mpi_shm_allreduce.h"
+#include "backends/mpi/mpi_hier_allgather.h"
+#include "backends/mpi/mpi_ring_allreduce.h"
+#include "backends/mpi/mpi_shm_allreduce.h"
 
 namespace hbcore {
 

@@ -1,4 +1,4 @@
-#include "backends/mpi_shm_allreduce.h"
+#include "backends/mpi/mpi_shm_allreduce.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

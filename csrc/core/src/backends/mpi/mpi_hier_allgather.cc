@@ -1,4 +1,4 @@
-#include "backends/mpi_hier_allgather.h"
+#include "backends/mpi/mpi_hier_allgather.h"
 
 #include <algorithm>
 #include <climits>

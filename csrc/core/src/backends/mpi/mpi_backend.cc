@@ -1,4 +1,4 @@
-#include "backends/mpi_backend.h"
+#include "backends/mpi/mpi_backend.h"
 
 #include <algorithm>
 #include <climits>
