@@ -60,7 +60,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "with no other test running (tests/support/quiet.py)" % MARKER)
 
 
-@pytest.hookimpl(hookwrapper=True)
+# tryfirst: the outermost wrapper, so the wait for the lock is outside
+# pytest-timeout's timer (a test is timed from when it may run).
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
