@@ -114,6 +114,13 @@ def test_a_client_refuses_a_listener_without_the_key():
     accepting.close()
 
 
+def test_a_silent_peer_delays_nobody(echo):
+    # A connection that never answers the listener's hello: the handshake
+    # of each connection runs on its own thread.
+    with socket.create_connection(echo.address, timeout=TIMEOUT_S):
+        echo.assert_serves_a_good_peer()
+
+
 def test_a_replayed_handshake_is_refused(echo):
     # A good handshake, recorded.
     with socket.create_connection(echo.address, timeout=TIMEOUT_S) as sock:
