@@ -26,15 +26,13 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
+from hbcore import setting_values
 from hbcore_tf._patches import internals
 
 KERAS3 = "keras3"
 TF_KERAS = "tf_keras"            # tf_keras' current optimizers
 TF_KERAS_LEGACY = "tf_keras_legacy"  # tf_keras.optimizers.legacy (OptimizerV2)
 V1 = "v1"                        # tf.compat.v1.train.Optimizer
-
-_TRUE = ("1", "true", "yes", "on")
-
 
 # --- tf.compat.v1 graph code called eagerly ----------------------------------
 
@@ -78,7 +76,7 @@ def in_default_graph_if_eager(fn: Callable) -> Callable:
 def use_legacy_keras() -> bool:
     """Returns whether TF_USE_LEGACY_KERAS asks for tf_keras (tf.keras's own
     rule)."""
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _TRUE
+    return setting_values.is_true(os.environ.get("TF_USE_LEGACY_KERAS", ""))
 
 
 def keras_session() -> Any:
