@@ -110,8 +110,13 @@ class Connection:
         Raises:
             OSError: The connection is gone.
         """
+        header = _HEADER.pack(len(data))
         with self._send_lock:
-            self._sock.sendall(_HEADER.pack(len(data)) + data)
+            if len(data) < 1 << 16:  # one segment (no copy of large data)
+                self._sock.sendall(header + data)
+            else:
+                self._sock.sendall(header)
+                self._sock.sendall(data)
 
     def send_message(self, message: Any) -> None:
         """Sends one JSON frame (``message`` JSON-serialisable)."""
@@ -126,22 +131,24 @@ class Connection:
               started: bool) -> Optional[bytes]:
         # The socket stays blocking (senders on other threads must not see
         # a reader's timeout); a deadline is kept with select.
-        data = b""
-        while len(data) < size:
+        data = bytearray(size)
+        view, got = memoryview(data), 0
+        while got < size:
             if deadline is not None and not self.poll(
                     max(0.0, deadline - time.monotonic())):
                 raise socket.timeout("timed out")
             try:
-                chunk = self._sock.recv(min(size - len(data), 1 << 20))
+                count = self._sock.recv_into(view[got:], min(size - got,
+                                                             1 << 20))
             except (ConnectionResetError, BrokenPipeError):
-                chunk = b""
-            if not chunk:
-                if not data and not started:
+                count = 0
+            if not count:
+                if not got and not started:
                     return None
                 raise WireError("%s closed the connection inside a frame"
                                 % self.peer)
-            data += chunk
-        return data
+            got += count
+        return bytes(data)
 
     def receive_bytes(self, timeout: Optional[float] = None
                       ) -> Optional[bytes]:
