@@ -16,13 +16,13 @@ empty; each message one JSON frame, an object with a ``type``, at most
 64 KiB; one connection per member for the whole job):
 
 1. The coordinator listens on its address. Each member connects,
-   retrying until ``start_timeout`` has passed since it started, and
-   runs the wire's handshake, naming itself by its member name. A peer
-   without the secret is refused there with the text ``<member> (from
-   <address>) does not know this job's HB_RENDEZVOUS_SECRET``; nothing
-   else changes, so a stranger can neither end the job nor learn what it
-   runs. A member refuses a coordinator without the secret the same way.
-2. (Formerly the challenge: the wire's handshake is it.)
+   retrying until ``start_timeout`` has passed since it started.
+2. Both run the wire's handshake, the member naming itself by its member
+   name, so each proves the secret to the other. A peer without it is
+   refused there with ``<member> (from <address>) does not know this
+   job's HB_RENDEZVOUS_SECRET`` and its connection closed; nothing else
+   changes, so a stranger can neither end the job nor learn what it runs.
+   A member refuses a coordinator without the secret the same way.
 3. Member -> coordinator: ``hello`` ``{"v", "member", "workers",
    "devices", "job"}``: its name (the one it proved), its worker count
    (1..1024), one device string per worker or null, and the job
