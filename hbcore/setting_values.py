@@ -42,23 +42,6 @@ def parse_bool(setting: str, text: str) -> bool:
                      % (setting, text, BOOL_WORDS))
 
 
-def is_true(text: str) -> bool:
-    """Whether the text of a variable hbcore does not own (e.g. TF's
-    ``TF_USE_LEGACY_KERAS``) says true; anything else, an unset variable
-    included, is false, as its owner reads it.
-
-    Args:
-        text: The variable's text ("" when unset).
-
-    Returns:
-        True for the words parse_bool reads as true.
-    """
-    try:
-        return parse_bool("", text)
-    except ValueError:
-        return False
-
-
 def parse_number(setting: str, text: str, kind: type) -> float:
     """Parses a numeric setting's text.
 

@@ -26,7 +26,6 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import tensorflow as tf
 
-from hbcore import setting_values
 from hbcore_tf._patches import internals
 
 KERAS3 = "keras3"
@@ -73,10 +72,16 @@ def in_default_graph_if_eager(fn: Callable) -> Callable:
 
 # --- which Keras -------------------------------------------------------------
 
+_TF_LEGACY_KERAS_TRUE = ("true", "True", "1")
+
 def use_legacy_keras() -> bool:
-    """Returns whether TF_USE_LEGACY_KERAS asks for tf_keras (tf.keras's own
-    rule)."""
-    return setting_values.is_true(os.environ.get("TF_USE_LEGACY_KERAS", ""))
+    """Returns whether TF_USE_LEGACY_KERAS asks for tf_keras.
+
+    TensorFlow's variable, read by TensorFlow's own rule (tensorflow/
+    __init__.py and python/util/lazy_loader.py: exactly ``true``, ``True``
+    or ``1``), not by hbcore's settings parser: a word TensorFlow ignores
+    (``yes``) leaves tf.keras on Keras 3, and hbcore_tf must agree."""
+    return os.environ.get("TF_USE_LEGACY_KERAS") in _TF_LEGACY_KERAS_TRUE
 
 
 def keras_session() -> Any:
