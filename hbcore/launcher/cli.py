@@ -19,7 +19,7 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
 
 from hbcore import __version__
 from hbcore.knobs import BY_NAME, KNOBS, LOG_LEVELS, Knob, env_flag
-from hbcore.setting_values import parse_bool
+from hbcore.setting_values import parse_bool, parse_number
 from hbcore.launcher.elastic_driver import (DEFAULT_ELASTIC_TIMEOUT_S,
                                             ELASTIC_TIMEOUT_VAR,
                                             ElasticSettings, run_elastic)
@@ -70,12 +70,10 @@ def _format_number(value: float) -> str:
 def _number(text: str, kind: type, minimum: float, inclusive: bool,
             what: str, maximum: float = math.inf):
     try:
-        value = kind(text)
+        value = parse_number(what, text, kind)  # finite, of that kind
     except ValueError:
         raise argparse.ArgumentTypeError(
             "expected %s, got %r" % (what, text)) from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
     if (value < minimum or (not inclusive and value == minimum)
             or value > maximum):
         raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
