@@ -121,6 +121,26 @@ def test_a_silent_peer_delays_nobody(echo):
         echo.assert_serves_a_good_peer()
 
 
+def test_a_listener_that_closes_mid_handshake_is_named():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def close_after_hello():
+            sock, _ = server.accept()
+            with sock:
+                raw_send(sock, json.dumps({"wire": 1, "nonce": "ab" * 16})
+                         .encode())
+                raw_receive(sock)
+
+        thread = threading.Thread(target=close_after_hello, daemon=True)
+        thread.start()
+        with pytest.raises(wire.WireError, match=r"^127\.0\.0\.1:%d closed "
+                           "the connection during the handshake$" % port):
+            wire.connect(("127.0.0.1", port), KEY, CONTEXT,
+                         timeout=TIMEOUT_S)
+        thread.join(TIMEOUT_S)
+
+
 def test_a_replayed_handshake_is_refused(echo):
     # A good handshake, recorded.
     with socket.create_connection(echo.address, timeout=TIMEOUT_S) as sock:

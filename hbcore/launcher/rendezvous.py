@@ -186,8 +186,7 @@ def _text(value: Any) -> str:
     """A message text received from a peer, printable and bounded."""
     if not isinstance(value, str):
         return "(a peer sent an error without a message)"
-    return "".join(c if c.isprintable() or c == "\n" else "?"
-                   for c in value[:4096])
+    return wire.printable(value)
 
 
 def _is_int(low: int, high: int) -> Callable[[Any], bool]:

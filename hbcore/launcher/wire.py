@@ -239,6 +239,9 @@ def connect(address: Tuple[str, int], key: bytes, context: str,
     try:
         deadline = time.monotonic() + timeout
         hello = conn.receive_message(timeout)
+        if hello is None:
+            raise WireError("%s closed the connection during the handshake"
+                            % conn.peer)
         if not (isinstance(hello, dict) and hello.get("wire") == VERSION
                 and isinstance(hello.get("nonce"), str)
                 and _NONCE.match(hello["nonce"])):
@@ -248,9 +251,12 @@ def connect(address: Tuple[str, int], key: bytes, context: str,
         conn.send_message({"nonce": mine, "name": name, "proof": _proof(
             key, "client", context, hello["nonce"], mine, name)})
         answer = conn.receive_message(max(0.0, deadline - time.monotonic()))
+        if answer is None:
+            raise WireError("%s closed the connection during the handshake"
+                            % conn.peer)
         if isinstance(answer, dict) and isinstance(answer.get("refused"),
                                                    str):
-            raise WireRefused(_printable(answer["refused"]))
+            raise WireRefused(printable(answer["refused"]))
         if not (isinstance(answer, dict) and isinstance(answer.get("proof"),
                                                         str)
                 and hmac.compare_digest(answer["proof"], _proof(
@@ -263,8 +269,9 @@ def connect(address: Tuple[str, int], key: bytes, context: str,
     return conn
 
 
-def _printable(text: str) -> str:
-    """A text received from a peer, printable and bounded."""
+def printable(text: str) -> str:
+    """A text received from a peer, made printable (newlines kept) and
+    bounded, for messages."""
     return "".join(c if c.isprintable() or c == "\n" else "?"
                    for c in text[:HANDSHAKE_MAX])
 
