@@ -66,6 +66,29 @@ def raw_receive(sock):
     return json.loads(reader.read(size))
 
 
+def fake_listener(answer):
+    """Connects to a made-up listener that sends a hello, reads the
+    client's proof and then sends ``answer`` (a message; None: closes)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        def serve():
+            sock, _ = server.accept()
+            with sock:
+                raw_send(sock, json.dumps({"wire": 1, "nonce": "ab" * 16})
+                         .encode())
+                raw_receive(sock)
+                if answer is not None:
+                    raw_send(sock, json.dumps(answer).encode())
+                    sock.recv(1)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        try:
+            wire.connect(server.getsockname(), KEY, CONTEXT,
+                         timeout=TIMEOUT_S)
+        finally:
+            thread.join(TIMEOUT_S)
+
+
 def test_a_good_peer_is_served_and_named(echo):
     echo.assert_serves_a_good_peer()
     assert echo.names == ["good"]
@@ -93,25 +116,10 @@ def test_a_client_refuses_a_listener_without_the_key():
             wire.connect(impostor.address, KEY, CONTEXT, timeout=TIMEOUT_S)
     finally:
         impostor.listener.close()
-    accepting = socket.create_server(("127.0.0.1", 0))
-    port = accepting.getsockname()[1]
-
-    def lenient_listener():
-        sock, _ = accepting.accept()
-        with sock:
-            raw_send(sock, json.dumps({"wire": 1, "nonce": "ab" * 16})
-                     .encode())
-            raw_receive(sock)
-            raw_send(sock, json.dumps({"proof": "0" * 64}).encode())
-            sock.recv(1)
-
-    thread = threading.Thread(target=lenient_listener, daemon=True)
-    thread.start()
-    with pytest.raises(wire.WireRefused, match=r"^127\.0\.0\.1:%d does not "
-                       r"know this job's key$" % port):
-        wire.connect(("127.0.0.1", port), KEY, CONTEXT, timeout=TIMEOUT_S)
-    thread.join(TIMEOUT_S)
-    accepting.close()
+    # A listener that answers any proof with a made-up one.
+    with pytest.raises(wire.WireRefused, match=r"^127\.0\.0\.1:\d+ does not "
+                       r"know this job's key$"):
+        fake_listener({"proof": "0" * 64})
 
 
 def test_a_silent_peer_delays_nobody(echo):
@@ -122,23 +130,9 @@ def test_a_silent_peer_delays_nobody(echo):
 
 
 def test_a_listener_that_closes_mid_handshake_is_named():
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-
-        def close_after_hello():
-            sock, _ = server.accept()
-            with sock:
-                raw_send(sock, json.dumps({"wire": 1, "nonce": "ab" * 16})
-                         .encode())
-                raw_receive(sock)
-
-        thread = threading.Thread(target=close_after_hello, daemon=True)
-        thread.start()
-        with pytest.raises(wire.WireError, match=r"^127\.0\.0\.1:%d closed "
-                           "the connection during the handshake$" % port):
-            wire.connect(("127.0.0.1", port), KEY, CONTEXT,
-                         timeout=TIMEOUT_S)
-        thread.join(TIMEOUT_S)
+    with pytest.raises(wire.WireError, match=r"^127\.0\.0\.1:\d+ closed "
+                       "the connection during the handshake$"):
+        fake_listener(None)
 
 
 def test_a_replayed_handshake_is_refused(echo):
