@@ -10,12 +10,11 @@ from hbcore import _gpu_libs
 from hbcore import process_sets as process_sets_module
 from hbcore._native import MPI_LIBRARY, core
 from hbcore.autotune import runner as autotune_runner
-from hbcore.exceptions import (InvalidArgumentError, NotInitializedError,
-                               WorldMismatchError)
+from hbcore.exceptions import (InvalidArgumentError, WorldMismatchError,
+                               initialized)
 from hbcore.job_environment import lone_process_problem
 from hbcore.knobs import value_text
 
-_NOT_INITIALIZED = "hbcore has not been initialized; use hbcore.init()."
 
 # Knob values that a library set up before init() (DistributedOptimizer's
 # bucket_cap_mb): the next init() applies them beneath its own ``config``.
@@ -294,45 +293,39 @@ def stop_timeline() -> None:
     core.stop_timeline()
 
 
-def _checked(value: int) -> int:
-    if value < 0:
-        raise NotInitializedError(_NOT_INITIALIZED)
-    return value
-
-
 def rank() -> int:
     """Returns this process's rank in [0, size()).
 
     Raises:
         NotInitializedError: before ``init()``.
     """
-    return _checked(core.rank())
+    return initialized(core.rank())
 
 
 def size() -> int:
     """Returns the number of processes in the job."""
-    return _checked(core.size())
+    return initialized(core.size())
 
 
 def local_rank() -> int:
     """Returns this process's rank among the processes on its host."""
-    return _checked(core.local_rank())
+    return initialized(core.local_rank())
 
 
 def local_size() -> int:
     """Returns the number of processes on this host."""
-    return _checked(core.local_size())
+    return initialized(core.local_size())
 
 
 def cross_rank() -> int:
     """Returns the index of this host among hosts (the rank in the
     communicator of processes with the same local rank)."""
-    return _checked(core.cross_rank())
+    return initialized(core.cross_rank())
 
 
 def cross_size() -> int:
     """Returns the number of processes with this process's local rank."""
-    return _checked(core.cross_size())
+    return initialized(core.cross_size())
 
 
 def is_homogeneous() -> bool:
@@ -342,12 +335,12 @@ def is_homogeneous() -> bool:
     Raises:
         NotInitializedError: before ``init()``.
     """
-    return bool(_checked(core.is_homogeneous()))
+    return bool(initialized(core.is_homogeneous()))
 
 
 def mpi_threads_supported() -> bool:
     """Returns whether MPI runs with MPI_THREAD_MULTIPLE."""
-    return bool(_checked(core.mpi_threads_supported()))
+    return bool(initialized(core.mpi_threads_supported()))
 
 
 def nccl_built() -> bool:

@@ -65,6 +65,27 @@ class NotInitializedError(HbcoreError, ValueError):
     """hbcore was used before ``hbcore.init()``."""
 
 
+NOT_INITIALIZED = "hbcore has not been initialized; use hbcore.init()."
+
+
+def initialized(value: int) -> int:
+    """Checks a number the core reports (a rank, a size), which is -1
+    before ``init()``.
+
+    Args:
+        value: The core's answer.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        NotInitializedError: ``value`` is negative.
+    """
+    if value < 0:
+        raise NotInitializedError(NOT_INITIALIZED)
+    return value
+
+
 class MismatchError(HbcoreError):
     """Ranks disagreed about a tensor (op, dtype, shape, root, reduce op,
     scale factors). Raised on every rank; the runtime keeps working."""

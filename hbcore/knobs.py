@@ -14,6 +14,8 @@ Each knob is set, in this order of precedence, by ``hbcore.init(config=
 import math
 from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
+from hbcore.setting_values import parse_bool
+
 
 class Flag(NamedTuple):
     """The hbrun / ``python -m hbcore.run`` flag that sets a knob.
@@ -42,9 +44,9 @@ class Knob(NamedTuple):
         name: the key in ``hbcore.init(config=...)``.
         env: the environment variable (``HOROVOD_`` + ``env[3:]`` is its
             alias).
-        type: ``"integer"``, ``"number"``, ``"string"``, ``"bool"``,
-            ``"log_level"`` or ``"choice"`` (``auto``, ``0``, ``1``,
-            ``true``, ``false``).
+        type: ``"integer"``, ``"number"``, ``"string"``, ``"bool"``
+            (setting_values' words), ``"log_level"`` or ``"choice"``
+            (``auto`` or a bool).
         default: the default as text (``""``: unset).
         min, max: bounds of integers and numbers (``max`` may be inf).
         unit: what the value counts (``"bytes"``, ``"seconds"``, ...).
@@ -64,7 +66,6 @@ class Knob(NamedTuple):
 
 
 LOG_LEVELS = ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL")
-CHOICES = ("auto", "0", "1", "true", "false")
 
 KNOBS: Tuple[Knob, ...] = (
     Knob("fusion_threshold", "HB_FUSION_THRESHOLD", "integer", "134217728",
@@ -189,19 +190,16 @@ def env_flag(name: str, environ: Mapping[str, str]) -> bool:
         The value (the knob's default when neither variable is set).
 
     Raises:
-        ValueError: The variable's value is not 0, 1, true or false; the
-            message names the variable.
+        ValueError: The variable's value is not a bool
+            (setting_values.parse_bool); the message names the variable.
     """
     knob = BY_NAME[name]
     assert knob.type == "bool", name
     for env in (knob.env, "HOROVOD_" + knob.env[3:]):
         text = environ.get(env, "")
         if text:
-            if text not in ("0", "1", "true", "false"):
-                raise ValueError("invalid value for %s: %r (expected 0, 1, "
-                                 "true or false)" % (env, text))
-            return text in ("1", "true")
-    return knob.default in ("1", "true")
+            return parse_bool(env, text)
+    return parse_bool(knob.env, knob.default)
 
 
 def value_text(name: str, value: object) -> str:

@@ -19,6 +19,7 @@ See docs/process_sets.md.
 from typing import Any, List, Optional, Sequence, Union
 
 from hbcore._native import core
+from hbcore.exceptions import initialized
 
 _NOT_REGISTERED = "Process set does not exist or has not been registered."
 
@@ -112,8 +113,7 @@ class ProcessSet:
         its ranks are unknown (a communicator set not yet registered)."""
         if self.ranks is None:
             return None
-        from hbcore.basics import rank
-        return rank() in self.ranks
+        return initialized(core.rank()) in self.ranks
 
     def __str__(self) -> str:
         return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)" % (

@@ -1,6 +1,7 @@
-"""hbcore_tf's layers (docs/architecture.md, "hbcore_tf's layers"): the
-import-linter contract in pyproject.toml holds for the checkout, and it
-breaks when a module imports upward.
+"""hbcore_tf's layers (docs/architecture.md, "hbcore_tf's layers") and
+hbcore's launcher rules: the import-linter contracts in pyproject.toml
+hold for the checkout, and each breaks when a module imports what it must
+not.
 
 import-linter reads the sources (it imports nothing), so this test needs
 neither a build nor TensorFlow; it is part of the ``test`` extra.
@@ -42,13 +43,50 @@ def test_hbcore_tf_imports_only_downward():
         result.stdout
 
 
+def _copy_sources(tmp_path) -> None:
+    """pyproject.toml and both packages' Python sources, into tmp_path."""
+    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path)
+    for package in ("hbcore_tf", "hbcore"):
+        shutil.copytree(os.path.join(ROOT, package), tmp_path / package,
+                        ignore=shutil.ignore_patterns("*.so", "_csrc",
+                                                      "__pycache__"))
+
+
+def _append(path, line: str) -> int:
+    """Appends ``line`` to the file; returns its line number."""
+    number = path.read_text().count("\n") + 1
+    with open(path, "a") as f:
+        f.write(line + "\n")
+    return number
+
+
+@pytest.mark.parametrize("module,line,contract,chain", [
+    ("launcher/hosts.py", "from hbcore import basics",
+     "hbcore's launcher never imports the native core",
+     "hbcore.launcher.hosts -> hbcore.basics"),
+    ("launcher/rank_server.py", "from hbcore.launcher import supervisor",
+     "hbcore's rank-side scripts import only each other",
+     "hbcore.launcher.rank_server -> hbcore.launcher.supervisor"),
+    ("launcher/wire.py", "from hbcore import knobs",
+     "hbcore's rank-side scripts import only each other",
+     "hbcore.launcher.wire -> hbcore.knobs"),
+])
+def test_a_forbidden_hbcore_import_breaks_its_contract(tmp_path, module,
+                                                       line, contract,
+                                                       chain):
+    _copy_sources(tmp_path)
+    number = _append(tmp_path / "hbcore" / module, line)
+    result = _run(str(tmp_path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert re.search(re.escape(contract) + r"\s+BROKEN", result.stdout), \
+        result.stdout
+    assert "%s (l.%d)" % (chain, number) in result.stdout, result.stdout
+
+
 def test_an_upward_import_breaks_the_contract(tmp_path):
     """A copy of the sources where the base layer imports the embedding
     feature: lint-imports exits 1 and names the import and its line."""
-    shutil.copy(os.path.join(ROOT, "pyproject.toml"), tmp_path)
-    shutil.copytree(os.path.join(ROOT, "hbcore_tf"), tmp_path / "hbcore_tf",
-                    ignore=shutil.ignore_patterns("*.so", "_csrc",
-                                                  "__pycache__"))
+    _copy_sources(tmp_path)
     options = tmp_path / "hbcore_tf" / "_base" / "options.py"
     lines = options.read_text().count("\n")
     with open(options, "a") as f:

@@ -12,10 +12,11 @@ from support.hbcore_path import import_hbcore_package
 
 import_hbcore_package()
 from hbcore import tf_config  # noqa: E402
-from hbcore.launcher import hydra_manual  # noqa: E402
+from hbcore.launcher import hydra_manual, wire  # noqa: E402
 from hbcore.launcher.errors import LauncherError  # noqa: E402
-from hbcore.launcher.rendezvous import (Arrival, Coordinator,  # noqa: E402
-                                        Member, Placement, RendezvousError)
+from hbcore.launcher.rendezvous import (CONTEXT, Arrival,  # noqa: E402
+                                        Coordinator, Member, Placement,
+                                        RendezvousError)
 from hbcore.launcher.tf_config_launch import rank_tf_config  # noqa: E402
 
 JOB = {"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]},
@@ -165,24 +166,21 @@ def test_a_launcher_that_goes_away_ends_the_job():
 def test_a_lost_coordinator_ends_its_member():
     # A coordinator that starts the member and then dies (its process gone:
     # the connection closes without an end message).
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-        machine = Machine(port, "worker:0")
-        sock, _ = server.accept()
-        with sock:
-            reader = sock.makefile("rb")
-            sock.sendall(json.dumps({"type": "challenge", "v": 1,
-                                     "nonce": "ab" * 16}).encode() + b"\n")
-            assert json.loads(reader.readline())["type"] == "hello"
-            sock.sendall(json.dumps({
-                "type": "start", "control_port": 4000,
-                "options": [["--proxy-id", "0"]], "first_rank": 0,
-                "world_size": 1}).encode() + b"\n")
-            assert machine.started.wait(TIMEOUT_S)
-            reader.close()  # with the socket: the peer sees the end
+    def coordinator_that_dies(conn):
+        assert conn.receive_message(TIMEOUT_S)["type"] == "hello"
+        conn.send_message({"type": "start", "control_port": 4000,
+                           "options": [["--proxy-id", "0"]],
+                           "first_rank": 0, "world_size": 1})
+        assert machine.started.wait(TIMEOUT_S)
+        # Returning closes the connection: the peer sees the end.
+
+    listener = wire.Listener(b"", CONTEXT, coordinator_that_dies)
+    port = listener.port
+    machine = Machine(port, "worker:0")
     machine.join(TIMEOUT_S)
     assert machine.end == (1, "lost the connection to the coordinator (the "
                            "chief's launcher) at 127.0.0.1:%d" % port)
+    listener.close()
 
 
 def test_a_peer_without_the_secret_is_refused_alone():
@@ -207,33 +205,29 @@ def test_a_peer_without_the_secret_is_refused_alone():
 
 
 @pytest.mark.parametrize("payload,message", [
-    (b"not json\n", "sent a message that is not JSON"),
-    (b'{"type": "hello"}\n', "where a hello message with fields"),
+    (b"not json", "sent a message that is not JSON"),
+    (b'{"type": "hello"}', "where a hello message with fields"),
     (json.dumps({"type": "hello", "v": 1, "member": "worker:0",
-                 "workers": 0, "devices": None, "job": JOB,
-                 "proof": "0" * 64}).encode() + b"\n",
+                 "workers": 0, "devices": None, "job": JOB}).encode(),
      "a hello message with a bad workers: 0"),
     (json.dumps({"type": "hello", "v": 1, "member": "worker:0",
-                 "workers": 1, "devices": ["0; rm -rf /"], "job": JOB,
-                 "proof": "0" * 64}).encode() + b"\n",
+                 "workers": 1, "devices": ["0; rm -rf /"], "job": JOB}).encode(),
      "a hello message with a bad devices"),
     (json.dumps({"type": "hello", "v": 1, "member": "$(reboot)",
-                 "workers": 1, "devices": None, "job": JOB,
-                 "proof": "0" * 64}).encode() + b"\n",
+                 "workers": 1, "devices": None, "job": JOB}).encode(),
      "a hello message with a bad member"),
 ])
 def test_malformed_hellos_are_refused_without_ending_the_job(payload,
                                                              message):
     failures = []
     coord = coordinator(failures=failures)
-    with socket.create_connection(("127.0.0.1", coord.port),
-                                  timeout=TIMEOUT_S) as sock:
-        reader = sock.makefile("rb")
-        assert json.loads(reader.readline())["type"] == "challenge"
-        sock.sendall(payload)
-        reply = json.loads(reader.readline())
-        assert reply["type"] == "error" and message in reply["message"]
-        assert reader.readline() == b""  # closed
+    conn = wire.connect(("127.0.0.1", coord.port), b"", CONTEXT,
+                        name="worker:0", timeout=TIMEOUT_S)
+    conn.send_bytes(payload)
+    reply = conn.receive_message(TIMEOUT_S)
+    assert reply["type"] == "error" and message in reply["message"]
+    assert conn.receive_message(TIMEOUT_S) is None  # closed
+    conn.close()
     assert failures == []
     # The job still forms.
     machines = [Machine(coord.port, name) for name in MEMBERS]

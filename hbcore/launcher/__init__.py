@@ -16,6 +16,8 @@ Modules, one job each:
     rank_output  rank-side: rank-prefixed output lines
     run_fn       hbcore.run(fn, ...) and its rank side run_task
     devices      one worker per visible GPU for ``python -m hbcore.run``
+    wire         the one authenticated socket protocol (HMAC proofs both
+                 ways, framed messages) every job-internal connection uses
     rendezvous   launchers started by an orchestrator meet and form one
                  MPI world (protocol in its module comment)
     hydra_manual hydra's manual launcher: proxy commands <-> data
@@ -31,7 +33,7 @@ Modules, one job each:
                  (protocol in its module comment; docs/elastic.md)
     elastic_protocol  the variables, exit code and files the elastic
                  driver and the ranks' hbcore.elastic share
-    elastic_notice  the host-change notice, driver -> rank 0, over TCP
+    elastic_notice  the host-change notice, driver -> rank 0, over the wire
     discovery    --host-discovery-script and the host blacklist
 
 Nothing here imports the native core: the launcher must work (and

@@ -18,7 +18,8 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
                     Tuple)
 
 from hbcore import __version__
-from hbcore.knobs import BY_NAME, CHOICES, KNOBS, LOG_LEVELS, Knob, env_flag
+from hbcore.knobs import BY_NAME, KNOBS, LOG_LEVELS, Knob, env_flag
+from hbcore.setting_values import parse_bool, parse_number
 from hbcore.launcher.elastic_driver import (DEFAULT_ELASTIC_TIMEOUT_S,
                                             ELASTIC_TIMEOUT_VAR,
                                             ElasticSettings, run_elastic)
@@ -69,12 +70,10 @@ def _format_number(value: float) -> str:
 def _number(text: str, kind: type, minimum: float, inclusive: bool,
             what: str, maximum: float = math.inf):
     try:
-        value = kind(text)
+        value = parse_number(what, text, kind)  # finite, of that kind
     except ValueError:
         raise argparse.ArgumentTypeError(
             "expected %s, got %r" % (what, text)) from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
     if (value < minimum or (not inclusive and value == minimum)
             or value > maximum):
         raise argparse.ArgumentTypeError("expected %s, got %r" % (what, text))
@@ -149,20 +148,15 @@ def _flag_type(knob: Knob) -> Callable[[str], Any]:
                                                     text))
             return text.upper()
         return level
-    if knob.type == "bool":
+    if knob.type in ("bool", "choice"):
         def boolean(text: str) -> str:
-            if text not in ("0", "1", "true", "false"):
-                raise argparse.ArgumentTypeError(
-                    "expected 0, 1, true or false, got %r" % text)
-            return text
+            if knob.type == "choice" and text == "auto":
+                return text
+            try:
+                return "true" if parse_bool(flag.option, text) else "false"
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from None
         return boolean
-    if knob.type == "choice":
-        def choice(text: str) -> str:
-            if text not in CHOICES:
-                raise argparse.ArgumentTypeError(
-                    "expected one of %s, got %r" % (", ".join(CHOICES), text))
-            return text
-        return choice
     if knob.type == "string":
         return str
     low, high = knob.min / flag.scale, knob.max / flag.scale

@@ -5,42 +5,37 @@ A file would reach only the ranks on the launch host, so the driver
 serves the notice over TCP (the ranks can reach the launch host: hydra's
 proxies connect back to it too).  Both sides import it.
 
-Protocol: the driver listens on ``HB_ELASTIC_NOTICE`` (``host:port``)
-and answers only its own job's ranks: it draws a secret per job and
-gives it to the ranks in ``HB_ELASTIC_NOTICE_KEY`` (hex).  A rank
-connects once per process; the driver sends a fresh nonce as one line
-``<nonce>\\n``; the rank answers ``<g> <proof>\\n``, its generation and
-the rendezvous proof of the secret over the nonce and
-``elastic-notice/<g>`` (rendezvous.proof: an HMAC, so the secret never
-travels).  A wrong proof is answered with the byte ``x`` and the
-connection closed (no answer within CONNECT_TIMEOUT_S: closed
-unanswered); otherwise the driver answers when it posts the host change
-of generation g (at once if it was posted before), with the byte ``r``
-when hosts were only removed, else ``1``, and closes.  The driver only ever sends those bytes: nothing a
-peer sends is run or changes the job.  A rank polls its connection
-without blocking (``select`` with timeout 0), so a check costs
-microseconds and the driver never has to find the ranks.  Only rank 0 asks: every commit allreduces its answer
-(hbcore/elastic/state.py).
+Protocol (over the authenticated wire, wire.py, context
+``elastic-notice``): the driver listens on ``HB_ELASTIC_NOTICE``
+(``host:port``) and answers only its own job's ranks: it draws a secret
+per job and gives it to the ranks in ``HB_ELASTIC_NOTICE_KEY`` (hex),
+the wire's key. A rank connects once per process and sends
+``{"generation": g}``; the driver answers when it posts the host change
+of generation g (at once if it was posted before) with
+``{"change": "removed"}`` when hosts were only removed, else
+``{"change": "added"}``, and closes (at the job's end: closes
+unanswered). A peer without the key is refused by the wire. The driver
+only ever sends those answers: nothing a peer sends is run or changes the
+job. A rank polls its connection without blocking, so a check costs
+microseconds and the driver never has to find the ranks. Only rank 0
+asks: every commit allreduces its answer (hbcore/elastic/state.py).
 """
 
-import hmac
 import os
-import select
 import socket
 import threading
 from typing import Dict, Optional
 
-from hbcore.launcher.rendezvous import proof
+from hbcore.launcher import wire
 
 NOTICE_VAR = "HB_ELASTIC_NOTICE"
 KEY_VAR = "HB_ELASTIC_NOTICE_KEY"
 # What a rank learns (hosts_updated): no change yet; hosts were added (or
 # added and removed); hosts were only removed (Horovod's skip_sync case).
 NO_CHANGE, ADDED, REMOVED = 0, 1, 2
-# The driver's answers: the change posted (ADDED, REMOVED); the proof was
-# wrong.
-_ANSWERS = {b"1": ADDED, b"r": REMOVED}
-REFUSED = b"x"
+# The driver's answers.
+_ANSWERS = {"added": ADDED, "removed": REMOVED}
+CONTEXT = "elastic-notice"
 # How long a rank waits to connect to the driver.
 CONNECT_TIMEOUT_S = 30.0
 
@@ -56,17 +51,13 @@ class NoticeServer:
     def __init__(self) -> None:
         self._secret = os.urandom(32)
         self.key = self._secret.hex()
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("", 0))
-        self._sock.listen(64)
         # generation -> whether its changes so far only removed hosts
         self._posted: Dict[int, bool] = {}
         self._closed = False
         self._changed = threading.Condition()
-        self.address = "%s:%d" % (socket.gethostname(),
-                                  self._sock.getsockname()[1])
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._listener = wire.Listener(self._secret, CONTEXT, self._serve,
+                                       bind=("", 0))
+        self.address = "%s:%d" % (socket.gethostname(), self._listener.port)
 
     def post(self, generation: int, removed_only: bool = False) -> None:
         """Tells the ranks of ``generation`` that the hosts changed.
@@ -85,48 +76,22 @@ class NoticeServer:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
-        self._sock.close()
+        self._listener.close()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            threading.Thread(target=self._serve, args=(conn,),
-                             daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            nonce = os.urandom(16).hex()
-            try:
-                conn.settimeout(CONNECT_TIMEOUT_S)
-                conn.sendall(b"%s\n" % nonce.encode())
-                text, _, given = conn.makefile(
-                    "r", errors="replace").readline(256).partition(" ")
-                generation = int(text)
-            except (OSError, ValueError):
-                return
-            if not hmac.compare_digest(given.strip(), _proof(
-                    self._secret, nonce, generation)):
-                try:
-                    conn.sendall(REFUSED)  # not this job's rank
-                except OSError:
-                    pass
-                return
-            with self._changed:
-                self._changed.wait_for(
-                    lambda: self._closed or generation in self._posted)
-                removed_only = self._posted.get(generation)
-            if removed_only is not None:
-                try:
-                    conn.sendall(b"r" if removed_only else b"1")
-                except OSError:
-                    pass
-
-
-def _proof(secret: bytes, nonce: str, generation: int) -> str:
-    return proof(secret, nonce, "elastic-notice/%d" % generation)
+    def _serve(self, conn: wire.Connection) -> None:
+        """One rank's connection (already authenticated)."""
+        request = conn.receive_message(CONNECT_TIMEOUT_S)
+        generation = request.get("generation") if isinstance(
+            request, dict) else None
+        if not isinstance(generation, int) or isinstance(generation, bool):
+            return
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self._closed or generation in self._posted)
+            removed_only = self._posted.get(generation)
+        if removed_only is not None:
+            conn.send_message({"change": "removed" if removed_only
+                               else "added"})
 
 
 # The rank's connection per (address, generation); once it is closed, the
@@ -156,22 +121,22 @@ def hosts_updated(address: str, generation: int, key: str) -> int:
         return conn
     if conn is None:
         host, _, port = address.rpartition(":")
-        conn = socket.create_connection((host, int(port)),
-                                        timeout=CONNECT_TIMEOUT_S)
-        nonce = conn.makefile("r").readline().strip()
-        conn.sendall(b"%d %s\n" % (generation, _proof(
-            bytes.fromhex(key), nonce, generation).encode()))
+        try:
+            conn = wire.connect((host, int(port)), bytes.fromhex(key),
+                                CONTEXT, timeout=CONNECT_TIMEOUT_S)
+        except wire.WireRefused:
+            raise OSError("hbcore.elastic: the driver at %s refused this "
+                          "rank's proof of %s" % (address, KEY_VAR)) from None
+        conn.send_message({"generation": generation})
         _CONNECTIONS[where] = conn
-    assert isinstance(conn, socket.socket)
-    readable, _, _ = select.select([conn], [], [], 0)
-    if not readable:
+    assert isinstance(conn, wire.Connection)
+    if not conn.poll(0):
         return NO_CHANGE
-    answer = conn.recv(1)
-    conn.close()
-    if answer == REFUSED:
-        del _CONNECTIONS[where]
-        raise OSError("hbcore.elastic: the driver at %s refused this rank's "
-                      "proof of %s" % (address, KEY_VAR))
-    # b"": the driver closed at the job's end, no change will come.
-    _CONNECTIONS[where] = _ANSWERS.get(answer, NO_CHANGE)
+    try:
+        answer = conn.receive_message(CONNECT_TIMEOUT_S)
+    finally:
+        conn.close()
+    # None: the driver closed at the job's end, no change will come.
+    change = answer.get("change") if isinstance(answer, dict) else None
+    _CONNECTIONS[where] = _ANSWERS.get(change, NO_CHANGE)
     return _CONNECTIONS[where]

@@ -5,8 +5,9 @@ The hosting process (started by Spark or Ray, not by hydra) cannot be an
 MPI rank itself. It joins the rendezvous as member ``rank:<index>`` with
 one worker, starts hydra's proxy from the data the coordinator sent
 (manual_job.LocalProxy), and the proxy starts the rank: rank_server.py,
-which connects back to this host over a local authenticated connection
-and runs the calls the host passes it (protocol in rank_server.py).
+which connects back to this host over hbcore's authenticated wire
+(wire.py, on 127.0.0.1) and runs the calls the host passes it (protocol
+in rank_server.py).
 
 What the host gets from the driver (``MemberSpec``) is data only: the
 coordinator's address, the job's secret and description, a start timeout.
@@ -20,16 +21,17 @@ failed); the driver's report says which.
 import os
 import queue
 import threading
-from multiprocessing.connection import Connection, Listener
 from typing import Any, NamedTuple, Optional, Tuple
 
 import cloudpickle
 
+from hbcore.launcher import wire
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hydra_manual import find_proxy
 from hbcore.launcher.manual_job import LocalProxy
 from hbcore.launcher.mpiexec import find_mpiexec
-from hbcore.launcher.rank_server import ADDRESS_VAR, KEY_VAR
+from hbcore.launcher.rank_server import (ADDRESS_VAR, CONTEXT, KEY_VAR,
+                                         MAX_CALL)
 from hbcore.launcher.rendezvous import Member, RendezvousError
 
 # How often a waiting host looks up to see whether the job has ended.
@@ -79,10 +81,12 @@ class HostedRank:
         self._spec = spec
         self._index = index
         self._key = os.urandom(32)
-        self._listener: Optional[Listener] = None
+        self._listener: Optional[wire.Listener] = None
         self._member: Optional[Member] = None
         self._proxy: Optional[LocalProxy] = None
-        self._connection: Optional[Connection] = None
+        self._connection: Optional[wire.Connection] = None
+        self._accepted: "queue.Queue" = queue.Queue()
+        self._stopped = threading.Event()
         self._ended = threading.Event()
         self._end: Tuple[int, str] = (1, "the job did not start")
 
@@ -103,9 +107,10 @@ class HostedRank:
             LauncherError: hydra's tools are missing here.
         """
         spec = self._spec
-        self._listener = Listener(("127.0.0.1", 0), authkey=self._key)
+        self._listener = wire.Listener(self._key, CONTEXT, self._hold,
+                                       max_frame=MAX_CALL)
         env = dict(os.environ)
-        env[ADDRESS_VAR] = "127.0.0.1:%d" % self._listener.address[1]
+        env[ADDRESS_VAR] = "127.0.0.1:%d" % self._listener.port
         env[KEY_VAR] = self._key.hex()
         proxy = find_proxy(find_mpiexec(env))
         self._member = Member(member_name(self._index), 1, None, spec.job,
@@ -115,12 +120,9 @@ class HostedRank:
         self._proxy = LocalProxy(proxy, spec.host, start, env)
         threading.Thread(target=self._watch_end, daemon=True,
                          name="hosted-rank-end").start()
-        accepted: "queue.Queue" = queue.Queue()
-        threading.Thread(target=self._accept, args=(accepted,), daemon=True,
-                         name="hosted-rank-accept").start()
         while True:
             try:
-                self._connection = accepted.get(timeout=_POLL_S)
+                self._connection = self._accepted.get(timeout=_POLL_S)
                 return start.first_rank
             except queue.Empty:
                 pass
@@ -129,11 +131,11 @@ class HostedRank:
                                       "rank %d started" % start.first_rank)
             self._proxy.refresh()
 
-    def _accept(self, accepted: "queue.Queue") -> None:
-        try:
-            accepted.put(self._listener.accept())
-        except OSError:
-            pass  # closed by stop()
+    def _hold(self, connection: wire.Connection) -> None:
+        """The listener's handler: hands the rank's (authenticated)
+        connection over and keeps it open until stop()."""
+        self._accepted.put(connection)
+        self._stopped.wait()
 
     def _watch_end(self) -> None:
         self._end = self._member.wait_for_end(None)
@@ -156,7 +158,11 @@ class HostedRank:
                 if self._ended.is_set() and not self._connection.poll(0):
                     return lost(self._end[1])
                 self._proxy.refresh()
-            return cloudpickle.loads(self._connection.recv_bytes())
+            reply = self._connection.receive_bytes()
+            if reply is None:
+                raise EOFError("the rank closed its connection")
+            # Unpickled only because the wire authenticated the rank.
+            return cloudpickle.loads(reply)
         except (EOFError, OSError):
             # The rank is gone; the job's end says why.
             self._ended.wait(_END_WAIT_S)
@@ -175,7 +181,7 @@ class HostedRank:
                     self._connection.send_bytes(cloudpickle.dumps(None))
                 except OSError:
                     pass
-                self._connection.close()
+            self._stopped.set()  # the listener closes the connection
             if self._member is not None and self._proxy is not None:
                 self._ended.wait()
         finally:

@@ -8,9 +8,11 @@ host and runs the functions the host sends, in this one process, so state
 (``hbcore.init()``, a model, an executable object) lives from one call to
 the next as it does in a Horovod Ray actor.
 
-Protocol (multiprocessing.connection to the host's address in
-``HB_RANK_HOST_ADDRESS``, authenticated with the hex key in
-``HB_RANK_HOST_KEY``; every message a cloudpickled bytes object):
+Protocol (hbcore's authenticated wire, wire.py, context ``rank-host``,
+to the host's address in ``HB_RANK_HOST_ADDRESS`` with the hex key in
+``HB_RANK_HOST_KEY``; every message one frame holding a cloudpickled
+object, which each side unpickles only because the wire authenticated its
+peer, the rank's own host, first):
 
 1. Host -> rank: a call ``(sys_path, fn, args, kwargs, mode)`` with mode
    ``"call"`` (run ``fn(*args, **kwargs)``), ``"executable"`` (run
@@ -28,17 +30,22 @@ the user's function imports it.
 
 import os
 import sys
-from multiprocessing.connection import Client
 from typing import Any, Optional, Tuple
 
 if __package__:
+    from hbcore.launcher import wire
     from hbcore.launcher.run_task import error_outcome, use_caller_path
 else:  # run by path: sys.path[0] is this directory
+    import wire  # type: ignore
     from run_task import error_outcome, use_caller_path  # type: ignore
 
 ADDRESS_VAR = "HB_RANK_HOST_ADDRESS"
 KEY_VAR = "HB_RANK_HOST_KEY"
+CONTEXT = "rank-host"
 MODES = ("call", "executable", "make-executable")
+# The largest call or result: a bound against a broken stream only (the
+# peer authenticated), so a user's large arguments still pass.
+MAX_CALL = 1 << 36
 
 
 class _Server:
@@ -73,16 +80,19 @@ def main(argv: Optional[list] = None) -> int:
     """
     import cloudpickle  # functions and values may be lambdas
     host, _, port = os.environ[ADDRESS_VAR].rpartition(":")
-    connection = Client((host, int(port)),
-                        authkey=bytes.fromhex(os.environ[KEY_VAR]))
+    connection = wire.connect((host, int(port)),
+                              bytes.fromhex(os.environ[KEY_VAR]), CONTEXT,
+                              name="rank", max_frame=MAX_CALL)
     server = _Server()
     while True:
         try:
-            data = connection.recv_bytes()
-        except EOFError:
+            data = connection.receive_bytes()
+        except OSError:
+            data = None
+        if data is None:
             return 1  # the host went away; its member ends the job
         try:
-            call = cloudpickle.loads(data)
+            call = cloudpickle.loads(data)  # from the authenticated host
         except Exception as exc:
             outcome = error_outcome(exc, "cannot unpickle the function: ")
         else:

@@ -10,28 +10,30 @@ member starts the proxy that mpiexec waits for on its own machine
 (hydra_manual.py). Front ends: tf_config_launch.py (TF_CONFIG machines);
 Spark tasks and Ray actors are meant to be more of them.
 
-Protocol (TCP; each message one line of UTF-8 JSON, an object with a
-``type``, at most 64 KiB; one connection per member for the whole job):
+Protocol (hbcore's authenticated wire, wire.py, context ``rendezvous``,
+keyed with the shared secret ``HB_RENDEZVOUS_SECRET``, which may be
+empty; each message one JSON frame, an object with a ``type``, at most
+64 KiB; one connection per member for the whole job):
 
 1. The coordinator listens on its address. Each member connects,
    retrying until ``start_timeout`` has passed since it started.
-2. Coordinator -> member: ``challenge`` ``{"v": 1, "nonce": 32 hex}``.
+2. Both run the wire's handshake, the member naming itself by its member
+   name, so each proves the secret to the other. A peer without it is
+   refused there with ``<member> (from <address>) does not know this
+   job's HB_RENDEZVOUS_SECRET`` and its connection closed; nothing else
+   changes, so a stranger can neither end the job nor learn what it runs.
+   A member refuses a coordinator without the secret the same way.
 3. Member -> coordinator: ``hello`` ``{"v", "member", "workers",
-   "devices", "job", "proof"}``: its name, its worker count (1..1024),
-   one device string per worker or null, the job description that every
-   member must agree on (for TF_CONFIG: the cluster, the command, the
-   Python and wrapper paths), and ``proof`` = HMAC-SHA256 over nonce and
-   name, keyed by a hash of the shared secret (``HB_RENDEZVOUS_SECRET``,
-   may be empty).
-4. The coordinator checks every field strictly. A malformed message or a
-   wrong proof (a peer without the secret) gets an ``error``
-   ``{"message"}`` and its connection is closed; nothing else changes, so
-   a stranger can neither end the job nor learn what it runs. A peer that
-   proved the secret (or any peer when there is none) and then describes
-   another job (named key by key), a name that is not a member, or a name
-   that arrived already (a machine started twice) ends the whole job:
-   every connected member gets the ``error`` and every launcher exits
-   with it.
+   "devices", "job"}``: its name (the one it proved), its worker count
+   (1..1024), one device string per worker or null, and the job
+   description that every member must agree on (for TF_CONFIG: the
+   cluster, the command, the Python and wrapper paths).
+4. The coordinator checks every field strictly. A malformed message gets
+   an ``error`` ``{"message"}`` and its connection is closed; nothing else
+   changes. A peer that proved the secret and then describes another job
+   (named key by key), a name that is not a member, or a name that
+   arrived already (a machine started twice) ends the whole job: every
+   connected member gets the ``error`` and every launcher exits with it.
 5. When every member has arrived, members are placed in member order with
    consecutive ranks. If some have not arrived ``start_timeout`` seconds
    after the coordinator started, every connected member gets an
@@ -52,10 +54,7 @@ Nothing received is ever executed: messages carry names, numbers and
 strings that are checked against what they may be.
 """
 
-import hashlib
-import hmac
 import json
-import os
 import re
 import socket
 import threading
@@ -63,10 +62,12 @@ import time
 from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
                     Tuple)
 
+from hbcore.launcher import wire
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hydra_manual import ProxyData, check_proxy_data
 
 PROTOCOL = 1
+CONTEXT = "rendezvous"
 MAX_MESSAGE = 1 << 16
 MAX_WORKERS = 1024
 # Seconds between a member's connection attempts while the coordinator is
@@ -74,7 +75,6 @@ MAX_WORKERS = 1024
 CONNECT_RETRY_S = 0.2
 _NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 _DEVICE = re.compile(r"^[A-Za-z0-9_.:/-]{1,128}$")
-_HEX = re.compile(r"^[0-9a-f]{32,64}$")
 
 
 class RendezvousError(LauncherError):
@@ -115,28 +115,23 @@ class Start(NamedTuple):
 
 
 class Channel:
-    """One connection: JSON lines in both directions.
+    """One member's connection: JSON messages with a ``type``.
 
     Args:
-        sock: A connected socket.
-        peer: Its ``host:port``, for messages.
+        conn: An authenticated wire connection.
     """
 
-    def __init__(self, sock: socket.socket, peer: str) -> None:
-        self.sock = sock
-        self.peer = peer
-        self._buffer = b""
-        self._send_lock = threading.Lock()
+    def __init__(self, conn: wire.Connection) -> None:
+        self.conn = conn
+        self.peer = conn.peer
 
     def send(self, message: Mapping[str, Any]) -> None:
         """Sends one message; a peer that is gone is ignored (its own end
         of the protocol reports it)."""
-        data = json.dumps(message, sort_keys=True).encode() + b"\n"
-        with self._send_lock:
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                pass
+        try:
+            self.conn.send_message(message)
+        except OSError:
+            pass
 
     def receive(self, timeout: Optional[float]) -> Optional[Dict[str, Any]]:
         """Receives one message.
@@ -151,31 +146,12 @@ class Channel:
             socket.timeout: Nothing complete arrived in time.
             RendezvousError: The peer sent something that is not a message.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            if len(self._buffer) > MAX_MESSAGE:
-                raise RendezvousError("%s sent a message over %d bytes"
-                                      % (self.peer, MAX_MESSAGE))
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise socket.timeout("timed out")
-                self.sock.settimeout(left)
-            else:
-                self.sock.settimeout(None)
-            try:
-                chunk = self.sock.recv(65536)
-            except (ConnectionResetError, BrokenPipeError):
-                return None
-            if not chunk:
-                return None
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
         try:
-            message = json.loads(line.decode())
-        except (UnicodeDecodeError, ValueError):
-            raise RendezvousError("%s sent a message that is not JSON"
-                                  % self.peer) from None
+            message = self.conn.receive_message(timeout)
+        except wire.WireError as exc:
+            raise RendezvousError(str(exc)) from None
+        if message is None:
+            return None
         if not isinstance(message, dict) or not isinstance(
                 message.get("type"), str):
             raise RendezvousError("%s sent a message without a type"
@@ -185,14 +161,7 @@ class Channel:
     def close(self) -> None:
         """Closes the connection (the peer sees its end at once, and so
         does a thread of ours blocked receiving on it)."""
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        self.conn.close()
 
 
 def _fields(message: Mapping[str, Any], kind: str,
@@ -217,8 +186,7 @@ def _text(value: Any) -> str:
     """A message text received from a peer, printable and bounded."""
     if not isinstance(value, str):
         return "(a peer sent an error without a message)"
-    return "".join(c if c.isprintable() or c == "\n" else "?"
-                   for c in value[:4096])
+    return wire.printable(value)
 
 
 def _is_int(low: int, high: int) -> Callable[[Any], bool]:
@@ -229,13 +197,6 @@ def _is_int(low: int, high: int) -> Callable[[Any], bool]:
 def _is_devices(value: Any) -> bool:
     return value is None or (isinstance(value, list) and all(
         isinstance(d, str) and _DEVICE.match(d) for d in value))
-
-
-def proof(secret: bytes, nonce: str, name: str) -> str:
-    """The hello's proof (step 3 of the protocol)."""
-    return hmac.new(hashlib.sha256(b"hbcore-rendezvous\0" + secret).digest(),
-                    ("%s/%s" % (nonce, name)).encode(),
-                    hashlib.sha256).hexdigest()
 
 
 def describe_difference(mine: Mapping[str, Any], theirs: Any,
@@ -310,34 +271,27 @@ class Coordinator:
         self._ended = False
         # Every interface, IPv6 as well where the host has it (a TF_CONFIG
         # may name the chief by an IPv6 address).
-        dual = bind[0] == "" and socket.has_dualstack_ipv6()
         try:
-            self._server = socket.create_server(
-                bind, family=socket.AF_INET6 if dual else socket.AF_INET,
-                dualstack_ipv6=dual)
+            self._listener = wire.Listener(
+                secret, CONTEXT, lambda conn: self._serve(Channel(conn)),
+                bind=bind, max_frame=MAX_MESSAGE, refusal=self._refusal)
         except OSError as exc:
             raise RendezvousError("cannot listen on %s:%d for the other "
                                   "machines: %s" % (bind[0] or "*", bind[1],
                                                     exc.strerror or exc))
         # The port listened on (useful when bind asked for port 0).
-        self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True,
-                         name="rendezvous-accept").start()
+        self.port = self._listener.port
 
     # -- steps 1-4: arrivals -------------------------------------------
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, address = self._server.accept()
-            except OSError:
-                return  # closed
-            host = address[0]
-            if host.startswith("::ffff:"):  # IPv4 on the dual-stack socket
-                host = host[len("::ffff:"):]
-            peer = ("[%s]:%d" if ":" in host else "%s:%d") % (host,
-                                                               address[1])
-            threading.Thread(target=self._serve, args=(Channel(sock, peer),),
-                             daemon=True, name="rendezvous-" + peer).start()
+    def _who(self, name: str) -> str:
+        """A member name a peer sent, in words for messages."""
+        return self._describe(name) if name in self._members else repr(name)
+
+    def _refusal(self, name: str, peer: str) -> str:
+        # Only this peer is refused: a stranger must not be able to end
+        # the job, nor learn what it runs.
+        return "%s (from %s) does not know this job's HB_RENDEZVOUS_SECRET" \
+            % (self._who(name), peer)
 
     def _serve(self, channel: Channel) -> None:
         try:
@@ -356,8 +310,6 @@ class Coordinator:
             self._watch(channel, arrival)
 
     def _greet(self, channel: Channel) -> Optional[Arrival]:
-        nonce = os.urandom(16).hex()
-        channel.send({"type": "challenge", "v": PROTOCOL, "nonce": nonce})
         message = channel.receive(max(0.0, self._deadline - time.monotonic()))
         if message is None:
             return None
@@ -373,22 +325,17 @@ class Coordinator:
             "workers": _is_int(1, MAX_WORKERS),
             "devices": _is_devices,
             "job": lambda v: isinstance(v, dict),
-            "proof": lambda v: isinstance(v, str) and bool(_HEX.match(v)),
         }, channel.peer)
         name = hello["member"]
-        who = self._describe(name) if name in self._members else repr(name)
+        who = self._who(name)
+        if name != channel.conn.name:
+            raise RendezvousError("%s (from %s) proved the name %r"
+                                  % (who, channel.peer, channel.conn.name))
         if hello["devices"] is not None and \
                 len(hello["devices"]) != hello["workers"]:
             raise RendezvousError("%s sent %d devices for %d workers"
                                   % (who, len(hello["devices"]),
                                      hello["workers"]))
-        if not hmac.compare_digest(hello["proof"], proof(self._secret,
-                                                         nonce, name)):
-            # Only this peer is refused: a stranger must not be able to end
-            # the job, nor learn what it runs.
-            raise RendezvousError("%s (from %s) does not know this job's "
-                                  "HB_RENDEZVOUS_SECRET" % (who,
-                                                            channel.peer))
         if hello["job"] != self._job:
             raise _Refused("%s (from %s) describes another job than the "
                            "coordinator: %s" % (who, channel.peer,
@@ -523,10 +470,7 @@ class Coordinator:
 
     def close(self) -> None:
         """Stops listening (members' connections close with the process)."""
-        try:
-            self._server.close()
-        except OSError:
-            pass
+        self._listener.close()
 
 
 class Member:
@@ -565,8 +509,12 @@ class Member:
     def _connect(self) -> Channel:
         while True:
             try:
-                sock = socket.create_connection(self._coordinator, timeout=5)
-                return Channel(sock, self.where)
+                return Channel(wire.connect(
+                    self._coordinator, self._secret, CONTEXT,
+                    name=self._name, max_frame=MAX_MESSAGE,
+                    timeout=max(5.0, self._deadline - time.monotonic())))
+            except wire.WireError as exc:  # a refusal, or not a coordinator
+                raise RendezvousError(str(exc)) from None
             except OSError as exc:
                 if time.monotonic() + CONNECT_RETRY_S > self._deadline:
                     raise RendezvousError(
@@ -589,20 +537,9 @@ class Member:
         channel = self._connect()
         self._channel = channel
         try:
-            message = channel.receive(max(1.0, self._deadline
-                                          - time.monotonic()))
-            if message is None:
-                raise RendezvousError("the coordinator at %s closed the "
-                                      "connection" % self.where)
-            challenge = _fields(message, "challenge", {
-                "v": lambda v: v == PROTOCOL,
-                "nonce": lambda v: isinstance(v, str) and bool(_HEX.match(v)),
-            }, self.where)
             channel.send({"type": "hello", "v": PROTOCOL,
                           "member": self._name, "workers": self._workers,
-                          "devices": self._devices, "job": self._job,
-                          "proof": proof(self._secret, challenge["nonce"],
-                                         self._name)})
+                          "devices": self._devices, "job": self._job})
             # The coordinator answers once every member arrived or its own
             # start timeout passed; it started no later than this member
             # could reach it, so twice the timeout bounds a hung one.

@@ -33,9 +33,6 @@ TF_KERAS = "tf_keras"            # tf_keras' current optimizers
 TF_KERAS_LEGACY = "tf_keras_legacy"  # tf_keras.optimizers.legacy (OptimizerV2)
 V1 = "v1"                        # tf.compat.v1.train.Optimizer
 
-_TRUE = ("1", "true", "yes", "on")
-
-
 # --- tf.compat.v1 graph code called eagerly ----------------------------------
 
 class GraphModeRequired(RuntimeError):
@@ -75,10 +72,16 @@ def in_default_graph_if_eager(fn: Callable) -> Callable:
 
 # --- which Keras -------------------------------------------------------------
 
+_TF_LEGACY_KERAS_TRUE = ("true", "True", "1")
+
 def use_legacy_keras() -> bool:
-    """Returns whether TF_USE_LEGACY_KERAS asks for tf_keras (tf.keras's own
-    rule)."""
-    return os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in _TRUE
+    """Returns whether TF_USE_LEGACY_KERAS asks for tf_keras.
+
+    TensorFlow's variable, read by TensorFlow's own rule (tensorflow/
+    __init__.py and python/util/lazy_loader.py: exactly ``true``, ``True``
+    or ``1``), not by hbcore's settings parser: a word TensorFlow ignores
+    (``yes``) leaves tf.keras on Keras 3, and hbcore_tf must agree."""
+    return os.environ.get("TF_USE_LEGACY_KERAS") in _TF_LEGACY_KERAS_TRUE
 
 
 def keras_session() -> Any:

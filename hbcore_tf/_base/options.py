@@ -37,9 +37,7 @@ import tensorflow as tf
 
 import hbcore
 from hbcore import knobs as _core_knobs
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
+from hbcore import setting_values
 
 # Backends that can carry hbcore's collectives (MPI on host memory, NCCL on
 # CUDA memory; see DESIGN.md "Backends").
@@ -446,7 +444,8 @@ def parse_env_value(option: Option, text: str) -> Any:
     Args:
         option: the option the variable belongs to.
         text: the variable's text; surrounding whitespace is ignored, and
-            a bool accepts 1/true/yes/on and 0/false/no/off (any case).
+            a bool accepts hbcore.setting_values' words (1/true/yes/on,
+            0/false/no/off in any case, or a whole number >= 0).
 
     Returns:
         The validated value, as :func:`validate` returns it.
@@ -458,16 +457,9 @@ def parse_env_value(option: Option, text: str) -> Any:
     raw = text.strip()
     try:
         if option.type is bool:
-            if raw.lower() in _TRUE:
-                value: Any = True
-            elif raw.lower() in _FALSE:
-                value = False
-            else:
-                raise ValueError("not a bool")
-        elif option.type is int:
-            value = int(raw)
-        elif option.type is float:
-            value = float(raw)
+            value: Any = setting_values.parse_bool(option.env, raw)
+        elif option.type in (int, float):
+            value = setting_values.parse_number(option.env, raw, option.type)
         else:
             value = raw
         return validate(option.name, value)

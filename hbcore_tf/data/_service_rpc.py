@@ -6,8 +6,10 @@ jobs, so they cannot use hbcore's collectives with each other. They meet
 through this service, whose address and authentication key the compute
 job writes into the config file (TfDataServiceConfig).
 
-Protocol (multiprocessing.connection: pickled tuples over TCP, HMAC
-authentication with the key): one request, one reply, per round trip.
+Protocol (hbcore's authenticated wire, hbcore/launcher/wire.py, context
+``tf-data-service``, keyed with the config file's key; every message one
+JSON frame, so nothing a peer sends is ever unpickled): one request (a
+list), one reply, per round trip.
 
     ("register_dispatcher", id, address)  -> True, or the address that
                                              id already has when another
@@ -43,17 +45,17 @@ client's timeout: a host that accepts the connection but never answers (a
 stopped process, a half-open TCP connection) ends a call instead of
 blocking it forever.
 """
-import os
 import secrets
 import socket
-import struct
 import threading
 import time
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import (Connection, Listener,
-                                        answer_challenge,
-                                        deliver_challenge)
 from typing import Any, Dict, Optional, Tuple
+
+from hbcore.launcher import wire
+
+CONTEXT = "tf-data-service"
+# The largest request or reply (they are a few names and numbers).
+MAX_MESSAGE = 1 << 16
 
 
 def advertised_host() -> str:
@@ -71,57 +73,12 @@ def new_key() -> str:
 
 
 # Seconds a client waits for one round trip beyond what the request asks
-# the server to wait (at most a second): connecting, the key handshake,
-# sending the request and reading the reply each must make progress within
-# it. The server answers in microseconds; only a stopped or unreachable
-# host takes this long.
+# the server to wait (at most MAX_SERVER_WAIT_S): connecting, the key
+# handshake, sending the request and reading the reply must all fit in it.
+# The server answers in microseconds; only a stopped or unreachable host
+# takes this long.
 RPC_TIMEOUT_S = 30.0
-
-
-def _connect(address: str, key: str, timeout: float) -> Connection:
-    """A connection to ``address`` ("host:port") that authenticated with
-    ``key``, whose every read and write fails after ``timeout`` seconds
-    without progress.
-
-    The timeouts are the kernel's (SO_RCVTIMEO / SO_SNDTIMEO) on a
-    blocking socket, because multiprocessing's Connection reads and writes
-    the descriptor directly; a Python-level socket timeout would make it
-    non-blocking. A read that times out raises BlockingIOError.
-    """
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=timeout)
-    try:
-        sock.settimeout(None)
-        seconds = int(timeout)
-        limit = struct.pack("ll", seconds, int((timeout - seconds) * 1e6))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
-        conn = Connection(sock.detach())
-    finally:
-        sock.close()  # a no-op once detached
-    try:  # the same handshake as Client(authkey=...)
-        answer_challenge(conn, key.encode())
-        deliver_challenge(conn, key.encode())
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _shut_down(conn: Any) -> None:
-    """Shuts down both directions of ``conn``'s socket without closing its
-    descriptor (through a duplicate of it): a thread blocked in
-    ``conn.recv()`` then sees the end of the stream."""
-    try:
-        duplicate = socket.socket(fileno=os.dup(conn.fileno()))
-    except OSError:
-        return
-    try:
-        duplicate.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        duplicate.close()
+MAX_SERVER_WAIT_S = 1.0
 
 
 class ComputeServiceServer:
@@ -129,13 +86,13 @@ class ComputeServiceServer:
 
     def __init__(self, key: str) -> None:
         self.key = key
-        # No authkey here: the listener would authenticate inside accept(),
-        # on the accepting thread, where one client with a wrong key (an
-        # AuthenticationError) or one that never answers would stop every
-        # later connection. Each connection's own thread authenticates it.
-        self._listener = Listener(("0.0.0.0", 0), backlog=128)
-        port = self._listener.address[1]
-        self.address = "%s:%d" % (advertised_host(), port)
+        # The wire authenticates each connection on its own thread, so a
+        # client with a wrong key, or one that never answers, delays
+        # nobody else.
+        self._listener = wire.Listener(key.encode(), CONTEXT, self._serve,
+                                       bind=("0.0.0.0", 0),
+                                       max_frame=MAX_MESSAGE)
+        self.address = "%s:%d" % (advertised_host(), self._listener.port)
         self._cond = threading.Condition()
         self._dispatchers: Dict[int, str] = {}
         self._workers: Dict[int, set] = {}
@@ -144,11 +101,6 @@ class ComputeServiceServer:
         self._stop_asked_by_training = False
         # index -> (generation, ranks that got this generation's name)
         self._job_names: Dict[int, Tuple[int, set]] = {}
-        self._closed = False
-        self._conns: set = set()  # open connections, closed by close()
-        self._thread = threading.Thread(target=self._accept, daemon=True,
-                                        name="hbcore-compute-service")
-        self._thread.start()
 
     @property
     def shutdown_requested(self) -> bool:
@@ -167,59 +119,22 @@ class ComputeServiceServer:
     def close(self) -> None:
         """Stops answering: the listener and every open connection close
         (clients then get ConnectionError, as when the process is gone)."""
-        self._closed = True
         self.request_shutdown()
-        try:
-            self._listener.close()
-        except OSError:
-            pass
-        # Each connection's descriptor belongs to the thread serving it,
-        # which closes it under _cond as it leaves (_serve). Closing it here
-        # too would race with that close (a double close, or a close of a
-        # descriptor already reused elsewhere); shutting the socket down
-        # under _cond instead ends the thread's recv, and the thread closes.
-        with self._cond:
-            for conn in self._conns:
-                _shut_down(conn)
+        self._listener.close()
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn = self._listener.accept()
-            except (OSError, EOFError):
-                if self._closed:
-                    return
-                continue
-            with self._cond:
-                if self._closed:
-                    conn.close()
-                    return
-                self._conns.add(conn)
-            threading.Thread(target=self._serve, args=(conn,),
-                             daemon=True).start()
+    def _serve(self, conn: wire.Connection) -> None:
+        """One authenticated client's requests, until it leaves or close()
+        ends the connection."""
+        while True:
+            request = conn.receive_message()
+            if request is None:
+                return
+            conn.send_message(self._answer(request))
 
-    def _serve(self, conn: Any) -> None:
-        try:
-            try:  # the same handshake as Listener(authkey=...)
-                deliver_challenge(conn, self.key.encode())
-                answer_challenge(conn, self.key.encode())
-            except (AuthenticationError, EOFError, OSError):
-                return  # a wrong key, or not a client of ours
-            while True:  # until close() shuts conn down, or the client left
-                try:
-                    request = conn.recv()
-                except (EOFError, OSError):
-                    return
-                try:
-                    conn.send(self._answer(request))
-                except (EOFError, OSError):
-                    return
-        finally:
-            with self._cond:
-                self._conns.discard(conn)
-                conn.close()
-
-    def _answer(self, request: Tuple[Any, ...]) -> Any:
+    def _answer(self, request: Any) -> Any:
+        if not isinstance(request, list) or not request:
+            raise ValueError("a compute service request is a non-empty "
+                             "list, got %r" % (request,))
         kind = request[0]
         with self._cond:
             if kind == "register_dispatcher":
@@ -300,7 +215,7 @@ class ComputeServiceClient:
         self._verbose = verbose
         self._timeout = float(timeout)
         self._lock = threading.Lock()
-        self._conn: Any = None
+        self._conn: Optional[wire.Connection] = None
 
     def call(self, *request: Any) -> Any:
         """One round trip.
@@ -313,11 +228,17 @@ class ComputeServiceClient:
         with self._lock:
             try:
                 if self._conn is None:
-                    self._conn = _connect(self.address, self._key,
-                                          self._timeout)
-                self._conn.send(request)
-                return self._conn.recv()
-            except (BlockingIOError, socket.timeout) as exc:
+                    host, port = self.address.rsplit(":", 1)
+                    self._conn = wire.connect(
+                        (host, int(port)), self._key.encode(), CONTEXT,
+                        max_frame=MAX_MESSAGE, timeout=self._timeout)
+                self._conn.send_message(list(request))
+                reply = self._conn.receive_message(self._timeout
+                                                   + MAX_SERVER_WAIT_S)
+                if reply is None:
+                    raise EOFError("the service closed the connection")
+                return reply
+            except socket.timeout as exc:
                 # The connection is mid-message now: drop it.
                 self._drop()
                 raise ConnectionError(
@@ -325,7 +246,7 @@ class ComputeServiceClient:
                     "not answer within %g s: is the compute job's process "
                     "stopped, or its host unreachable?" % (
                         self.address, self._timeout)) from exc
-            except AuthenticationError as exc:
+            except wire.WireRefused as exc:
                 self._drop()
                 raise ConnectionError(
                     "the tf.data service compute job's service at %s refused "
@@ -363,10 +284,7 @@ class ComputeServiceClient:
         """Closes the connection after a failed round trip (caller holds
         the lock); the next call connects anew."""
         if self._conn is not None:
-            try:
-                self._conn.close()
-            except OSError:
-                pass
+            self._conn.close()
             self._conn = None
 
     def close(self) -> None:

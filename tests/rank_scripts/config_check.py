@@ -49,9 +49,9 @@ BAD = [
     ("cycle-time-huge", {"HB_CYCLE_TIME": "1e9"}, ["HB_CYCLE_TIME"]),
     ("shm-allreduce-threshold-text", {"HB_SHM_ALLREDUCE_THRESHOLD": "big"},
      ["HB_SHM_ALLREDUCE_THRESHOLD", "big"]),
-    ("horovod-hierarchical-allreduce-yes",
-     {"HOROVOD_HIERARCHICAL_ALLREDUCE": "yes"},
-     ["HOROVOD_HIERARCHICAL_ALLREDUCE", "yes"]),
+    ("horovod-hierarchical-allreduce-maybe",
+     {"HOROVOD_HIERARCHICAL_ALLREDUCE": "maybe"},
+     ["HOROVOD_HIERARCHICAL_ALLREDUCE", "maybe"]),
     ("cache-capacity-negative", {"HB_CACHE_CAPACITY": "-5"},
      ["HB_CACHE_CAPACITY", "-5"]),
     ("stall-check-text", {"HB_STALL_CHECK_TIME_SECONDS": "soon"},
@@ -82,6 +82,14 @@ GOOD = [
       "HB_CACHE_CAPACITY": "0", "HB_LOG_LEVEL": "ERROR",
       "HB_STALL_CHECK_DISABLE": "1"},
      ["HB_FUSION_THRESHOLD=0", "HB_CYCLE_TIME=0.5", "HB_CACHE_CAPACITY=0"]),
+    # Bools take HybridBackend's words, hbcore_tf's and Horovod's numbers
+    # (tests/test_setting_values.py has the whole table).
+    ("bool-word-yes", {"HOROVOD_STALL_CHECK_DISABLE": "Yes"},
+     ["HB_STALL_CHECK_TIME_SECONDS=0"]),
+    ("bool-number-2", {"HB_STALL_CHECK_DISABLE": "2"},
+     ["HB_STALL_CHECK_TIME_SECONDS=0"]),
+    ("bool-word-off", {"HB_STALL_CHECK_DISABLE": "OFF"},
+     ["HB_STALL_CHECK_TIME_SECONDS=60"]),
 ]
 
 

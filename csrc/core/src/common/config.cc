@@ -1,5 +1,6 @@
 #include "common/config.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -185,6 +186,34 @@ bool ParseInt(const std::string& text, int64_t* out) {
   return true;
 }
 
+// The words every hbcore setting accepts for a bool: 1/true/yes/on and
+// 0/false/no/off in any case (HybridBackend's words and hbcore_tf's), or a
+// whole number >= 0, true when greater than 0 (Horovod's rule). Surrounding
+// spaces are ignored. hbcore/setting_values.py is the Python side;
+// tests/test_setting_values.py checks both against one table.
+bool ParseBool(const std::string& text, bool* out) {
+  const size_t first = text.find_first_not_of(" \t\n");
+  const size_t last = text.find_last_not_of(" \t\n");
+  std::string word =
+      first == std::string::npos ? "" : text.substr(first, last - first + 1);
+  for (auto& c : word) c = static_cast<char>(std::tolower(c));
+  if (word == "1" || word == "true" || word == "yes" || word == "on") {
+    *out = true;
+    return true;
+  }
+  if (word == "0" || word == "false" || word == "no" || word == "off") {
+    *out = false;
+    return true;
+  }
+  int64_t number = 0;
+  if (word.empty() || !std::isdigit(static_cast<unsigned char>(word[0])) ||
+      !ParseInt(word, &number)) {
+    return false;
+  }
+  *out = number > 0;
+  return true;
+}
+
 std::string FormatBound(double v) {
   std::ostringstream out;
   if (v == std::floor(v) && std::fabs(v) < 9.0e15) {
@@ -210,11 +239,13 @@ std::string Expected(const hb_knob& k) {
       return std::string("a number of ") + k.unit + " in [" +
              FormatBound(k.min) + ", " + FormatBound(k.max) + "]";
     case HB_KNOB_BOOL:
-      return "0, 1, true or false";
+      return "a bool (1, true, yes, on, 0, false, no, off, or a whole "
+             "number >= 0)";
     case HB_KNOB_LOG_LEVEL:
       return "one of TRACE, DEBUG, INFO, WARNING, ERROR, FATAL";
     case HB_KNOB_CHOICE:
-      return "auto, 0, 1, true or false";
+      return "auto or a bool (1, true, yes, on, 0, false, no, off, or a "
+             "whole number >= 0)";
     default:
       return "text";
   }
@@ -231,25 +262,20 @@ bool ParseValue(const hb_knob& k, const std::string& text, Value* v) {
       return ParseDouble(text, &v->number) && v->number >= k.min &&
              v->number <= k.max;
     case HB_KNOB_BOOL:
-      if (text == "1" || text == "true") {
-        v->flag = true;
-        return true;
-      }
-      v->flag = false;
-      return text == "0" || text == "false";
+      return ParseBool(text, &v->flag);
     case HB_KNOB_LOG_LEVEL:
       return ParseLogLevel(text, &v->level);
-    case HB_KNOB_CHOICE:
+    case HB_KNOB_CHOICE: {
+      bool on = false;
       if (text == "auto") {
         v->choice = Choice::kAuto;
-      } else if (text == "1" || text == "true") {
-        v->choice = Choice::kOn;
-      } else if (text == "0" || text == "false") {
-        v->choice = Choice::kOff;
+      } else if (ParseBool(text, &on)) {
+        v->choice = on ? Choice::kOn : Choice::kOff;
       } else {
         return false;
       }
       return true;
+    }
     default:
       v->text = text;
       return true;
