@@ -7,6 +7,9 @@ ended, so the first failing rank stops the whole job within seconds.
 
 Modules, one job each:
     cli          hbrun's flags, flags -> HB_* variables, main()
+    job_spec     the one description of a job (JobSpec) every entry point
+                 fills, and the rules between its settings
+    command_job  runs a command's job (hbrun, a ps task) and reports it
     mpiexec      finding hydra's mpiexec, building its command line
     hosts        -H / --hostfile parsing
     supervisor   running mpiexec, first-failure detection, teardown

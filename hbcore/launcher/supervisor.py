@@ -49,7 +49,7 @@ from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
 import psutil
 
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hosts import Host
+from hbcore.launcher.job_spec import JobSpec
 from hbcore.launcher.mpiexec import build_command, find_mpiexec, wrapped_command
 from hbcore.launcher.output import OutputRelay, make_sink
 from hbcore.launcher.job_watchdog import JobWatchdog
@@ -445,48 +445,19 @@ def _first_status(events: "queue.Queue",
             return value
 
 
-def launch(command: Sequence[str], np: int,
-           hosts: Optional[Sequence[Host]] = None,
-           env: Optional[Mapping[str, str]] = None,
-           mpi_args: Sequence[str] = (),
-           output_dir: Optional[str] = None,
-           per_rank_env: Optional[Sequence[Dict[str, str]]] = None,
-           verbose: bool = False,
-           environ: Optional[Mapping[str, str]] = None,
-           stdout: Optional[TextIO] = None,
-           stderr: Optional[TextIO] = None,
-           stdin: Optional[int] = None,
-           grace_s: float = TERMINATE_GRACE_S,
-           timestamp_output: bool = False,
-           events: Optional["queue.Queue"] = None,
+def launch(job: JobSpec, events: Optional["queue.Queue"] = None,
            seen: Optional[List[RankStatus]] = None,
            settle_for: Optional[Callable[[RankStatus], float]] = None
            ) -> LaunchResult:
-    """Launches ``command`` on ``np`` ranks through mpiexec and waits.
+    """Launches a job's command on its ranks through mpiexec and waits.
 
     Every rank runs under the rank wrapper, its output lines prefixed with
     ``[rank]<stdout>:`` / ``[rank]<stderr>:``.  The first rank that exits
     with a nonzero code or is killed ends the whole job within seconds.
 
     Args:
-        command: What each rank runs, e.g. ``["python", "train.py"]``.
-        np: Number of ranks.
-        hosts: Hosts and slots, or None to run on this host.
-        env: Variables set on every rank (HB_* settings), on top of the
-            environment passed through from ``environ``.
-        mpi_args: Extra arguments for mpiexec.
-        output_dir: Also write each rank's output to
-            ``output_dir/rank.N/{stdout,stderr}``.
-        per_rank_env: One dict of extra variables per rank, or None.
-        verbose: Print the mpiexec command line on ``stderr`` first.
-        environ: Environment for mpiexec and so for the ranks (default:
-            os.environ).  HB_MPIEXEC and PATH in it select the launcher.
-        stdout: Stream for the ranks' stdout (default: sys.stdout).
-        stderr: Stream for the ranks' stderr (default: sys.stderr).
-        stdin: stdin for mpiexec (forwarded to rank 0); default inherited.
-        grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
-        timestamp_output: Put the local time in front of every output
-            line (horovodrun's ``--prefix-output-with-timestamp``).
+        job: What to run and where (its ``elastic`` is not read: the
+            elastic driver launches each generation as a fixed job).
         events, seen, settle_for: As ``supervise``'s.
 
     Returns:
@@ -495,17 +466,15 @@ def launch(command: Sequence[str], np: int,
 
     Raises:
         LauncherError: If mpiexec is not found or cannot be started.
-        ValueError: If ``np`` < 1.
+        ValueError: If ``job.np`` < 1.
     """
-    mpiexec = find_mpiexec(environ)
-    args = build_command(mpiexec, wrapped_command(command, output_dir,
-                                                  timestamp_output), np,
-                         hosts=hosts, env=env, mpi_args=mpi_args,
-                         per_rank_env=per_rank_env)
-    if verbose:
-        err = stderr or sys.stderr
-        err.write("hbrun: %s\n" % shlex.join(args))
-        err.flush()
-    return supervise(args, np, environ=environ, stdout=stdout, stderr=stderr,
-                     events=events, seen=seen, settle_for=settle_for,
-                     stdin=stdin, grace_s=grace_s)
+    mpiexec = find_mpiexec(job.environ)
+    args = build_command(mpiexec, wrapped_command(job.command, job.output_dir,
+                                                  job.timestamp_output),
+                         job.np, hosts=job.hosts, env=job.env,
+                         mpi_args=job.mpi_args, per_rank_env=job.per_rank_env)
+    if job.verbose:
+        sys.stderr.write("hbrun: %s\n" % shlex.join(args))
+        sys.stderr.flush()
+    return supervise(args, job.np, environ=job.environ, events=events,
+                     seen=seen, settle_for=settle_for, stdin=job.stdin)
