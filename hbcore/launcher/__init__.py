@@ -10,6 +10,8 @@ Modules, one job each:
     job_spec     the one description of a job (JobSpec) every entry point
                  fills, and the rules between its settings
     command_job  runs a command's job (hbrun, a ps task) and reports it
+    outcome      results and root failure of a job, report lines, the
+                 launcher's stop signals
     mpiexec      finding hydra's mpiexec, building its command line
     hosts        -H / --hostfile parsing
     supervisor   running mpiexec, first-failure detection, teardown

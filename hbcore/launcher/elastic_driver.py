@@ -49,6 +49,7 @@ world, and the rest of the loop (limits, resets, the notice, the store)
 is this one.
 """
 
+import contextlib
 import dataclasses
 import glob
 import os
@@ -71,6 +72,8 @@ from hbcore.launcher.elastic_notice import KEY_VAR, NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
 from hbcore.launcher.job_spec import ElasticSettings, JobSpec
+from hbcore.launcher.outcome import (Stopped, on_stop_signals, raise_stopped,
+                                     stopped_line)
 from hbcore.launcher.rank_wrapper import RankStatus
 from hbcore.launcher.supervisor import SETTLE_S, LaunchResult, launch
 
@@ -115,20 +118,6 @@ class GenerationBackend(NamedTuple):
 class _JobEnd(Exception):
     """Ends the driver's loop with a reason (the first line of the report)."""
 
-
-class _Interrupted(Exception):
-    """hbrun got SIGINT/SIGTERM/SIGHUP between generations."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_interrupted(signum: int, _frame: object) -> None:
-    raise _Interrupted(signum)
-
-
-_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Hosts:
@@ -291,10 +280,8 @@ def run_elastic(job: JobSpec,
     # Between generations (waiting for hosts) a signal ends the job, and
     # the store is still removed; while a generation runs, the supervisor
     # catches the signals itself and stops the ranks first.
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, _raise_interrupted)
-                    for signum in _SIGNALS}
+    stop_signals = contextlib.ExitStack()
+    stop_signals.enter_context(on_stop_signals(raise_stopped))
     hosts_state = _Hosts(settings,
                          None if backend is None else backend.discover)
 
@@ -391,9 +378,8 @@ def run_elastic(job: JobSpec,
                 raise _JobEnd("reset limit %d (--reset-limit) reached"
                               % settings.reset_limit)
             generation += 1
-    except _Interrupted as exc:
-        report("%s: received %s; stopped the elastic job"
-               % (program, signal.Signals(exc.signum).name))
+    except Stopped as exc:
+        report(stopped_line(program, exc.signum, "the elastic job"))
         return 128 + exc.signum
     except (_JobEnd, LauncherError) as exc:
         report("%s: elastic job failed: %s" % (program, exc))
@@ -402,7 +388,6 @@ def run_elastic(job: JobSpec,
                 program, "\n".join("  " + f for f in failures)))
         return 1
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        stop_signals.close()
         notice.close()
         shutil.rmtree(store, ignore_errors=True)

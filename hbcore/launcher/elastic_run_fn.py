@@ -17,7 +17,7 @@ from typing import Any, List
 
 from hbcore.launcher.elastic_driver import run_elastic
 from hbcore.launcher.job_spec import JobSpec
-from hbcore.launcher.run_task import rank_error
+from hbcore.launcher.outcome import rank_error
 
 
 def run_elastic_fn(job: JobSpec, workdir: str) -> List[Any]:

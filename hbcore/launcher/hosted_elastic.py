@@ -32,7 +32,7 @@ from hbcore.launcher.hosted_rank import MemberSpec
 from hbcore.launcher.hosts import Host, total_slots
 from hbcore.launcher.job_spec import (HOROVOD_NAMES, ElasticSettings,
                                       JobSpec, elastic_settings)
-from hbcore.launcher.run_task import rank_error, root_failure
+from hbcore.launcher.outcome import rank_error, root_failure
 
 # Outcomes of one generation's ranks: rank -> hosted_rank's outcome.
 Outcomes = Dict[int, Tuple[str, Any]]

@@ -17,10 +17,9 @@ imported and runpy prints a RuntimeWarning on every launch.
 
 import os
 import pickle
-import signal
 import sys
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Callable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 RUN_TASK = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "run_task.py")
@@ -132,7 +131,8 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
                                           elastic_settings, is_elastic,
                                           rank_count)
     from hbcore.launcher.mpiexec import launcher_environ, nic_env
-    from hbcore.launcher.run_task import FN_FILE
+    from hbcore.launcher.outcome import collect, reraise_signal
+    from hbcore.launcher.run_task import FN_FILE, result_file
     from hbcore.launcher.supervisor import launch
 
     np = _one_of("np", np, "num_proc", num_proc)
@@ -186,8 +186,12 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         except LauncherError as exc:
             raise RuntimeError("hbcore.run: %s" % exc) from None
         if result.interrupted_by is not None:
-            _reraise_signal(result.interrupted_by)
-        return _collect(workdir, np, result)
+            reraise_signal("hbcore.run", result.interrupted_by)
+        first = result.first_failure
+        return collect("hbcore.run", np, {
+            rank: _load(result_file(workdir, rank)) for rank in range(np)},
+            None if first is None else first.rank,
+            result.message("hbcore.run") or "", result.exit_code)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -204,40 +208,9 @@ def _one_of(name: str, value: Optional[int], alias: str,
     return alias_value
 
 
-def _reraise_signal(signum: int) -> None:
-    # The ranks are stopped; now let the signal do to this process what it
-    # would have done without us (the default SIGTERM kills it).
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    signal.raise_signal(signum)
-    raise RuntimeError("hbcore.run: interrupted by %s"
-                       % signal.Signals(signum).name)
-
-
 def _load(path: str) -> Optional[tuple]:
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
     except FileNotFoundError:
         return None
-
-
-def _collect(workdir: str, np: int, result: Any) -> List[Any]:
-    from hbcore.launcher.run_task import rank_error, result_file, root_failure
-
-    outcomes: Dict[int, Optional[tuple]] = {
-        rank: _load(result_file(workdir, rank)) for rank in range(np)}
-    errors = {rank: o[1] for rank, o in outcomes.items()
-              if o is not None and o[0] == "error"}
-    if errors:
-        first = result.first_failure
-        rank = root_failure(errors, None if first is None else first.rank)
-        raise rank_error("hbcore.run", rank, errors[rank])
-    message = result.message("hbcore.run")
-    if message:
-        raise RuntimeError(message)
-    missing = [rank for rank, o in outcomes.items() if o is None]
-    if missing:
-        raise RuntimeError("hbcore.run: ranks %s exited without a result"
-                           % missing)
-    return [outcomes[rank][1] for rank in range(np)]

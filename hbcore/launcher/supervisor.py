@@ -53,6 +53,8 @@ from hbcore.launcher.job_spec import JobSpec
 from hbcore.launcher.mpiexec import build_command, find_mpiexec, wrapped_command
 from hbcore.launcher.output import OutputRelay, make_sink
 from hbcore.launcher.job_watchdog import JobWatchdog
+from hbcore.launcher.outcome import (first_failure_line, on_stop_signals,
+                                     stopped_line)
 from hbcore.launcher.rank_wrapper import RankStatus, parent_death_preexec
 
 # Seconds a terminated process gets to exit before it is killed.
@@ -71,8 +73,6 @@ _RELAY_DRAIN_S = 2.0
 # its framework when a faster one failed would otherwise be stopped before
 # it prints its own error (0.25 s was too short on a loaded 2-CPU machine).
 SETTLE_S = 1.0
-
-_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class LaunchResult(NamedTuple):
@@ -112,16 +112,14 @@ class LaunchResult(NamedTuple):
             pid 42]; stopped the remaining ranks"``.
         """
         if self.interrupted_by is not None:
-            return "%s: received %s; stopped all ranks" % (
-                program, signal.Signals(self.interrupted_by).name)
+            return stopped_line(program, self.interrupted_by, "all ranks")
         if self.aborted is not None:
             return "%s: %s; stopped all ranks" % (program, self.aborted)
         failure = self.first_failure
         if failure is not None:
-            tail = "; stopped the remaining ranks" if self.np > 1 else ""
-            return "%s: rank %d failed first: %s [host %s, pid %d]%s" % (
-                program, failure.rank, failure.describe(), failure.host,
-                failure.pid, tail)
+            return first_failure_line(
+                program, failure, "",
+                "; stopped the remaining ranks" if self.np > 1 else "")
         if self.exit_code != 0:
             return ("%s: mpiexec exited with code %s and no rank reported a "
                     "failure (see mpiexec's messages above)"
@@ -215,32 +213,6 @@ def _signal_all(procs: Sequence[psutil.Process], signum: int) -> None:
             pass
 
 
-class _SignalCatcher:
-    """Turns SIGINT/SIGTERM/SIGHUP into events while a job runs.
-
-    Handlers can only be installed from the main thread; elsewhere (run()
-    called from a worker thread) this does nothing and the caller's own
-    signal handling applies.
-    """
-
-    def __init__(self, events: "queue.Queue") -> None:
-        self._events = events
-        self._previous: Dict[int, object] = {}
-
-    def __enter__(self) -> "_SignalCatcher":
-        if threading.current_thread() is threading.main_thread():
-            for signum in _HANDLED_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        self._events.put(("signal", signum))
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 def supervise(command: Sequence[str], np: int,
               environ: Optional[Mapping[str, str]] = None,
               stdout: Optional[TextIO] = None,
@@ -283,7 +255,7 @@ def supervise(command: Sequence[str], np: int,
     """
     events = queue.Queue() if events is None else events
     quiet = threading.Event()
-    with _SignalCatcher(events):
+    with on_stop_signals(lambda signum: events.put(("signal", signum))):
         # If this process dies without a teardown (SIGKILL), mpiexec gets
         # SIGTERM and stops the job itself.  The death signal is only safe
         # single-threaded (see parent_death_preexec): a launcher with

@@ -24,6 +24,7 @@ paths (hydra starts the coordinator's rank command on every machine): the
 rendezvous checks that, together with the cluster, and names what differs.
 """
 
+import contextlib
 import dataclasses
 import json
 import queue
@@ -40,6 +41,9 @@ from hbcore.launcher.hydra_manual import find_proxy
 from hbcore.launcher.job_spec import JobSpec
 from hbcore.launcher.manual_job import LocalProxy, run_placed
 from hbcore.launcher.mpiexec import RANK_WRAPPER, find_mpiexec, wrapped_command
+from hbcore.launcher.outcome import (Stopped, first_failure_line,
+                                     on_stop_signals, raise_stopped,
+                                     stopped_line)
 from hbcore.launcher.rank_wrapper import parent_death_preexec
 from hbcore.launcher.rendezvous import (Coordinator, Member, Placement,
                                         RendezvousError)
@@ -51,14 +55,6 @@ DEFAULT_START_TIMEOUT_S = 30
 DEFAULT_BASE_PORT = 20001
 # How often a member looks up from waiting for the job's end.
 _POLL_S = 0.5
-
-
-class _Stopped(Exception):
-    """A signal arrived at the launcher (Ctrl-C, the orchestrator's stop)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 def rank_tf_config(config: tf_config.TfConfig,
@@ -179,10 +175,10 @@ class _Job:
         if failure is None or not 0 <= failure.rank < len(owners):
             return result.message(self.program) or ""
         member, local = owners[failure.rank]
-        return ("%s: rank %d (%s, its worker %d) failed first: %s [host %s, "
-                "pid %d]; stopped the job on every machine"
-                % (self.program, failure.rank, self.describe(member), local,
-                   failure.describe(), failure.host, failure.pid))
+        return first_failure_line(
+            self.program, failure,
+            "%s, its worker %d" % (self.describe(member), local),
+            "; stopped the job on every machine")
 
     # -- every machine -------------------------------------------------
     def run(self) -> int:
@@ -229,11 +225,8 @@ class _Job:
                         self.secret,
                         (self.coordinator_host, self.coordinator_port),
                         self.start_timeout)
-
-        def stop(signum: int, _frame: object) -> None:
-            raise _Stopped(signum)
-        previous = {s: signal.signal(s, stop) for s in
-                    (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        stop_signals = contextlib.ExitStack()
+        stop_signals.enter_context(on_stop_signals(raise_stopped))
         proxy: Optional[LocalProxy] = None
         try:
             start = member.join()
@@ -253,17 +246,14 @@ class _Job:
                         message = self._error_line(message + proxy.text())
                     return code, message
                 proxy.refresh()
-        except _Stopped as exc:
-            return 128 + exc.signum, ("%s: received %s; stopped this "
-                                      "machine's workers" % (
-                                          self.program,
-                                          signal.Signals(exc.signum).name))
+        except Stopped as exc:
+            return 128 + exc.signum, stopped_line(
+                self.program, exc.signum, "this machine's workers")
         finally:
             member.close()
             if proxy is not None:
                 proxy.stop()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            stop_signals.close()
 
 
 def side_task_env() -> Dict[str, str]:
