@@ -18,6 +18,8 @@ Modules, one job each:
     job_watchdog ends the job when a launcher with threads is killed
     output       hbrun-side relay of the ranks' output
     rank_wrapper rank-side: runs the command, forwards signals, reports
+    rank_status  the status line and parent-death signal that the rank
+                 wrapper and the launcher share (standard library only)
     rank_output  rank-side: rank-prefixed output lines
     run_fn       hbcore.run(fn, ...) and its rank side run_task
     devices      one worker per visible GPU for ``python -m hbcore.run``

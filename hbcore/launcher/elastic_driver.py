@@ -74,7 +74,7 @@ from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
 from hbcore.launcher.job_spec import ElasticSettings, JobSpec
 from hbcore.launcher.outcome import (Stopped, on_stop_signals, raise_stopped,
                                      stopped_line)
-from hbcore.launcher.rank_wrapper import RankStatus
+from hbcore.launcher.rank_status import RankStatus
 from hbcore.launcher.supervisor import SETTLE_S, LaunchResult, launch
 
 # How often hosts are asked for (horovodrun: once a second).

@@ -26,7 +26,7 @@ from hbcore.launcher.manual_job import run_placed
 from hbcore.launcher.mpiexec import wrapped_command
 from hbcore.launcher.rendezvous import Coordinator, RendezvousError
 from hbcore.launcher.outcome import collect, first_failure_line
-from hbcore.launcher.rank_wrapper import RankStatus
+from hbcore.launcher.rank_status import RankStatus
 from hbcore.launcher.supervisor import LaunchResult
 
 RANK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),

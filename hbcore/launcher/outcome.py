@@ -23,7 +23,7 @@ import threading
 from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
                     Tuple)
 
-from hbcore.launcher.rank_wrapper import RankStatus
+from hbcore.launcher.rank_status import RankStatus
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 

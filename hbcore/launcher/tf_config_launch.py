@@ -44,7 +44,7 @@ from hbcore.launcher.mpiexec import RANK_WRAPPER, find_mpiexec, wrapped_command
 from hbcore.launcher.outcome import (Stopped, first_failure_line,
                                      on_stop_signals, raise_stopped,
                                      stopped_line)
-from hbcore.launcher.rank_wrapper import parent_death_preexec
+from hbcore.launcher.rank_status import parent_death_preexec
 from hbcore.launcher.rendezvous import (Coordinator, Member, Placement,
                                         RendezvousError)
 from hbcore.launcher.supervisor import TERMINATE_GRACE_S, LaunchResult
