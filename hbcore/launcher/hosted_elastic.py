@@ -68,18 +68,15 @@ def elastic_limits(num_proc: int, min_num_proc: int,
                    elastic_timeout: Optional[float],
                    cooldown_range: Optional[Tuple[float, float]] = None
                    ) -> ElasticSettings:
-    """The elastic driver's settings from Horovod's names (Ray's and
-    Spark's arguments).
+    """The elastic driver's settings from Ray's and Spark's arguments:
+    job_spec.elastic_settings in Horovod's names.
 
     Args:
-        num_proc: Ranks needed to start.
-        min_num_proc: Fewest ranks to go on with.
-        max_num_proc: Most ranks, or None: every slot.
-        reset_limit: Most re-formations, or None: unlimited.
-        elastic_timeout: Seconds to wait for slots; None:
-            HOROVOD_ELASTIC_TIMEOUT, else 600.
-        cooldown_range: Accepted for Horovod's settings (not used: hosted
-            slots are not blacklisted).
+        num_proc, min_num_proc, max_num_proc, reset_limit: Horovod's.
+        elastic_timeout: Seconds to wait for slots (None:
+            HOROVOD_ELASTIC_TIMEOUT, else 600).
+        cooldown_range: Checked, not used: hosted slots are not
+            blacklisted.
 
     Returns:
         The settings.
