@@ -362,7 +362,8 @@ def _elastic_settings(parser: argparse.ArgumentParser,
     try:
         return elastic_settings(
             HBRUN_NAMES, args.np, args.min_np, args.max_np,
-            args.host_discovery_script, hosts, args.slots_per_host or getattr(args, "operator_slots", None),
+            args.host_discovery_script, hosts,
+            args.slots_per_host or getattr(args, "operator_slots", None),
             args.reset_limit, args.blacklist_cooldown_range,
             args.elastic_timeout, environ, given)
     except JobSettingError as exc:
