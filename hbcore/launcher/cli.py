@@ -349,25 +349,20 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
                             "for the rest of the job)")
 
 
-def _elastic_settings(parser: argparse.ArgumentParser,
-                      args: argparse.Namespace,
-                      hosts: Optional[List[Host]],
+def _elastic_settings(args: argparse.Namespace, hosts: Optional[List[Host]],
                       environ: Mapping[str, str]
                       ) -> Optional[ElasticSettings]:
     """The elastic settings of a command line (job_spec.elastic_settings),
-    or None for a fixed job; exits 2 on bad input."""
+    or None for a fixed job; JobSettingError on bad input."""
     given = ["--" + flag.replace("_", "-") for flag in (
         "slots_per_host", "elastic_timeout", "reset_limit",
         "blacklist_cooldown_range") if getattr(args, flag) is not None]
-    try:
-        return elastic_settings(
-            HBRUN_NAMES, args.np, args.min_np, args.max_np,
-            args.host_discovery_script, hosts,
-            args.slots_per_host or getattr(args, "operator_slots", None),
-            args.reset_limit, args.blacklist_cooldown_range,
-            args.elastic_timeout, environ, given)
-    except JobSettingError as exc:
-        parser.error(_argument_text(exc))
+    return elastic_settings(
+        HBRUN_NAMES, args.np, args.min_np, args.max_np,
+        args.host_discovery_script, hosts,
+        args.slots_per_host or getattr(args, "operator_slots", None),
+        args.reset_limit, args.blacklist_cooldown_range,
+        args.elastic_timeout, environ, given)
 
 
 def _argument_text(exc: JobSettingError) -> str:
@@ -539,7 +534,8 @@ def _resolve_hosts(parser: argparse.ArgumentParser,
     """The hosts of -H/--hostfile, else of the hostfile an MPI operator
     names in ``environ`` (not with a discovery script, which then only
     lends its slot count: see operator_hostfile.py); sets args.np and
-    args.operator_slots; exits 2 on bad input."""
+    args.operator_slots; exits 2 on a bad host list, raises
+    JobSettingError for a bad rank count."""
     args.operator_slots = None
     try:
         if args.hosts is not None:
@@ -562,10 +558,7 @@ def _resolve_hosts(parser: argparse.ArgumentParser,
                 hosts = given.hosts
     if args.np is None and getattr(args, "min_np", None) is not None:
         args.np = args.min_np  # an elastic job starts with --min-np slots
-    try:
-        args.np = rank_count(HBRUN_NAMES, args.np, hosts)
-    except JobSettingError as exc:
-        parser.error(_argument_text(exc))
+    args.np = rank_count(HBRUN_NAMES, args.np, hosts)
     return hosts
 
 
@@ -600,8 +593,11 @@ def parse_args(argv: Optional[Sequence[str]] = None
                          "launch is not elastic)")
         args.elastic = None
         return args, None
-    hosts = _resolve_hosts(parser, args, os.environ)
-    args.elastic = _elastic_settings(parser, args, hosts, os.environ)
+    try:
+        hosts = _resolve_hosts(parser, args, os.environ)
+        args.elastic = _elastic_settings(args, hosts, os.environ)
+    except JobSettingError as exc:
+        parser.error(_argument_text(exc))
     return args, hosts
 
 

@@ -231,8 +231,7 @@ def elastic_settings(names: Naming, np: int, min_np: Optional[int],
     if not is_elastic(min_np, max_np, discovery_script):
         if elastic_only_given:
             only = names.elastic_only
-            listed = (" and ".join(only) if len(only) < 3 else
-                      ", ".join(only[:-1]) + " and " + only[-1])
+            listed = ", ".join(only[:-1]) + " and " + only[-1]
             raise JobSettingError(elastic_only_given[0], (
                 "%s are for an elastic job: give %s, %s or %s"
                 % (listed, names.min_np, names.max_np, names.discovery)))
