@@ -15,7 +15,7 @@ import run_fns  # noqa: E402
 
 import_hbcore_package()
 from hbcore.launcher import cli, hosts, mpiexec  # noqa: E402
-from hbcore.launcher.rank_wrapper import STATUS_MARKER, parse_status  # noqa: E402
+from hbcore.launcher.rank_status import STATUS_MARKER, parse_status  # noqa: E402
 from hbcore.launcher.run_fn import run  # noqa: E402
 
 PY = sys.executable

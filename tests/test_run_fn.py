@@ -87,6 +87,19 @@ def test_killed_rank_is_reported():
             run(run_fns.kill_self_on_rank, args=(1,), np=2)
 
 
+def test_a_killed_rank_is_the_cause_not_a_peers_later_error(tmp_path):
+    """Rank 1 is killed, rank 0 raises because it is gone: the error is
+    rank 1's death (outcome.collect, as hbcore.spark.run reports it), not
+    rank 0's consequence."""
+    with Watchdog():
+        with pytest.raises(RuntimeError) as exc:
+            run(run_fns.raise_after_peer_is_killed, args=(1, str(tmp_path)),
+                np=2)
+    assert str(exc.value).startswith(
+        "hbcore.run: rank 1 failed first: killed by signal SIGKILL (9)"), \
+        str(exc.value)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError):
         run(run_fns.rank_and_args, np=0)

@@ -7,12 +7,19 @@ ended, so the first failing rank stops the whole job within seconds.
 
 Modules, one job each:
     cli          hbrun's flags, flags -> HB_* variables, main()
+    job_spec     the one description of a job (JobSpec) every entry point
+                 fills, and the rules between its settings
+    command_job  runs a command's job (hbrun, a ps task) and reports it
+    outcome      results and root failure of a job, report lines, the
+                 launcher's stop signals
     mpiexec      finding hydra's mpiexec, building its command line
     hosts        -H / --hostfile parsing
     supervisor   running mpiexec, first-failure detection, teardown
     job_watchdog ends the job when a launcher with threads is killed
     output       hbrun-side relay of the ranks' output
     rank_wrapper rank-side: runs the command, forwards signals, reports
+    rank_status  the status line and parent-death signal that the rank
+                 wrapper and the launcher share (standard library only)
     rank_output  rank-side: rank-prefixed output lines
     run_fn       hbcore.run(fn, ...) and its rank side run_task
     devices      one worker per visible GPU for ``python -m hbcore.run``

@@ -20,15 +20,14 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
 from hbcore import __version__
 from hbcore.knobs import BY_NAME, KNOBS, LOG_LEVELS, Knob, env_flag
 from hbcore.setting_values import parse_bool, parse_number
-from hbcore.launcher.elastic_driver import (DEFAULT_ELASTIC_TIMEOUT_S,
-                                            ELASTIC_TIMEOUT_VAR,
-                                            ElasticSettings, run_elastic)
-from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hosts import (Host, parse_hostfile, parse_hosts,
-                                   total_slots)
+from hbcore.launcher.command_job import run_command_job
+from hbcore.launcher.hosts import Host, parse_hostfile, parse_hosts
+from hbcore.launcher.job_spec import (DEFAULT_ELASTIC_TIMEOUT_S,
+                                      ELASTIC_TIMEOUT_VAR, HBRUN_NAMES,
+                                      ElasticSettings, JobSettingError,
+                                      JobSpec, elastic_settings, rank_count)
 from hbcore.launcher.mpiexec import launcher_environ, nic_env
 from hbcore.launcher.operator_hostfile import operator_hostfile, uniform_slots
-from hbcore.launcher.supervisor import launch
 from hbcore.launcher.tf_config_launch import (DEFAULT_START_TIMEOUT_S,
                                               run_tf_config_job)
 
@@ -293,11 +292,11 @@ def run_tf_config(args: argparse.Namespace, program: str) -> int:
     Returns:
         The exit code.
     """
-    env = flags_to_env(args)
-    env.update(launch_env(args))
-    return run_tf_config_job(
-        args, os.environ, env,
-        lambda extra: run_job(args, 1, None, [extra], program), program)
+    try:
+        job = job_from_args(args, 1, None, program=program)
+    except JobSettingError as exc:
+        return _report_setting_error(program, exc)
+    return run_tf_config_job(job, args.start_timeout, os.environ)
 
 
 def _non_negative_int(text: str) -> int:
@@ -344,53 +343,35 @@ def add_elastic_flags(parser: argparse.ArgumentParser) -> None:
                             "for the rest of the job)")
 
 
-def _elastic_settings(parser: argparse.ArgumentParser,
-                      args: argparse.Namespace,
-                      hosts: Optional[List[Host]],
+def _elastic_settings(args: argparse.Namespace, hosts: Optional[List[Host]],
                       environ: Mapping[str, str]
                       ) -> Optional[ElasticSettings]:
-    """The elastic settings of a command line, or None when it asks for
-    no elastic job (no --min-np/--max-np/--host-discovery-script);
-    exits 2 on bad input."""
-    if (args.min_np is None and args.max_np is None
-            and args.host_discovery_script is None):
-        for flag in ("slots_per_host", "elastic_timeout", "reset_limit",
-                     "blacklist_cooldown_range"):
-            if getattr(args, flag) is not None:
-                parser.error("argument --%s: only for an elastic job (give "
-                             "--min-np, --max-np or --host-discovery-script)"
-                             % flag.replace("_", "-"))
-        return None
-    if args.host_discovery_script is not None and (args.hosts
-                                                   or args.hostfile):
-        parser.error("argument --host-discovery-script: not allowed with "
-                     "-H or --hostfile")
-    min_np = args.min_np if args.min_np is not None else args.np
-    if min_np > args.np:
-        parser.error("argument --min-np: %d is more than -np %d"
-                     % (min_np, args.np))
-    if args.max_np is not None and args.max_np < args.np:
-        parser.error("argument --max-np: %d is less than -np %d"
-                     % (args.max_np, args.np))
-    timeout = args.elastic_timeout
-    if timeout is None:
-        text = environ.get(ELASTIC_TIMEOUT_VAR, str(DEFAULT_ELASTIC_TIMEOUT_S))
-        try:
-            timeout = _positive_int(text)
-        except argparse.ArgumentTypeError as exc:
-            parser.error("%s: %s" % (ELASTIC_TIMEOUT_VAR, exc))
-    cooldown = args.blacklist_cooldown_range
-    if cooldown is not None and cooldown[0] > cooldown[1]:
-        parser.error("argument --blacklist-cooldown-range: MIN %d is more "
-                     "than MAX %d" % tuple(cooldown))
-    return ElasticSettings(
-        np=args.np, min_np=min_np, max_np=args.max_np,
-        discovery_script=args.host_discovery_script, fixed_hosts=hosts,
-        slots_per_host=(args.slots_per_host
-                        or getattr(args, "operator_slots", None) or 1),
-        timeout_s=timeout,
-        reset_limit=args.reset_limit,
-        cooldown_range=None if cooldown is None else tuple(cooldown))
+    """The elastic settings of a command line (job_spec.elastic_settings),
+    or None for a fixed job; JobSettingError on bad input."""
+    given = ["--" + flag.replace("_", "-") for flag in (
+        "slots_per_host", "elastic_timeout", "reset_limit",
+        "blacklist_cooldown_range") if getattr(args, flag) is not None]
+    return elastic_settings(
+        HBRUN_NAMES, args.np, args.min_np, args.max_np,
+        args.host_discovery_script, hosts,
+        args.slots_per_host or getattr(args, "operator_slots", None),
+        args.reset_limit, args.blacklist_cooldown_range,
+        args.elastic_timeout, environ, given)
+
+
+def _argument_text(exc: JobSettingError) -> str:
+    """A rule's error in argparse's words: ``argument --min-np ...`` (a
+    variable's error as it is)."""
+    if not exc.name.startswith("-"):
+        return str(exc)
+    text = str(exc)
+    return "argument " + (text if text.startswith(exc.name)
+                          else "%s: %s" % (exc.name, text))
+
+
+def _report_setting_error(program: str, exc: JobSettingError) -> int:
+    sys.stderr.write("%s: error: %s\n" % (program, _argument_text(exc)))
+    return 2
 
 
 def build_parser(prog: str = "hbrun") -> argparse.ArgumentParser:
@@ -547,7 +528,8 @@ def _resolve_hosts(parser: argparse.ArgumentParser,
     """The hosts of -H/--hostfile, else of the hostfile an MPI operator
     names in ``environ`` (not with a discovery script, which then only
     lends its slot count: see operator_hostfile.py); sets args.np and
-    args.operator_slots; exits 2 on bad input."""
+    args.operator_slots; exits 2 on a bad host list, raises
+    JobSettingError for a bad rank count."""
     args.operator_slots = None
     try:
         if args.hosts is not None:
@@ -570,14 +552,7 @@ def _resolve_hosts(parser: argparse.ArgumentParser,
                 hosts = given.hosts
     if args.np is None and getattr(args, "min_np", None) is not None:
         args.np = args.min_np  # an elastic job starts with --min-np slots
-    if args.np is None:
-        if hosts is None:
-            parser.error("argument -np/--num-proc is required "
-                         "(or give -H/--hostfile)")
-        args.np = total_slots(hosts)
-    elif hosts is not None and args.np > total_slots(hosts):
-        parser.error("argument -np/--num-proc: %d ranks do not fit in the %d "
-                     "slots of the host list" % (args.np, total_slots(hosts)))
+    args.np = rank_count(HBRUN_NAMES, args.np, hosts)
     return hosts
 
 
@@ -612,17 +587,34 @@ def parse_args(argv: Optional[Sequence[str]] = None
                          "launch is not elastic)")
         args.elastic = None
         return args, None
-    hosts = _resolve_hosts(parser, args, os.environ)
-    args.elastic = _elastic_settings(parser, args, hosts, os.environ)
+    try:
+        hosts = _resolve_hosts(parser, args, os.environ)
+        args.elastic = _elastic_settings(args, hosts, os.environ)
+    except JobSettingError as exc:
+        parser.error(_argument_text(exc))
     return args, hosts
 
 
-def _launch_args(args: argparse.Namespace, per_rank_env, program: str
-                 ) -> Tuple[Optional[Dict[str, Any]], int]:
-    """The keyword arguments of ``launch`` that hbrun's flags give.
+def job_from_args(args: argparse.Namespace, np: int,
+                  hosts: Optional[List[Host]],
+                  per_rank_env: Optional[List[Dict[str, str]]] = None,
+                  program: str = "hbrun") -> JobSpec:
+    """The job a validated command line describes (hbrun's or ``python -m
+    hbcore.run``'s, which lacks the ssh, NIC and elastic flags).
+
+    Args:
+        args: Validated arguments (``validate_common`` ran).
+        np: Number of ranks.
+        hosts: Hosts, or None for this host.
+        per_rank_env: Extra variables per rank, or None.
+        program: Name starting the report lines.
 
     Returns:
-        (kwargs, 0), or (None, exit code) after printing a flag's error.
+        The JobSpec.
+
+    Raises:
+        JobSettingError: Naming --output-filename (its directory cannot be
+            created) or -i/--ssh-identity-file.
     """
     output_dir = (os.path.abspath(args.output_filename)
                   if args.output_filename else None)
@@ -632,24 +624,23 @@ def _launch_args(args: argparse.Namespace, per_rank_env, program: str
         try:
             os.makedirs(output_dir, exist_ok=True)
         except OSError as exc:
-            sys.stderr.write("%s: error: argument --output-filename: cannot "
-                             "create directory %s: %s\n"
-                             % (program, output_dir,
-                                exc.strerror or exc))
-            return None, 2
+            raise JobSettingError("--output-filename", (
+                "cannot create directory %s: %s"
+                % (output_dir, exc.strerror or exc))) from None
     try:
         environ = launcher_environ(
             os.environ, ssh_port=getattr(args, "ssh_port", None),
             ssh_identity_file=getattr(args, "ssh_identity_file", None))
     except ValueError as exc:
-        sys.stderr.write("%s: error: argument -i/--ssh-identity-file: %s\n"
-                         % (program, exc))
-        return None, 2
-    return dict(mpi_args=args.mpi_args, output_dir=output_dir,
-                per_rank_env=per_rank_env, verbose=args.verbose,
-                environ=environ,
-                timestamp_output=getattr(
-                    args, "prefix_output_with_timestamp", False)), 0
+        raise JobSettingError("-i/--ssh-identity-file", str(exc)) from None
+    env = flags_to_env(args)
+    env.update(launch_env(args))
+    return JobSpec(
+        command=list(args.command), np=np, hosts=hosts, env=env,
+        per_rank_env=per_rank_env, mpi_args=args.mpi_args,
+        output_dir=output_dir, verbose=args.verbose, environ=environ,
+        timestamp_output=getattr(args, "prefix_output_with_timestamp", False),
+        elastic=getattr(args, "elastic", None), program=program)
 
 
 def run_job(args: argparse.Namespace, np: int, hosts: Optional[List[Host]],
@@ -658,34 +649,17 @@ def run_job(args: argparse.Namespace, np: int, hosts: Optional[List[Host]],
     """Launches a parsed command line and reports the outcome.
 
     Args:
-        args: Validated arguments (``validate_common`` ran).
-        np: Number of ranks.
-        hosts: Hosts, or None for this host.
-        per_rank_env: Extra variables per rank, or None.
-        program: Name starting the report line.
+        args, np, hosts, per_rank_env, program: As ``job_from_args``'s.
 
     Returns:
-        The exit code for the launcher process.
+        The exit code for the launcher process (2 for a flag that
+        ``job_from_args`` refused).
     """
-    launch_args, code = _launch_args(args, per_rank_env, program)
-    if launch_args is None:
-        return code
-    env = flags_to_env(args)
-    env.update(launch_env(args))
-    if getattr(args, "elastic", None) is not None:
-        return run_elastic(args.command, args.elastic, env, launch_args,
-                           program)
     try:
-        result = launch(args.command, np, hosts=hosts, env=env,
-                        **launch_args)
-    except LauncherError as exc:
-        sys.stderr.write("%s: error: %s\n" % (program, exc))
-        return 1
-    message = result.message(program)
-    if message:
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
-    return result.exit_code
+        job = job_from_args(args, np, hosts, per_rank_env, program)
+    except JobSettingError as exc:
+        return _report_setting_error(program, exc)
+    return run_command_job(job)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -49,6 +49,8 @@ world, and the rest of the loop (limits, resets, the notice, the store)
 is this one.
 """
 
+import contextlib
+import dataclasses
 import glob
 import os
 import queue
@@ -58,8 +60,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
-                    Sequence, Tuple)
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import psutil
 
@@ -70,12 +71,12 @@ from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
 from hbcore.launcher.elastic_notice import KEY_VAR, NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
-from hbcore.launcher.rank_wrapper import RankStatus
+from hbcore.launcher.job_spec import ElasticSettings, JobSpec
+from hbcore.launcher.outcome import (Stopped, on_stop_signals, raise_stopped,
+                                     stopped_line)
+from hbcore.launcher.rank_status import RankStatus
 from hbcore.launcher.supervisor import SETTLE_S, LaunchResult, launch
 
-# horovodrun's default --elastic-timeout, and its variable.
-DEFAULT_ELASTIC_TIMEOUT_S = 600
-ELASTIC_TIMEOUT_VAR = "HOROVOD_ELASTIC_TIMEOUT"
 # How often hosts are asked for (horovodrun: once a second).
 DISCOVERY_INTERVAL_S = 1.0
 # The supervisor's settle pause after a rank killed by a signal (kill -9,
@@ -87,32 +88,6 @@ DISCOVERY_INTERVAL_S = 1.0
 # (an error exit, an early exit 0, REFORM_EXIT_CODE) the others usually
 # follow, and the full pause keeps their statuses.
 KILLED_SETTLE_S = 0.1
-
-
-class ElasticSettings(NamedTuple):
-    """The elastic flags of one hbrun command line.
-
-    Attributes:
-        np: Slots needed to start (``-np``).
-        min_np: Slots needed to go on (``--min-np``, default ``np``).
-        max_np: Most slots used (``--max-np``), or None: unbounded.
-        discovery_script: ``--host-discovery-script``, or None.
-        fixed_hosts: The ``-H``/``--hostfile`` hosts when there is no
-            script (None: this host, ``np`` slots).
-        slots_per_host: Slots of a discovered host printed without any.
-        timeout_s: ``--elastic-timeout``.
-        reset_limit: ``--reset-limit``, or None: unlimited.
-        cooldown_range: ``--blacklist-cooldown-range``, or None.
-    """
-    np: int
-    min_np: int
-    max_np: Optional[int]
-    discovery_script: Optional[str]
-    fixed_hosts: Optional[List[Host]]
-    slots_per_host: int
-    timeout_s: float
-    reset_limit: Optional[int]
-    cooldown_range: Optional[Tuple[float, float]]
 
 
 class GenerationBackend(NamedTuple):
@@ -143,20 +118,6 @@ class GenerationBackend(NamedTuple):
 class _JobEnd(Exception):
     """Ends the driver's loop with a reason (the first line of the report)."""
 
-
-class _Interrupted(Exception):
-    """hbrun got SIGINT/SIGTERM/SIGHUP between generations."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_interrupted(signum: int, _frame: object) -> None:
-    raise _Interrupted(signum)
-
-
-_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _Hosts:
@@ -298,33 +259,29 @@ def _describe(status: RankStatus, hosts: List[Host], generation: int) -> str:
     return "generation %d: %s" % (generation, _rank_end(status, hosts))
 
 
-def run_elastic(command: Sequence[str], settings: ElasticSettings,
-                env: Mapping[str, str], launch_args: Mapping[str, object],
-                program: str = "hbrun",
+def run_elastic(job: JobSpec,
                 backend: Optional[GenerationBackend] = None) -> int:
     """Runs an elastic job to its end (see the module comment).
 
     Args:
-        command: What each rank runs (unused with a backend).
-        settings: The elastic flags.
-        env: Variables for every rank (HB_* settings).
-        launch_args: Further keyword arguments of ``supervisor.launch``
-            (mpi_args, output_dir, environ, ...; unused with a backend).
-        program: The name starting report lines.
+        job: The job; its ``elastic`` holds the limits, its ``env`` the
+            variables of every rank (with a backend only those two and
+            ``program`` are read).
         backend: A front end's hosts and launch, or None: hbrun's.
 
     Returns:
         The exit code: 0 when a generation ended with every rank exiting
         0; 128 + signal when hbrun was interrupted; else 1.
     """
+    settings = job.elastic
+    assert settings is not None, "run_elastic needs an elastic JobSpec"
+    program = job.program
     store = _store_root()
     # Between generations (waiting for hosts) a signal ends the job, and
     # the store is still removed; while a generation runs, the supervisor
     # catches the signals itself and stops the ranks first.
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        previous = {signum: signal.signal(signum, _raise_interrupted)
-                    for signum in _SIGNALS}
+    stop_signals = contextlib.ExitStack()
+    stop_signals.enter_context(on_stop_signals(raise_stopped))
     hosts_state = _Hosts(settings,
                          None if backend is None else backend.discover)
 
@@ -345,7 +302,7 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
             sys.stderr.write("%s: elastic generation %d on %s\n"
                              % (program, generation, hydra_hosts_arg(hosts)))
             sys.stderr.flush()
-            rank_env = dict(env)
+            rank_env = dict(job.env)
             rank_env.update({GENERATION_VAR: str(generation),
                              HOSTS_VAR: hydra_hosts_arg(hosts),
                              STORE_VAR: store, NOTICE_VAR: notice.address,
@@ -360,10 +317,10 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                     result = backend.launch(hosts, rank_env, events, seen,
                                             _settle_for)
                 else:
-                    result = launch(command, total_slots(hosts), hosts=hosts,
-                                    env=rank_env, events=events, seen=seen,
-                                    settle_for=_settle_for,
-                                    **launch_args)  # type: ignore[arg-type]
+                    result = launch(
+                        dataclasses.replace(job, np=total_slots(hosts),
+                                            hosts=hosts, env=rank_env),
+                        events=events, seen=seen, settle_for=_settle_for)
             finally:
                 poller.stopped.set()
                 poller.join()
@@ -421,9 +378,8 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                 raise _JobEnd("reset limit %d (--reset-limit) reached"
                               % settings.reset_limit)
             generation += 1
-    except _Interrupted as exc:
-        report("%s: received %s; stopped the elastic job"
-               % (program, signal.Signals(exc.signum).name))
+    except Stopped as exc:
+        report(stopped_line(program, exc.signum, "the elastic job"))
         return 128 + exc.signum
     except (_JobEnd, LauncherError) as exc:
         report("%s: elastic job failed: %s" % (program, exc))
@@ -432,7 +388,6 @@ def run_elastic(command: Sequence[str], settings: ElasticSettings,
                 program, "\n".join("  " + f for f in failures)))
         return 1
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        stop_signals.close()
         notice.close()
         shutil.rmtree(store, ignore_errors=True)

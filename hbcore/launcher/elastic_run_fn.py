@@ -13,93 +13,25 @@ import glob
 import os
 import pickle
 import re
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, List
 
-from hbcore.launcher.elastic_driver import (DEFAULT_ELASTIC_TIMEOUT_S,
-                                            ELASTIC_TIMEOUT_VAR,
-                                            ElasticSettings, run_elastic)
-from hbcore.launcher.hosts import Host, total_slots
-from hbcore.launcher.run_task import rank_error
+from hbcore.launcher.elastic_driver import run_elastic
+from hbcore.launcher.job_spec import JobSpec
+from hbcore.launcher.outcome import rank_error
 
 
-def elastic_settings(np: Optional[int], min_np: Optional[int],
-                     max_np: Optional[int],
-                     host_discovery_script: Optional[str],
-                     hosts: Optional[List[Host]], slots: Optional[int],
-                     reset_limit: Optional[int],
-                     cooldown_range: Optional[Tuple[float, float]],
-                     environ: Mapping[str, str]
-                     ) -> Optional[ElasticSettings]:
-    """The settings of an elastic ``hbcore.run``, or None if not elastic
-    (no min_np, max_np or host_discovery_script).
+def run_elastic_fn(job: JobSpec, workdir: str) -> List[Any]:
+    """Runs the elastic job and returns its results (module comment).
 
     Args:
-        np: Ranks to start with (None: min_np).
-        min_np: Fewest ranks to go on with (None: np).
-        max_np: Most ranks (None: unbounded).
-        host_discovery_script: As hbrun's flag (not with ``hosts``).
-        hosts: The fixed hosts, or None.
-        slots: Slots of a discovered host printed without any.
-        reset_limit: Most re-formations (None: unlimited).
-        cooldown_range: Blacklist ``(MIN, MAX)`` seconds, or None.
-        environ: Where HOROVOD_ELASTIC_TIMEOUT is read.
-
-    Returns:
-        The ElasticSettings, or None.
-
-    Raises:
-        ValueError: Naming the argument that is wrong.
-    """
-    if min_np is None and max_np is None and host_discovery_script is None:
-        if reset_limit is not None or cooldown_range is not None:
-            raise ValueError("reset_limit and cooldown_range are for an "
-                             "elastic job: give min_np, max_np or "
-                             "host_discovery_script")
-        return None
-    if host_discovery_script is not None and hosts is not None:
-        raise ValueError("host_discovery_script: not with hosts or hostfile")
-    np = np if np is not None else (min_np or 1)
-    min_np = min_np if min_np is not None else np
-    for name, value in (("np", np), ("min_np", min_np)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError("%s must be an integer >= 1, got %r"
-                             % (name, value))
-    if min_np > np:
-        raise ValueError("min_np %d is more than np %d" % (min_np, np))
-    if max_np is not None and max_np < np:
-        raise ValueError("max_np %d is less than np %d" % (max_np, np))
-    if hosts is not None and np > total_slots(hosts):
-        raise ValueError("np: %d ranks do not fit in the %d slots of the "
-                         "host list" % (np, total_slots(hosts)))
-    if cooldown_range is not None:
-        low, high = cooldown_range
-        if not 0 <= low <= high:
-            raise ValueError("cooldown_range must be (MIN, MAX) with "
-                             "0 <= MIN <= MAX, got %r" % (cooldown_range,))
-    text = environ.get(ELASTIC_TIMEOUT_VAR, str(DEFAULT_ELASTIC_TIMEOUT_S))
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError("%s must be an integer >= 1, got %r"
-                         % (ELASTIC_TIMEOUT_VAR, text))
-    return ElasticSettings(
-        np=np, min_np=min_np, max_np=max_np,
-        discovery_script=host_discovery_script, fixed_hosts=hosts,
-        slots_per_host=slots or 1, timeout_s=int(text),
-        reset_limit=reset_limit,
-        cooldown_range=None if cooldown_range is None else (
-            float(cooldown_range[0]), float(cooldown_range[1])))
-
-
-def run_elastic_fn(command: Sequence[str], settings: ElasticSettings,
-                   workdir: str, env: Mapping[str, str],
-                   launch_args: Mapping[str, Any]) -> List[Any]:
-    """Runs the elastic job and returns its results (module comment).
+        job: The job (elastic), whose ranks run run_task.py on ``workdir``.
+        workdir: Where the ranks write their result files.
 
     Raises:
         RuntimeError: If the job failed (the driver's report is on
             stderr; the message repeats the last error a rank raised).
     """
-    code = run_elastic(command, settings, env, launch_args,
-                       program="hbcore.run")
+    code = run_elastic(job)
     found = {}
     for path in glob.glob(os.path.join(glob.escape(workdir), "result.*.*.pkl")):
         match = re.search(r"result\.(\d+)\.(\d+)\.pkl$", path)
@@ -122,4 +54,4 @@ def run_elastic_fn(command: Sequence[str], settings: ElasticSettings,
                            "result from any rank")
     last = max(g for g, _ in found)
     ranks = sorted(r for g, r in found if g == last)
-    return [found[last, r][1] for r in ranks][:settings.min_np]
+    return [found[last, r][1] for r in ranks][:job.elastic.min_np]

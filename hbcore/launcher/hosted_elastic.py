@@ -25,14 +25,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import cloudpickle
 
-from hbcore.launcher.elastic_driver import (ElasticSettings,
-                                            GenerationBackend, run_elastic)
-from hbcore.launcher.elastic_run_fn import elastic_settings
+from hbcore.launcher.elastic_driver import GenerationBackend, run_elastic
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosted_job import HostedJob
 from hbcore.launcher.hosted_rank import MemberSpec
 from hbcore.launcher.hosts import Host, total_slots
-from hbcore.launcher.run_task import rank_error, root_failure
+from hbcore.launcher.job_spec import (HOROVOD_NAMES, ElasticSettings,
+                                      JobSpec, elastic_settings)
+from hbcore.launcher.outcome import rank_error, root_failure
 
 # Outcomes of one generation's ranks: rank -> hosted_rank's outcome.
 Outcomes = Dict[int, Tuple[str, Any]]
@@ -68,18 +68,15 @@ def elastic_limits(num_proc: int, min_num_proc: int,
                    elastic_timeout: Optional[float],
                    cooldown_range: Optional[Tuple[float, float]] = None
                    ) -> ElasticSettings:
-    """The elastic driver's settings from Horovod's names (Ray's and
-    Spark's arguments).
+    """The elastic driver's settings from Ray's and Spark's arguments:
+    job_spec.elastic_settings in Horovod's names.
 
     Args:
-        num_proc: Ranks needed to start.
-        min_num_proc: Fewest ranks to go on with.
-        max_num_proc: Most ranks, or None: every slot.
-        reset_limit: Most re-formations, or None: unlimited.
-        elastic_timeout: Seconds to wait for slots; None:
-            HOROVOD_ELASTIC_TIMEOUT, else 600.
-        cooldown_range: Accepted for Horovod's settings (not used: hosted
-            slots are not blacklisted).
+        num_proc, min_num_proc, max_num_proc, reset_limit: Horovod's.
+        elastic_timeout: Seconds to wait for slots (None:
+            HOROVOD_ELASTIC_TIMEOUT, else 600).
+        cooldown_range: Checked, not used: hosted slots are not
+            blacklisted.
 
     Returns:
         The settings.
@@ -87,41 +84,19 @@ def elastic_limits(num_proc: int, min_num_proc: int,
     Raises:
         ValueError: Naming the argument that is wrong.
     """
-    for name, value in (("min_num_proc", min_num_proc),
-                        ("num_proc", num_proc),
-                        ("max_num_proc", max_num_proc)):
-        if value is not None and (not isinstance(value, int)
-                                  or isinstance(value, bool) or value < 1):
-            raise ValueError("%s must be an integer >= 1, got %r"
-                             % (name, value))
-    if min_num_proc > num_proc:
-        raise ValueError("min_num_proc %d is more than num_proc %d"
-                         % (min_num_proc, num_proc))
-    if max_num_proc is not None and max_num_proc < num_proc:
-        raise ValueError("max_num_proc %d is less than num_proc %d"
-                         % (max_num_proc, num_proc))
-    if reset_limit is not None and (not isinstance(reset_limit, int)
-                                    or reset_limit < 0):
-        raise ValueError("reset_limit must be an integer >= 0 or None, got "
-                         "%r" % (reset_limit,))
-    if elastic_timeout is not None and (
-            not isinstance(elastic_timeout, (int, float))
-            or not elastic_timeout > 0):
-        raise ValueError("elastic_timeout must be a positive number of "
-                         "seconds, got %r" % (elastic_timeout,))
-    settings = elastic_settings(num_proc, min_num_proc, max_num_proc, None,
-                                None, None, reset_limit, cooldown_range,
-                                os.environ)
-    if elastic_timeout is None:
-        return settings
-    return settings._replace(timeout_s=float(elastic_timeout))
+    settings = elastic_settings(
+        HOROVOD_NAMES, num_proc, min_num_proc, max_num_proc, None, None,
+        reset_limit=reset_limit, cooldown_range=cooldown_range,
+        timeout_s=elastic_timeout, environ=os.environ)
+    assert settings is not None  # min_num_proc makes it elastic
+    return settings
 
 
 class HostedElasticJob:
     """One elastic job of hosted ranks (see the module comment).
 
     Args:
-        settings: The elastic limits (``elastic_run_fn.elastic_settings``).
+        settings: The elastic limits (``elastic_limits``).
         discover: The engine's hosts now.
         place: Starts a generation's hosts (``Place``).
         driver_host: This driver's address as the hosts reach it.
@@ -165,8 +140,9 @@ class HostedElasticJob:
                                            dict(kwargs), "call"))
         backend = GenerationBackend(self._discover, self._launch, False,
                                     self._report.append)
-        code = run_elastic([], self._settings, self._env, {}, self._program,
-                           backend)
+        code = run_elastic(JobSpec(command=[], np=self._settings.np,
+                                   env=self._env, elastic=self._settings,
+                                   program=self._program), backend)
         if code != 0:
             raise RuntimeError("\n".join(self._report) or
                                "%s: the elastic job failed (exit code %d)"

@@ -25,8 +25,8 @@ from hbcore.launcher.hosted_rank import MemberSpec, member_name
 from hbcore.launcher.manual_job import run_placed
 from hbcore.launcher.mpiexec import wrapped_command
 from hbcore.launcher.rendezvous import Coordinator, RendezvousError
-from hbcore.launcher.run_task import rank_error, root_failure
-from hbcore.launcher.rank_wrapper import RankStatus
+from hbcore.launcher.outcome import collect, first_failure_line
+from hbcore.launcher.rank_status import RankStatus
 from hbcore.launcher.supervisor import LaunchResult
 
 RANK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -137,11 +137,9 @@ class HostedJob:
         failure = result.first_failure
         if failure is None:
             return result.message(self.program) or ""
-        return ("%s: rank %d (%s) failed first: %s [host %s, pid %d]; "
-                "stopped the job" % (self.program, failure.rank,
-                                     self.describe(member_name(failure.rank)),
-                                     failure.describe(), failure.host,
-                                     failure.pid))
+        return first_failure_line(
+            self.program, failure, self.describe(member_name(failure.rank)),
+            "; stopped the job")
 
     def abort(self, why: str) -> None:
         """Stops the job (its ranks on every host) from any thread."""
@@ -167,7 +165,8 @@ class HostedJob:
         return self._end
 
     def results(self, outcomes: Mapping[int, Tuple[str, Any]]) -> List[Any]:
-        """The ranks' values in rank order, or the job's error.
+        """The ranks' values in rank order, or the job's error
+        (outcome.collect).
 
         Args:
             outcomes: Rank -> its call's outcome (hosted_rank.py).
@@ -176,31 +175,9 @@ class HostedJob:
             The values, in rank order.
 
         Raises:
-            RuntimeError: A rank raised (the root failure, with its
-                rank and traceback), or the job failed otherwise (its
-                report, or the hosts' messages).
+            RuntimeError: As outcome.collect.
         """
-        errors = {r: o[1] for r, o in outcomes.items() if o[0] == "error"}
         first = self.result.first_failure if self.result else None
-        if first is not None and first.rank not in errors:
-            # The first rank to fail died without raising (a signal, an
-            # exit): the others' errors are its consequences.
-            raise RuntimeError(self._end[1])
-        if errors:
-            # A peer's ShutdownError is a consequence, and its status line
-            # may reach the supervisor first (run_task.root_failure).
-            rank = root_failure(errors, None if first is None else first.rank)
-            raise rank_error(self.program, rank, errors[rank])
-        lost = {r: o[1]["message"] for r, o in outcomes.items()
-                if o[0] != "ok"}
-        missing = [r for r in range(self.size) if r not in outcomes]
-        if lost or missing or self._end[0] != 0:
-            reasons = [self._end[1]] if self._end[1] else []
-            reasons += sorted(set(m for m in lost.values()
-                                  if m and m not in reasons))
-            if missing:
-                reasons.append("no outcome from ranks %s" % missing)
-            raise RuntimeError("\n".join(reasons) or "%s: the job failed "
-                               "(exit code %d)" % (self.program,
-                                                   self._end[0]))
-        return [outcomes[r][1] for r in range(self.size)]
+        return collect(self.program, self.size, outcomes,
+                       None if first is None else first.rank, self._end[1],
+                       self._end[0])

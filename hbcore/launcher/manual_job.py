@@ -26,7 +26,7 @@ from hbcore.launcher.hydra_manual import (LAUNCH_END, LAUNCH_PREFIX,
                                           ProxyData, manual_command,
                                           proxy_command, parse_launch_line)
 from hbcore.launcher.mpiexec import find_mpiexec
-from hbcore.launcher.rank_wrapper import RankStatus
+from hbcore.launcher.rank_status import RankStatus
 from hbcore.launcher.rendezvous import Coordinator, Placement, Start
 from hbcore.launcher.supervisor import (TERMINATE_GRACE_S, LaunchResult,
                                         ProcessTree, supervise)

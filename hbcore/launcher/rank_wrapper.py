@@ -12,8 +12,9 @@ hbrun starts every rank as ``python .../rank_wrapper.py [--output-dir DIR]
   kernel, for the hang limit (hang_watch.py);
 - when the child ends with a nonzero code or by a signal (or, under the
   elastic driver, exits 0 before its training function returned), writes
-  one status line (``STATUS_MARKER`` + JSON) on stderr.  hbrun reads mpiexec's stderr,
-  hides these lines, and stops the whole job on the first one.
+  one status line (``STATUS_MARKER`` + JSON, rank_status.py) on stderr.
+  hbrun reads mpiexec's stderr, hides these lines, and stops the whole job
+  on the first one.
 
 Why a status line on stderr and not a status file: stderr reaches hbrun
 through hydra from every host, so failure detection also works for ranks on
@@ -28,17 +29,18 @@ ended and how.
 The wrapper is run by file path, not with ``-m hbcore.launcher...``: that
 would import the ``hbcore`` package (and with it the native core and MPI
 library) in every wrapper, and make the launch fail when the core is
-broken.  So this file and rank_output.py use the standard library only.
+broken.  So this file and the modules it imports (rank_output.py,
+rank_status.py, hang_watch.py, elastic_protocol.py) use the standard
+library only.
 """
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 if __package__:
     from hbcore.launcher.elastic_protocol import (GENERATION_VAR, STORE_VAR,
@@ -47,16 +49,16 @@ if __package__:
     from hbcore.launcher.rank_output import (LinePump, STDERR, STDOUT,
                                              line_prefix, rank_dir_name,
                                              timestamped_prefix, write_all)
+    from hbcore.launcher.rank_status import (RankStatus, format_status,
+                                             parent_death_preexec)
 else:  # run by path: sys.path[0] is this directory
     from elastic_protocol import (GENERATION_VAR, STORE_VAR,  # type: ignore
                                   finished_path)
     from hang_watch import hang_limit, wait_watching  # type: ignore
     from rank_output import (LinePump, STDERR, STDOUT, line_prefix,  # type: ignore
                              rank_dir_name, timestamped_prefix, write_all)
-
-# Starts a status line on the wrapper's stderr; chosen so that no program
-# prints it by accident.
-STATUS_MARKER = b"@@hbrun-rank-status@@ "
+    from rank_status import (RankStatus, format_status,  # type: ignore
+                             parent_death_preexec)
 
 # Signals the wrapper passes on to the rank's process.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
@@ -69,74 +71,6 @@ _DRAIN_TIMEOUT_S = 2.0
 
 _RANK_VARS = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
-
-
-class RankStatus(NamedTuple):
-    """How a rank's process ended, as reported by its wrapper.
-
-    Exactly one of ``exit_code`` and ``signal`` is set.  ``hung`` says
-    why the wrapper killed a rank that hung (hang_watch.py), else None.
-    """
-    rank: int
-    exit_code: Optional[int]
-    signal: Optional[int]
-    host: str
-    pid: int
-    time: float
-    hung: Optional[str] = None
-
-    def describe(self) -> str:
-        """Returns e.g. ``"exited with code 3"``, ``"killed by signal
-        SIGKILL (9)"`` or, for a hung rank, ``"killed by signal SIGKILL (9)
-        by hbrun: it made no progress: stopped (state T) for 2.0 s (limit:
-        --elastic-timeout 2)"``."""
-        if self.signal is not None:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = "signal %d" % self.signal
-            killed = "killed by signal %s (%d)" % (name, self.signal)
-            if self.hung is not None:
-                return "%s by hbrun: %s" % (killed, self.hung)
-            return killed
-        return "exited with code %d" % self.exit_code
-
-    @property
-    def shell_code(self) -> int:
-        """The exit code a shell would report: the code, or 128 + signal."""
-        if self.signal is not None:
-            return 128 + self.signal
-        return int(self.exit_code)
-
-
-def format_status(status: RankStatus) -> bytes:
-    """Encodes a status as one line for the wrapper's stderr.
-
-    Args:
-        status: The rank's status.
-
-    Returns:
-        ``STATUS_MARKER`` followed by JSON and a newline.
-    """
-    return STATUS_MARKER + json.dumps(status._asdict()).encode() + b"\n"
-
-
-def parse_status(line: bytes) -> Optional[RankStatus]:
-    """Decodes a status line written by ``format_status``.
-
-    Args:
-        line: One line of mpiexec's stderr.
-
-    Returns:
-        The status, or None if the line is not a (well formed) status line.
-    """
-    if not line.startswith(STATUS_MARKER):
-        return None
-    try:
-        fields = json.loads(line[len(STATUS_MARKER):].decode())
-        return RankStatus(**fields)
-    except (ValueError, TypeError):
-        return None
 
 
 def env_rank_and_size() -> Tuple[int, int]:
@@ -152,41 +86,6 @@ def env_rank_and_size() -> Tuple[int, int]:
                 return int(value)
         return default
     return first_int(_RANK_VARS, 0), first_int(_SIZE_VARS, 1)
-
-
-def parent_death_preexec(signum: int = signal.SIGKILL
-                          ) -> Optional[Callable[[], None]]:
-    """Returns a ``preexec_fn`` that makes a child get ``signum`` when the
-    process (strictly: the thread) that started it dies.
-
-    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere returns None.  Only
-    use it while the calling process runs a single thread: the function runs
-    between fork and exec, where another thread's locks are unusable.
-
-    Args:
-        signum: Signal the child gets when its parent dies.
-
-    Returns:
-        The preexec function, or None where it is not supported.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-        # Resolved here, before fork: loading a library in the forked child
-        # is not safe.
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    pr_set_pdeathsig = 1
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, int(signum))
-        # The parent may have died between fork() and prctl().
-        if os.getppid() != parent:
-            os.kill(os.getpid(), int(signum))
-    return preexec
 
 
 def _parse_args(argv: List[str]

@@ -17,10 +17,9 @@ imported and runpy prints a RuntimeWarning on every launch.
 
 import os
 import pickle
-import signal
 import sys
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, Callable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 RUN_TASK = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "run_task.py")
@@ -125,13 +124,15 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
 
     import cloudpickle
 
-    from hbcore.launcher.elastic_run_fn import (elastic_settings,
-                                                run_elastic_fn)
+    from hbcore.launcher.elastic_run_fn import run_elastic_fn
     from hbcore.launcher.errors import LauncherError
-    from hbcore.launcher.hosts import (parse_hostfile, parse_hosts,
-                                       total_slots)
+    from hbcore.launcher.hosts import parse_hostfile, parse_hosts
+    from hbcore.launcher.job_spec import (RUN_FN_NAMES, JobSpec,
+                                          elastic_settings, is_elastic,
+                                          rank_count)
     from hbcore.launcher.mpiexec import launcher_environ, nic_env
-    from hbcore.launcher.run_task import FN_FILE
+    from hbcore.launcher.outcome import collect, reraise_signal
+    from hbcore.launcher.run_task import FN_FILE, result_file
     from hbcore.launcher.supervisor import launch
 
     np = _one_of("np", np, "num_proc", num_proc)
@@ -144,17 +145,16 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         raise ValueError("give hosts or hostfile, not both")
     host_list = (parse_hosts(hosts) if hosts is not None else
                  parse_hostfile(hostfile) if hostfile is not None else None)
-    elastic = elastic_settings(np, min_np, max_np, host_discovery_script,
-                               host_list, slots, reset_limit, cooldown_range,
-                               os.environ)
-    if elastic is not None:
-        np = elastic.np
-    np = 1 if np is None else np
-    if not isinstance(np, int) or np < 1:
-        raise ValueError("np must be an integer >= 1, got %r" % (np,))
-    if host_list is not None and np > total_slots(host_list):
-        raise ValueError("np: %d ranks do not fit in the %d slots of the "
-                         "host list" % (np, total_slots(host_list)))
+    if np is None:
+        np = (min_np or 1) if is_elastic(min_np, max_np,
+                                         host_discovery_script) else 1
+    np = rank_count(RUN_FN_NAMES, np, host_list)
+    elastic = elastic_settings(
+        RUN_FN_NAMES, np, min_np, max_np, host_discovery_script, host_list,
+        slots, reset_limit, cooldown_range, None, os.environ,
+        [name for name, value in (("reset_limit", reset_limit),
+                                  ("cooldown_range", cooldown_range))
+         if value is not None])
     if isinstance(mpi_args, str):
         mpi_args = shlex.split(mpi_args)
     if isinstance(network_interface, str):
@@ -171,23 +171,27 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
         environ.update(env or {})
         environ = launcher_environ(environ, ssh_port=ssh_port,
                                    ssh_identity_file=ssh_identity_file)
-        command = [executable or sys.executable, RUN_TASK, workdir]
-        launch_args = dict(
+        job = JobSpec(
+            command=[executable or sys.executable, RUN_TASK, workdir],
+            np=np, hosts=host_list, env=nic_env(network_interface),
             mpi_args=list(mpi_args or ()),
             output_dir=(os.path.abspath(output_filename)
                         if output_filename else None),
-            verbose=verbose, environ=environ, stdin=subprocess.DEVNULL)
+            verbose=verbose, environ=environ, stdin=subprocess.DEVNULL,
+            elastic=elastic, program="hbcore.run")
         if elastic is not None:
-            return run_elastic_fn(command, elastic, workdir,
-                                  nic_env(network_interface), launch_args)
+            return run_elastic_fn(job, workdir)
         try:
-            result = launch(command, np, hosts=host_list,
-                            env=nic_env(network_interface), **launch_args)
+            result = launch(job)
         except LauncherError as exc:
             raise RuntimeError("hbcore.run: %s" % exc) from None
         if result.interrupted_by is not None:
-            _reraise_signal(result.interrupted_by)
-        return _collect(workdir, np, result)
+            reraise_signal("hbcore.run", result.interrupted_by)
+        first = result.first_failure
+        return collect("hbcore.run", np, {
+            rank: _load(result_file(workdir, rank)) for rank in range(np)},
+            None if first is None else first.rank,
+            result.message("hbcore.run") or "", result.exit_code)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -204,40 +208,9 @@ def _one_of(name: str, value: Optional[int], alias: str,
     return alias_value
 
 
-def _reraise_signal(signum: int) -> None:
-    # The ranks are stopped; now let the signal do to this process what it
-    # would have done without us (the default SIGTERM kills it).
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    signal.raise_signal(signum)
-    raise RuntimeError("hbcore.run: interrupted by %s"
-                       % signal.Signals(signum).name)
-
-
 def _load(path: str) -> Optional[tuple]:
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
     except FileNotFoundError:
         return None
-
-
-def _collect(workdir: str, np: int, result: Any) -> List[Any]:
-    from hbcore.launcher.run_task import rank_error, result_file, root_failure
-
-    outcomes: Dict[int, Optional[tuple]] = {
-        rank: _load(result_file(workdir, rank)) for rank in range(np)}
-    errors = {rank: o[1] for rank, o in outcomes.items()
-              if o is not None and o[0] == "error"}
-    if errors:
-        first = result.first_failure
-        rank = root_failure(errors, None if first is None else first.rank)
-        raise rank_error("hbcore.run", rank, errors[rank])
-    message = result.message("hbcore.run")
-    if message:
-        raise RuntimeError(message)
-    missing = [rank for rank, o in outcomes.items() if o is None]
-    if missing:
-        raise RuntimeError("hbcore.run: ranks %s exited without a result"
-                           % missing)
-    return [outcomes[rank][1] for rank in range(np)]

@@ -17,7 +17,7 @@ import pickle
 import sys
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 FN_FILE = "fn.pkl"
 
@@ -74,23 +74,6 @@ def error_outcome(exc: BaseException, what: str, skip_frame: bool = False
     })
 
 
-def rank_error(program: str, rank: int, info: dict) -> RuntimeError:
-    """The caller's exception for a rank whose function raised.
-
-    Args:
-        program: Name starting the message (``hbcore.run``).
-        rank: The rank.
-        info: Its error outcome's info (see ``error_outcome``).
-
-    Returns:
-        A RuntimeError naming the rank, the exception and its traceback.
-    """
-    return RuntimeError(
-        "%s: rank %d raised %s: %s\n\nTraceback of rank %d:\n%s"
-        % (program, rank, info["type"], info["message"], rank,
-           info["traceback"].rstrip()))
-
-
 def _run(workdir: str) -> Tuple[str, Any]:
     with open(os.path.join(workdir, FN_FILE), "rb") as f:
         use_caller_path(pickle.load(f))
@@ -135,33 +118,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write(outcome[1]["traceback"])
         return 1
     return 0
-
-
-def root_failure(errors: Dict[int, dict],
-                 first_rank: Optional[int]) -> int:
-    """The rank whose error is the job's cause.
-
-    When one rank raises, its exit shuts hbcore down and tells the peers,
-    whose pending collectives then fail with a ShutdownError naming it.
-    Such a peer may exit (and so reach the launcher as the first failure)
-    before the rank that caused it, so a ShutdownError is the cause only
-    when every error is one (a rank that shut down itself, a stall).
-    Among the candidates: the launcher's first failure, else the earliest
-    error (``error_outcome``'s time), else the lowest rank.
-
-    Args:
-        errors: rank -> error info (error_outcome) of every rank
-            that raised.
-        first_rank: the rank the launcher saw fail first, if any.
-
-    Returns:
-        A rank of ``errors``.
-    """
-    causes = [rank for rank, info in errors.items()
-              if info["type"] != "ShutdownError"] or list(errors)
-    if first_rank in causes:
-        return first_rank
-    return min(causes, key=lambda r: (errors[r].get("time", 0), r))
 
 
 if __name__ == "__main__":

@@ -49,11 +49,13 @@ from typing import (Callable, Dict, List, Mapping, NamedTuple, Optional,
 import psutil
 
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hosts import Host
+from hbcore.launcher.job_spec import JobSpec
 from hbcore.launcher.mpiexec import build_command, find_mpiexec, wrapped_command
 from hbcore.launcher.output import OutputRelay, make_sink
 from hbcore.launcher.job_watchdog import JobWatchdog
-from hbcore.launcher.rank_wrapper import RankStatus, parent_death_preexec
+from hbcore.launcher.outcome import (first_failure_line, on_stop_signals,
+                                     stopped_line)
+from hbcore.launcher.rank_status import RankStatus, parent_death_preexec
 
 # Seconds a terminated process gets to exit before it is killed.
 TERMINATE_GRACE_S = 3.0
@@ -71,8 +73,6 @@ _RELAY_DRAIN_S = 2.0
 # its framework when a faster one failed would otherwise be stopped before
 # it prints its own error (0.25 s was too short on a loaded 2-CPU machine).
 SETTLE_S = 1.0
-
-_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class LaunchResult(NamedTuple):
@@ -112,16 +112,14 @@ class LaunchResult(NamedTuple):
             pid 42]; stopped the remaining ranks"``.
         """
         if self.interrupted_by is not None:
-            return "%s: received %s; stopped all ranks" % (
-                program, signal.Signals(self.interrupted_by).name)
+            return stopped_line(program, self.interrupted_by, "all ranks")
         if self.aborted is not None:
             return "%s: %s; stopped all ranks" % (program, self.aborted)
         failure = self.first_failure
         if failure is not None:
-            tail = "; stopped the remaining ranks" if self.np > 1 else ""
-            return "%s: rank %d failed first: %s [host %s, pid %d]%s" % (
-                program, failure.rank, failure.describe(), failure.host,
-                failure.pid, tail)
+            return first_failure_line(
+                program, failure, "",
+                "; stopped the remaining ranks" if self.np > 1 else "")
         if self.exit_code != 0:
             return ("%s: mpiexec exited with code %s and no rank reported a "
                     "failure (see mpiexec's messages above)"
@@ -215,32 +213,6 @@ def _signal_all(procs: Sequence[psutil.Process], signum: int) -> None:
             pass
 
 
-class _SignalCatcher:
-    """Turns SIGINT/SIGTERM/SIGHUP into events while a job runs.
-
-    Handlers can only be installed from the main thread; elsewhere (run()
-    called from a worker thread) this does nothing and the caller's own
-    signal handling applies.
-    """
-
-    def __init__(self, events: "queue.Queue") -> None:
-        self._events = events
-        self._previous: Dict[int, object] = {}
-
-    def __enter__(self) -> "_SignalCatcher":
-        if threading.current_thread() is threading.main_thread():
-            for signum in _HANDLED_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
-        return self
-
-    def _handle(self, signum: int, _frame: object) -> None:
-        self._events.put(("signal", signum))
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 def supervise(command: Sequence[str], np: int,
               environ: Optional[Mapping[str, str]] = None,
               stdout: Optional[TextIO] = None,
@@ -283,7 +255,7 @@ def supervise(command: Sequence[str], np: int,
     """
     events = queue.Queue() if events is None else events
     quiet = threading.Event()
-    with _SignalCatcher(events):
+    with on_stop_signals(lambda signum: events.put(("signal", signum))):
         # If this process dies without a teardown (SIGKILL), mpiexec gets
         # SIGTERM and stops the job itself.  The death signal is only safe
         # single-threaded (see parent_death_preexec): a launcher with
@@ -445,48 +417,19 @@ def _first_status(events: "queue.Queue",
             return value
 
 
-def launch(command: Sequence[str], np: int,
-           hosts: Optional[Sequence[Host]] = None,
-           env: Optional[Mapping[str, str]] = None,
-           mpi_args: Sequence[str] = (),
-           output_dir: Optional[str] = None,
-           per_rank_env: Optional[Sequence[Dict[str, str]]] = None,
-           verbose: bool = False,
-           environ: Optional[Mapping[str, str]] = None,
-           stdout: Optional[TextIO] = None,
-           stderr: Optional[TextIO] = None,
-           stdin: Optional[int] = None,
-           grace_s: float = TERMINATE_GRACE_S,
-           timestamp_output: bool = False,
-           events: Optional["queue.Queue"] = None,
+def launch(job: JobSpec, events: Optional["queue.Queue"] = None,
            seen: Optional[List[RankStatus]] = None,
            settle_for: Optional[Callable[[RankStatus], float]] = None
            ) -> LaunchResult:
-    """Launches ``command`` on ``np`` ranks through mpiexec and waits.
+    """Launches a job's command on its ranks through mpiexec and waits.
 
     Every rank runs under the rank wrapper, its output lines prefixed with
     ``[rank]<stdout>:`` / ``[rank]<stderr>:``.  The first rank that exits
     with a nonzero code or is killed ends the whole job within seconds.
 
     Args:
-        command: What each rank runs, e.g. ``["python", "train.py"]``.
-        np: Number of ranks.
-        hosts: Hosts and slots, or None to run on this host.
-        env: Variables set on every rank (HB_* settings), on top of the
-            environment passed through from ``environ``.
-        mpi_args: Extra arguments for mpiexec.
-        output_dir: Also write each rank's output to
-            ``output_dir/rank.N/{stdout,stderr}``.
-        per_rank_env: One dict of extra variables per rank, or None.
-        verbose: Print the mpiexec command line on ``stderr`` first.
-        environ: Environment for mpiexec and so for the ranks (default:
-            os.environ).  HB_MPIEXEC and PATH in it select the launcher.
-        stdout: Stream for the ranks' stdout (default: sys.stdout).
-        stderr: Stream for the ranks' stderr (default: sys.stderr).
-        stdin: stdin for mpiexec (forwarded to rank 0); default inherited.
-        grace_s: Seconds between SIGTERM and SIGKILL in a teardown.
-        timestamp_output: Put the local time in front of every output
-            line (horovodrun's ``--prefix-output-with-timestamp``).
+        job: What to run and where (its ``elastic`` is not read: the
+            elastic driver launches each generation as a fixed job).
         events, seen, settle_for: As ``supervise``'s.
 
     Returns:
@@ -495,17 +438,15 @@ def launch(command: Sequence[str], np: int,
 
     Raises:
         LauncherError: If mpiexec is not found or cannot be started.
-        ValueError: If ``np`` < 1.
+        ValueError: If ``job.np`` < 1.
     """
-    mpiexec = find_mpiexec(environ)
-    args = build_command(mpiexec, wrapped_command(command, output_dir,
-                                                  timestamp_output), np,
-                         hosts=hosts, env=env, mpi_args=mpi_args,
-                         per_rank_env=per_rank_env)
-    if verbose:
-        err = stderr or sys.stderr
-        err.write("hbrun: %s\n" % shlex.join(args))
-        err.flush()
-    return supervise(args, np, environ=environ, stdout=stdout, stderr=stderr,
-                     events=events, seen=seen, settle_for=settle_for,
-                     stdin=stdin, grace_s=grace_s)
+    mpiexec = find_mpiexec(job.environ)
+    args = build_command(mpiexec, wrapped_command(job.command, job.output_dir,
+                                                  job.timestamp_output),
+                         job.np, hosts=job.hosts, env=job.env,
+                         mpi_args=job.mpi_args, per_rank_env=job.per_rank_env)
+    if job.verbose:
+        sys.stderr.write("hbrun: %s\n" % shlex.join(args))
+        sys.stderr.flush()
+    return supervise(args, job.np, environ=job.environ, events=events,
+                     seen=seen, settle_for=settle_for, stdin=job.stdin)

@@ -24,22 +24,27 @@ paths (hydra starts the coordinator's rank command on every machine): the
 rendezvous checks that, together with the cluster, and names what differs.
 """
 
-import argparse
+import contextlib
+import dataclasses
 import json
-import os
 import queue
 import signal
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from hbcore import tf_config
+from hbcore.launcher.command_job import run_command_job
 from hbcore.launcher.devices import worker_devices
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hydra_manual import find_proxy
+from hbcore.launcher.job_spec import JobSpec
 from hbcore.launcher.manual_job import LocalProxy, run_placed
 from hbcore.launcher.mpiexec import RANK_WRAPPER, find_mpiexec, wrapped_command
-from hbcore.launcher.rank_wrapper import parent_death_preexec
+from hbcore.launcher.outcome import (Stopped, first_failure_line,
+                                     on_stop_signals, raise_stopped,
+                                     stopped_line)
+from hbcore.launcher.rank_status import parent_death_preexec
 from hbcore.launcher.rendezvous import (Coordinator, Member, Placement,
                                         RendezvousError)
 from hbcore.launcher.supervisor import TERMINATE_GRACE_S, LaunchResult
@@ -50,14 +55,6 @@ DEFAULT_START_TIMEOUT_S = 30
 DEFAULT_BASE_PORT = 20001
 # How often a member looks up from waiting for the job's end.
 _POLL_S = 0.5
-
-
-class _Stopped(Exception):
-    """A signal arrived at the launcher (Ctrl-C, the orchestrator's stop)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 def rank_tf_config(config: tf_config.TfConfig,
@@ -99,13 +96,14 @@ def rank_tf_config(config: tf_config.TfConfig,
 class _Job:
     """One machine's part of a TF_CONFIG job (see the module docstring)."""
 
-    def __init__(self, args: argparse.Namespace, config: tf_config.TfConfig,
-                 environ: Mapping[str, str], rank_env: Dict[str, str],
-                 program: str) -> None:
-        self.args = args
+    def __init__(self, job: JobSpec, start_timeout_s: float,
+                 config: tf_config.TfConfig,
+                 environ: Mapping[str, str]) -> None:
         self.config = config
         self.environ = dict(environ)
-        self.program = program
+        self.program = job.program
+        self.mpi_args = job.mpi_args
+        self.verbose = job.verbose
         self.members = [str(t) for t in config.training_tasks]
         self.me = str(config.task)
         head = config.training_tasks[0]
@@ -114,18 +112,15 @@ class _Job:
         self.devices = worker_devices(environ)
         self.workers = len(self.devices) if self.devices else 1
         self.secret = environ.get("HB_RENDEZVOUS_SECRET", "").encode()
-        self.start_timeout = float(args.start_timeout
-                                   or DEFAULT_START_TIMEOUT_S)
+        self.start_timeout = start_timeout_s
         self.mpiexec = find_mpiexec(environ)
         self.proxy = find_proxy(self.mpiexec)
-        output = getattr(args, "output_filename", None)
-        self.rank_command = wrapped_command(
-            args.command, os.path.abspath(output) if output else None,
-            getattr(args, "prefix_output_with_timestamp", False))
+        self.rank_command = wrapped_command(job.command, job.output_dir,
+                                            job.timestamp_output)
         # The proxy's environment is the ranks' environment on this
         # machine (the coordinator's mpiexec passes none of its own).
         self.proxy_env = dict(environ)
-        self.proxy_env.update(rank_env)
+        self.proxy_env.update(job.env)
         try:
             self.base_port = int(environ.get("HB_RUN_BASE_PORT",
                                              DEFAULT_BASE_PORT))
@@ -133,7 +128,7 @@ class _Job:
             raise LauncherError("HB_RUN_BASE_PORT=%r is not a port number"
                                 % environ.get("HB_RUN_BASE_PORT")) from None
         # What every machine must agree on (the rendezvous compares it).
-        self.job = {"cluster": config.cluster, "command": list(args.command),
+        self.job = {"cluster": config.cluster, "command": list(job.command),
                     "python": sys.executable, "wrapper": RANK_WRAPPER}
 
     def describe(self, member: str) -> str:
@@ -164,9 +159,9 @@ class _Job:
         try:
             result = run_placed(coordinator, placements, segments,
                                 self.rank_command,
-                                getattr(self.args, "mpi_args", []),
+                                self.mpi_args,
                                 self.environ, events,
-                                getattr(self.args, "verbose", False),
+                                self.verbose,
                                 self.program)
         except LauncherError as exc:
             coordinator.end(1, "%s: error: %s" % (self.program, exc))
@@ -180,10 +175,10 @@ class _Job:
         if failure is None or not 0 <= failure.rank < len(owners):
             return result.message(self.program) or ""
         member, local = owners[failure.rank]
-        return ("%s: rank %d (%s, its worker %d) failed first: %s [host %s, "
-                "pid %d]; stopped the job on every machine"
-                % (self.program, failure.rank, self.describe(member), local,
-                   failure.describe(), failure.host, failure.pid))
+        return first_failure_line(
+            self.program, failure,
+            "%s, its worker %d" % (self.describe(member), local),
+            "; stopped the job on every machine")
 
     # -- every machine -------------------------------------------------
     def run(self) -> int:
@@ -230,11 +225,8 @@ class _Job:
                         self.secret,
                         (self.coordinator_host, self.coordinator_port),
                         self.start_timeout)
-
-        def stop(signum: int, _frame: object) -> None:
-            raise _Stopped(signum)
-        previous = {s: signal.signal(s, stop) for s in
-                    (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        stop_signals = contextlib.ExitStack()
+        stop_signals.enter_context(on_stop_signals(raise_stopped))
         proxy: Optional[LocalProxy] = None
         try:
             start = member.join()
@@ -254,17 +246,14 @@ class _Job:
                         message = self._error_line(message + proxy.text())
                     return code, message
                 proxy.refresh()
-        except _Stopped as exc:
-            return 128 + exc.signum, ("%s: received %s; stopped this "
-                                      "machine's workers" % (
-                                          self.program,
-                                          signal.Signals(exc.signum).name))
+        except Stopped as exc:
+            return 128 + exc.signum, stopped_line(
+                self.program, exc.signum, "this machine's workers")
         finally:
             member.close()
             if proxy is not None:
                 proxy.stop()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            stop_signals.close()
 
 
 def side_task_env() -> Dict[str, str]:
@@ -273,25 +262,23 @@ def side_task_env() -> Dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ""}
 
 
-def run_tf_config_job(args: argparse.Namespace, environ: Mapping[str, str],
-                      rank_env: Dict[str, str],
-                      run_alone: Callable[[Dict[str, str]], int],
-                      program: str = "hbcore.run") -> int:
+def run_tf_config_job(job: JobSpec, start_timeout_s: Optional[float],
+                      environ: Mapping[str, str]) -> int:
     """Runs this machine's part of a TF_CONFIG job.
 
     Args:
-        args: The launcher's validated arguments (``command``,
-            ``start_timeout``, output and mpiexec flags).
+        job: The command line's job (its command, rank variables, output
+            and mpiexec settings; its rank count and hosts are unused: the
+            cluster and each machine's devices decide).
+        start_timeout_s: Seconds for every machine to arrive (None:
+            DEFAULT_START_TIMEOUT_S).
         environ: The launcher's environment (TF_CONFIG, devices, ...).
-        rank_env: Variables for this machine's ranks (tuning flags).
-        run_alone: Runs the command as a job of one rank here, with extra
-            variables (for ps and evaluator tasks); returns its exit code.
-        program: The name starting report lines.
 
     Returns:
         The exit code: 0, or the job's first failure's (the same on every
         machine), or 1 for a failed rendezvous, which the message names.
     """
+    program = job.program
     try:
         config = tf_config.parse(environ.get("TF_CONFIG", ""))
     except ValueError as exc:
@@ -302,9 +289,13 @@ def run_tf_config_job(args: argparse.Namespace, environ: Mapping[str, str],
                          "cluster and this task\n" % program)
         return 2
     if not config.trains:
-        return run_alone(side_task_env())
+        # A ps or evaluator task: the command once, alone, without a GPU.
+        return run_command_job(dataclasses.replace(
+            job, np=1, hosts=None, elastic=None,
+            per_rank_env=[side_task_env()]))
     try:
-        return _Job(args, config, environ, rank_env, program).run()
+        return _Job(job, float(start_timeout_s or DEFAULT_START_TIMEOUT_S),
+                    config, environ).run()
     except LauncherError as exc:
         sys.stderr.write("%s: error: %s\n" % (program, exc))
         return 1

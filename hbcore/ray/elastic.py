@@ -19,12 +19,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ray
 
-from hbcore.launcher.elastic_driver import ElasticSettings
 from hbcore.launcher.elastic_protocol import host_of_rank
 from hbcore.launcher.hosted_elastic import (HostedElasticJob, Outcomes,
                                             elastic_limits, horovod_counts)
 from hbcore.launcher.hosted_rank import MemberSpec, lost
 from hbcore.launcher.hosts import Host, total_slots
+from hbcore.launcher.job_spec import ElasticSettings
 from hbcore.launcher.mpiexec import nic_env
 from hbcore.ray.runner import MARGIN_S, Worker
 

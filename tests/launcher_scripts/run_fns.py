@@ -23,6 +23,30 @@ def kill_self_on_rank(bad_rank):
     time.sleep(1000)
 
 
+def raise_after_peer_is_killed(bad_rank, pid_dir):
+    """``bad_rank`` writes its pid and SIGKILLs itself; the other ranks
+    raise once it is gone (a peer's error that is the kill's consequence,
+    as a collective's failure would be)."""
+    import signal
+    rank = int(os.environ["PMI_RANK"])
+    path = os.path.join(pid_dir, "pid")
+    if rank == bad_rank:
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
+        os.kill(os.getpid(), signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                os.kill(int(f.read()), 0)
+        except (FileNotFoundError, ProcessLookupError):
+            if os.path.exists(path):
+                raise ValueError("rank %d is gone" % bad_rank)
+        time.sleep(0.01)
+    raise TimeoutError("rank %d never went away" % bad_rank)
+
+
 def raise_while_peer_waits(bad_rank):
     """``bad_rank`` raises while the other ranks wait for it in an
     allreduce, which then fails on them with a ShutdownError naming it.
