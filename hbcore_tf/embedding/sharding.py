@@ -51,7 +51,8 @@ from hbcore_tf._base.context import context
 from hbcore_tf._base.options import options
 from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
 from hbcore_tf._patches import internals, keras_slots, slot_creator
-from hbcore_tf.embedding import checkpoint_savers, column_init
+from hbcore_tf.embedding import (checkpoint_savers, column_init,
+                                 dynamic_checkpoint)
 from hbcore_tf.embedding.partition import RowPartition
 from hbcore_tf.embedding.table import make_keras_shard, make_sharded
 
@@ -279,6 +280,9 @@ def _keras_slot_of_shard(original: Callable, optimizer: Any, reference: Any,
     slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
     make_keras_shard(slot, info._replace(name="%s/%s" % (
         info.name, slot_name.rsplit("/", 1)[-1])))
+    table = dynamic_checkpoint.table_of(reference)
+    if table is not None:  # a dynamic table's slot: its rows follow keys
+        dynamic_checkpoint.attach(slot, table, store=False)
     return slot
 
 

@@ -12,12 +12,18 @@ Each launch takes 18-35 s on the shared 2-core machine (its world's start
 and thirteen cases, of which the eight trainings take about 1 s each
 alone): six launches, about 2.5 minutes in all, for three world sizes and
 two Keras flavours.
+
+test_checkpoint_reshards_2_3_2 runs tests/tf/rank_scripts/
+dynamic_checkpoint.py at 2, 3 and 2 ranks in turn (three launches per
+Keras flavour, in the warm worlds of the launches above).
 """
+import tempfile
+
 import numpy as np
 import pytest
 
-from support.tf_launch import (REQUIRES_TF, STALL_FAST_ENV, keras_flavors,
-                               rank_script_tests)
+from support.tf_launch import (REQUIRES_TF, STALL_FAST_ENV, flavor_launch,
+                               keras_flavors, rank_script_tests)
 
 pytestmark = REQUIRES_TF
 
@@ -48,3 +54,20 @@ def test_same_result_at_every_world_size(flavor):
                         mine, want, rtol=1e-5, atol=1e-6,
                         err_msg="np=%d rank %d %s weight %d" % (
                             np_, rank, what, i))
+
+
+@pytest.mark.parametrize("flavor", keras_flavors())
+def test_checkpoint_reshards_2_3_2(flavor):
+    """A tf.train.Checkpoint of a trained dynamic table and its Adagrad
+    slots, saved at 2 ranks, restores at 3 (rows to their new owners, the
+    saved tensors in key order and equal when saved again at 3), trains,
+    saves, and restores at 2; every value against plain Keras (see the
+    rank script). Three launches in warm worlds: about 20-30 s per flavour
+    on the shared 2-core machine, most of it the worlds' TF start."""
+    directory = tempfile.mkdtemp(prefix="hb_dynckpt_")
+    for np_, phase in ((2, "save_at_2"), (3, "restore_at_3"),
+                       (2, "restore_at_2")):
+        run = flavor_launch("dynamic_checkpoint.py", np_, flavor,
+                            timeout=240, env=STALL_FAST_ENV,
+                            args=(directory, phase))
+        run.assert_cases([phase])
