@@ -15,7 +15,9 @@ two Keras flavours.
 
 test_checkpoint_reshards_2_3_2 runs tests/tf/rank_scripts/
 dynamic_checkpoint.py at 2, 3 and 2 ranks in turn (three launches per
-Keras flavour, in the warm worlds of the launches above).
+Keras flavour, in the warm worlds of the launches above);
+test_kill_mid_save_keeps_the_last_checkpoint kills rank 0 of a fresh
+2-rank job in the middle of a save and restores at 3 ranks.
 """
 import tempfile
 
@@ -23,7 +25,7 @@ import numpy as np
 import pytest
 
 from support.tf_launch import (REQUIRES_TF, STALL_FAST_ENV, flavor_launch,
-                               keras_flavors, rank_script_tests)
+                               keras_flavors, launch, rank_script_tests)
 
 pytestmark = REQUIRES_TF
 
@@ -71,3 +73,23 @@ def test_checkpoint_reshards_2_3_2(flavor):
                             timeout=240, env=STALL_FAST_ENV,
                             args=(directory, phase))
         run.assert_cases([phase])
+
+
+def test_kill_mid_save_keeps_the_last_checkpoint():
+    """Rank 0 of a fresh 2-rank job is killed (SIGKILL) after writing its
+    part of a second save, before the merge: the job ends (no hang), and
+    the directory's latest checkpoint is still the first, which restores
+    at 3 ranks with the rows of one step. About 25 s: a fresh job is the
+    point (the kill ends its world)."""
+    directory = tempfile.mkdtemp(prefix="hb_dynkill_")
+    killed = launch("dynamic_checkpoint.py", 2, timeout=180,
+                    env=STALL_FAST_ENV, args=(directory, "kill_mid_save"),
+                    cache=False, fresh=True)
+    assert not killed.timed_out, killed.describe()
+    assert killed.returncode != 0, killed.describe()
+    assert any(line.startswith("KILLING rank 0 before merging")
+               for line in killed.rank_lines(0, "stdout")), killed.describe()
+    assert 0 not in killed.results, killed.describe()
+    run = launch("dynamic_checkpoint.py", 3, timeout=240, env=STALL_FAST_ENV,
+                 args=(directory, "after_kill"))
+    run.assert_cases(["after_kill"])

@@ -22,10 +22,20 @@ batch of each step): ``reference(steps)``.
   state to DIR/a3 (its table tensors equal DIR/a's), trains a third step
   (checks the slots) and saves DIR/b. Keras 3 loads DIR/w.weights.h5 into
   a fresh model. Loading another kind of checkpoint into a dynamic table
-  is an error naming the table.
+  is an error naming the table; so is tf_keras' legacy .h5 save (it
+  stores variables by value).
 - restore_at_2: restores DIR/b, checks, trains a fourth step.
+
+And the kill -9 guarantee (a fresh job of 2 ranks, then a warm one of 3):
+- kill_mid_save: one step, save DIR/k (k-1), a second step, save again:
+  rank 0 sends itself SIGKILL after TF wrote its own part of k-2 and
+  before the parts are merged (it prints KILLING first), so the job dies
+  mid-save;
+- after_kill: the latest checkpoint of DIR is still k-1, and it restores
+  (the rows after one step).
 """
 import os
+import signal
 import sys
 
 import numpy as np
@@ -40,7 +50,8 @@ from train_common import (Checker, check, close,
 import hbcore_tf as hb  # noqa: E402
 import hbcore_tf.keras as hvd  # noqa: E402
 
-CASES = ["save_at_2", "restore_at_3", "restore_at_2"]
+CASES = ["save_at_2", "restore_at_3", "restore_at_2", "kill_mid_save",
+         "after_kill"]
 LEGACY = keras.__name__ == "tf_keras"
 
 
@@ -177,7 +188,11 @@ def main() -> None:
         expect_raises(
             lambda: tf.train.Checkpoint(v=fresh.layer.embeddings).read(
                 plain), tf.errors.NotFoundError, "v/.ATTRIBUTES/-keys")
-        if not LEGACY:
+        if LEGACY:  # tf_keras' legacy HDF5 stores variables by value
+            expect_raises(lambda: fresh.model.save_weights(
+                os.path.join(directory, "legacy.h5")), NotImplementedError,
+                "emb/embeddings", "tf.train.Checkpoint")
+        else:
             fixed = model_of(keras.layers.Embedding(17, D, name="emb"))
             fixed.save_weights(plain + ".weights.h5")
             expect_raises(lambda: fresh.model.load_weights(
@@ -192,8 +207,31 @@ def main() -> None:
         trainer.train(3)
         trainer.check(4, "restored at 2, one more step")
 
+    def kill_mid_save():
+        from hbcore_tf.embedding import save_protocol
+        trainer = Trainer()
+        trainer.train(0)
+        trainer.checkpoint.save(os.path.join(directory, "k"))
+        trainer.train(1)
+
+        def die(path, parts):
+            if rank == 0:
+                print("KILLING rank 0 before merging %s" % path, flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+        save_protocol.merge_parts = die
+        trainer.checkpoint.save(os.path.join(directory, "k"))
+
+    def after_kill():
+        latest = tf.train.latest_checkpoint(directory)
+        check(latest == os.path.join(directory, "k-1"),
+              "latest checkpoint %s, expected k-1" % latest)
+        trainer = Trainer()
+        trainer.checkpoint.restore(latest).assert_existing_objects_matched()
+        trainer.check(1, "restored after the kill")
+
     table = {"save_at_2": save_at_2, "restore_at_3": restore_at_3,
-             "restore_at_2": restore_at_2}
+             "restore_at_2": restore_at_2, "kill_mid_save": kill_mid_save,
+             "after_kill": after_kill}
     run_table(checker, table, CASES, skip=[c for c in CASES if c != phase])
     report({"rank": rank, "ok": checker.all_ok, "keras": keras.__name__})
     hb.shutdown()
