@@ -12,8 +12,14 @@ The layer's call contract is ``ShardedEmbedding``'s (hbcore_tf.keras.
 id_lookups). Its one weight, ``embeddings``, is this rank's store of
 ``capacity + 1`` rows (hbcore_tf.embedding.dynamic_table): rank-local, so
 gradient reductions pass its gradient through, broadcasts skip it, and
-the user's optimizer trains it and makes slots of the same rows. See
-docs/embedding.md, "Dynamic tables", for what is not there yet.
+the user's optimizer trains it and makes slots of the same rows.
+
+Saving: tf.train.Checkpoint serializes the store and its slots in key
+order (hbcore_tf.embedding.dynamic_checkpoint); Keras' own files
+(``.weights.h5``, ``.keras``) get the whole table from
+``save_own_variables`` (``whole_table``: collective) and each rank keeps
+its keys in ``load_own_variables``. See docs/embedding.md, "Dynamic
+tables", for what is not there yet.
 """
 import weakref
 from typing import Any, Dict, Optional

@@ -64,8 +64,10 @@ def test_checkpoint_reshards_2_3_2(flavor):
     slots, saved at 2 ranks, restores at 3 (rows to their new owners, the
     saved tensors in key order and equal when saved again at 3), trains,
     saves, and restores at 2; every value against plain Keras (see the
-    rank script). Three launches in warm worlds: about 20-30 s per flavour
-    on the shared 2-core machine, most of it the worlds' TF start."""
+    rank script), and Keras' .weights.h5 / .keras files load at 3. Three
+    launches in warm worlds: about 27 s per flavour on the shared 2-core
+    machine (55-90 s when the worlds start cold), most of it TF's
+    start-up and tracing."""
     directory = tempfile.mkdtemp(prefix="hb_dynckpt_")
     for np_, phase in ((2, "save_at_2"), (3, "restore_at_3"),
                        (2, "restore_at_2")):
@@ -79,7 +81,7 @@ def test_kill_mid_save_keeps_the_last_checkpoint():
     """Rank 0 of a fresh 2-rank job is killed (SIGKILL) after writing its
     part of a second save, before the merge: the job ends (no hang), and
     the directory's latest checkpoint is still the first, which restores
-    at 3 ranks with the rows of one step. About 25 s: a fresh job is the
+    at 3 ranks with the rows of one step. About 40 s: a fresh job is the
     point (the kill ends its world)."""
     directory = tempfile.mkdtemp(prefix="hb_dynkill_")
     killed = launch("dynamic_checkpoint.py", 2, timeout=180,

@@ -16,12 +16,13 @@ batch of each step): ``reference(steps)``.
 - save_at_2: two steps, tf.train.Checkpoint(model, optimizer).save to
   DIR/a; rank 0 reads the file with plain TF: the table's and its slot's
   ``-keys`` are the keys seen, ascending; ``-values`` the reference rows;
-  ``-freqs``/``-versions`` zeros. Keras 3 also saves DIR/w.weights.h5.
+  ``-freqs``/``-versions`` zeros. Keras also saves DIR/w.weights.h5
+  (save_weights) and DIR/m.keras (save).
 - restore_at_3: restores DIR/a (rows go to their new owners: each rank
   holds the keys the hash gives it), checks the rows, saves the restored
   state to DIR/a3 (its table tensors equal DIR/a's), trains a third step
-  (checks the slots) and saves DIR/b. Keras 3 loads DIR/w.weights.h5 into
-  a fresh model. Loading another kind of checkpoint into a dynamic table
+  (checks the slots) and saves DIR/b. DIR/w.weights.h5 loads into a
+  fresh model (load_weights), DIR/m.keras with load_model. Loading another kind of checkpoint into a dynamic table
   is an error naming the table; so is tf_keras' legacy .h5 save (it
   stores variables by value).
 - restore_at_2: restores DIR/b, checks, trains a fourth step.
@@ -154,9 +155,8 @@ def main() -> None:
         store = [n[:-len("-freqs")] for n in tensors
                  if n.endswith("-freqs")]
         close(tensors[store[0] + "-values"], rows, "the saved rows")
-        if not LEGACY:
-            trainer.model.save_weights(os.path.join(directory,
-                                                    "w.weights.h5"))
+        trainer.model.save_weights(os.path.join(directory, "w.weights.h5"))
+        trainer.model.save(os.path.join(directory, "m.keras"))
 
     def restore_at_3():
         trainer = Trainer()
@@ -173,12 +173,13 @@ def main() -> None:
         trainer.train(2)
         trainer.check(3, "restored at 3, one more step")
         trainer.checkpoint.save(os.path.join(directory, "b"))
-        if not LEGACY:
-            fresh = Trainer()
-            fresh.model.load_weights(os.path.join(directory,
-                                                  "w.weights.h5"))
-            close(fresh.layer(seen(2)), reference(2)[0],
-                  ".weights.h5 restored at 3", atol=1e-5)
+        fresh = Trainer()
+        fresh.model.load_weights(os.path.join(directory, "w.weights.h5"))
+        close(fresh.layer(seen(2)), reference(2)[0],
+              ".weights.h5 restored at 3", atol=1e-5)
+        loaded = keras.models.load_model(os.path.join(directory, "m.keras"))
+        close(loaded.get_layer("emb")(seen(2)), reference(2)[0],
+              ".keras file loaded at 3", atol=1e-5)
         # Another kind of checkpoint: a plain variable's (TF names the
         # missing key); with Keras 3, a plain Embedding's .weights.h5 (the
         # layer names the table).
