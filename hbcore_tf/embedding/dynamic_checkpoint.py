@@ -133,6 +133,30 @@ def attach(variable: Any, table: Any, store: bool) -> None:
     object.__setattr__(inner, _STORE_ATTR, store)
 
 
+@contextlib.contextmanager
+def creating_slots_of(table: Optional[Any]) -> Iterator[None]:
+    """While open, every tf.Variable created is an optimizer slot of
+    ``table`` and checkpoints as one (``attach``) from its creation, so a
+    restore that TF deferred until the slot exists (Keras builds slots
+    after ``Checkpoint.restore``) finds the slot's ``-keys``/``-values``.
+    Nothing happens when ``table`` is None.
+
+    Args:
+        table: a DynamicTable, or None.
+    """
+    if table is None:
+        yield
+        return
+
+    def creator(next_creator: Any, **kwargs: Any) -> Any:
+        variable = next_creator(**kwargs)
+        attach(variable, table, store=False)
+        return variable
+
+    with tf.variable_creator_scope(creator):
+        yield
+
+
 def _entries(variable: Any, keys: np.ndarray, rows: np.ndarray,
              spec: Optional[Tuple[int, int]]) -> Dict[str, Any]:
     """The serialized tensors of ``variable``: whole (spec None) or as

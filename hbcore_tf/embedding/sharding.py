@@ -275,14 +275,14 @@ def _keras_slot_of_shard(original: Callable, optimizer: Any, reference: Any,
     info = shard_info(reference)
     if info is None:
         return original(optimizer, reference, *args, **kwargs)
-    with creating_shards():
+    # A dynamic table's slot checkpoints by key from its creation on (a
+    # restore deferred until the optimizer builds runs inside it).
+    with creating_shards(), dynamic_checkpoint.creating_slots_of(
+            dynamic_checkpoint.table_of(reference)):
         slot = original(optimizer, reference, *args, **kwargs)
     slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
     make_keras_shard(slot, info._replace(name="%s/%s" % (
         info.name, slot_name.rsplit("/", 1)[-1])))
-    table = dynamic_checkpoint.table_of(reference)
-    if table is not None:  # a dynamic table's slot: its rows follow keys
-        dynamic_checkpoint.attach(slot, table, store=False)
     return slot
 
 

@@ -25,7 +25,9 @@ batch of each step): ``reference(steps)``.
   fresh model (load_weights), DIR/m.keras with load_model. Loading another kind of checkpoint into a dynamic table
   is an error naming the table; so is tf_keras' legacy .h5 save (it
   stores variables by value).
-- restore_at_2: restores DIR/b, checks, trains a fourth step.
+- restore_at_2: restores DIR/b before the optimizer is built (TF
+  restores the slots when they are created), checks, trains a fourth
+  step.
 
 And the kill -9 guarantee (a fresh job of 2 ranks, then a warm one of 3):
 - kill_mid_save: one step, save DIR/k (k-1), a second step, save again:
@@ -80,15 +82,17 @@ def reference(steps: int):
 
 class Trainer:
     """A fresh model (DynamicEmbedding "emb", capacity 16) and its
-    optimizer, built, with a tf.train.Checkpoint of both."""
+    optimizer (built unless ``build`` is False: its slots are created
+    later, after a restore, which TF then defers to their creation), with
+    a tf.train.Checkpoint of both."""
 
-    def __init__(self) -> None:
+    def __init__(self, build: bool = True) -> None:
         self.layer = hb.keras.layers.DynamicEmbedding(D, name="emb",
                                                       capacity=16)
         self.model = model_of(self.layer)
         self.opt = hvd.DistributedOptimizer(OPTIMIZERS["adagrad"]())
-        variables = self.model.trainable_variables
-        self.opt.build(variables)
+        if build:
+            self.build()
         self.checkpoint = tf.train.Checkpoint(model=self.model,
                                               optimizer=self.opt)
 
@@ -100,6 +104,10 @@ class Trainer:
             self.opt.apply_gradients(zip(tape.gradient(loss, variables),
                                          variables))
         self._step = step
+
+    def build(self) -> None:
+        """Builds the optimizer (creates its slots)."""
+        self.opt.build(self.model.trainable_variables)
 
     def train(self, step: int) -> None:
         ids, y = global_batch(step)
@@ -201,9 +209,10 @@ def main() -> None:
         identical_on_all_ranks([np.arange(3)], "collectives after errors")
 
     def restore_at_2():
-        trainer = Trainer()
-        trainer.checkpoint.restore(os.path.join(directory, "b-3")) \
-            .assert_existing_objects_matched()
+        trainer = Trainer(build=False)
+        status = trainer.checkpoint.restore(os.path.join(directory, "b-3"))
+        trainer.build()  # the slots' restore was deferred to here
+        status.assert_existing_objects_matched()
         trainer.check(3, "restored at 2")
         trainer.train(3)
         trainer.check(4, "restored at 2, one more step")
