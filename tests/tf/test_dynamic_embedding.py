@@ -65,7 +65,7 @@ def test_checkpoint_reshards_2_3_2(flavor):
     saved tensors in key order and equal when saved again at 3), trains,
     saves, and restores at 2; every value against plain Keras (see the
     rank script), and Keras' .weights.h5 / .keras files load at 3. Three
-    launches in warm worlds: about 27 s per flavour on the shared 2-core
+    launches in warm worlds: 10-27 s per flavour on the shared 2-core
     machine (55-90 s when the worlds start cold), most of it TF's
     start-up and tracing."""
     directory = tempfile.mkdtemp(prefix="hb_dynckpt_")
@@ -81,7 +81,8 @@ def test_kill_mid_save_keeps_the_last_checkpoint():
     """Rank 0 of a fresh 2-rank job is killed (SIGKILL) after writing its
     part of a second save, before the merge: the job ends (no hang), and
     the directory's latest checkpoint is still the first, which restores
-    at 3 ranks with the rows of one step. About 40 s: a fresh job is the
+    at 3 ranks with the rows of one step. 11-40 s (40 s with a cold
+    3-rank world): a fresh job is the
     point (the kill ends its world)."""
     directory = tempfile.mkdtemp(prefix="hb_dynkill_")
     killed = launch("dynamic_checkpoint.py", 2, timeout=180,
