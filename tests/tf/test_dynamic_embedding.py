@@ -82,8 +82,7 @@ def test_kill_mid_save_keeps_the_last_checkpoint():
     part of a second save, before the merge: the job ends (no hang), and
     the directory's latest checkpoint is still the first, which restores
     at 3 ranks with the rows of one step. 11-40 s (40 s with a cold
-    3-rank world): a fresh job is the
-    point (the kill ends its world)."""
+    3-rank world): a fresh job is the point (the kill ends its world)."""
     directory = tempfile.mkdtemp(prefix="hb_dynkill_")
     killed = launch("dynamic_checkpoint.py", 2, timeout=180,
                     env=STALL_FAST_ENV, args=(directory, "kill_mid_save"),
