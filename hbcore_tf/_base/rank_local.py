@@ -116,8 +116,19 @@ def whole_value(variable: Any) -> np.ndarray:
 
     Returns:
         A numpy array.
+
+    Raises:
+        NotImplementedError: a dynamic table's store or slot (its rows
+            have no id order; the message names the table and the
+            formats that save it).
     """
     info = shard_info(variable)
+    if info is not None and info.partition.hashed:
+        raise NotImplementedError(
+            "dynamic embedding table %r: this format stores variables by "
+            "value, which a dynamic table has not (its rows follow keys); "
+            "save it with tf.train.Checkpoint, tf_keras' TensorFlow-format "
+            "save_weights, or Keras' .weights.h5 / .keras files" % info.name)
     local = tf.convert_to_tensor(unwrap_variable(variable))
     if info is None or info.rows == info.num_rows:
         return local.numpy()

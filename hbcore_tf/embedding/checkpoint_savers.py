@@ -24,6 +24,8 @@ from hbcore_tf._base.rank_local import any_sharded_tables, shard_info
 from hbcore_tf._patches import internals
 from hbcore_tf._patches import saver as saver_patch
 from hbcore_tf._patches import trackable_saver as trackable_saver_patch
+from hbcore_tf.embedding.dynamic_checkpoint import (dynamic_variables,
+                                                   prepared_save)
 from hbcore_tf.embedding.save_protocol import (ShardedSaveError,
                                                collective_write,
                                                write_canonical)
@@ -165,24 +167,28 @@ def _object_save(tf_save: Callable, self: Any, file_prefix: Any,
     if (not tf.executing_eagerly() or not isinstance(file_prefix, str)
             or not any_sharded_tables()):
         return plain()
-    serialized = self._gather_serialized_tensors(None)[0]
-    sharded = internals.OBJECT_IDENTITY_DICT.load()()
-    for obj, tensors in serialized.items():
-        if obj is not None and shard_info(obj) is not None:
-            sharded[obj] = tensors
-    if not sharded:
-        return plain()
-    if context.world_size == 1:
-        path = plain()
-        write_canonical(_as_str(path))
-        return path
-    path = file_prefix
-    if checkpoint_number:
-        path = "%s-%d" % (file_prefix, int(checkpoint_number))
-    saver_class = internals.MULTI_DEVICE_SAVER.load()
-    return collective_write(
-        path, table_names(sharded),
-        lambda part: saver_class(sharded).save(part), plain)
+    dynamic = dynamic_variables(self._gather_serialized_tensors(None)[0])
+    # Dynamic tables serialize their slices of the sorted table while the
+    # save is prepared (collective: dynamic_checkpoint.py).
+    with prepared_save(dynamic):
+        serialized = self._gather_serialized_tensors(None)[0]
+        sharded = internals.OBJECT_IDENTITY_DICT.load()()
+        for obj, tensors in serialized.items():
+            if obj is not None and shard_info(obj) is not None:
+                sharded[obj] = tensors
+        if not sharded:
+            return plain()
+        if context.world_size == 1:
+            path = plain()
+            write_canonical(_as_str(path))
+            return path
+        path = file_prefix
+        if checkpoint_number:
+            path = "%s-%d" % (file_prefix, int(checkpoint_number))
+        saver_class = internals.MULTI_DEVICE_SAVER.load()
+        return collective_write(
+            path, table_names(sharded),
+            lambda part: saver_class(sharded).save(part), plain)
 
 
 def _as_str(path: Any) -> str:

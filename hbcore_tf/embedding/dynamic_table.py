@@ -24,7 +24,7 @@ right without knowing them:
 3. Row ``capacity`` is a scratch row: keys that found no free row read
    it, and the lookup then fails after both exchanges, naming the table.
 """
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -95,6 +95,11 @@ class DynamicTable:
         """Rows this rank can hold."""
         return self.info.partition.capacity
 
+    @property
+    def store(self) -> tf.Variable:
+        """This rank's ``[capacity + 1, dim]`` rows."""
+        return self._store
+
     def size(self) -> tf.Tensor:
         """Rows held on this rank (keys it owns that were looked up).
 
@@ -102,6 +107,31 @@ class DynamicTable:
             An int64 scalar.
         """
         return self._map.size()
+
+    def held(self) -> Tuple[tf.Tensor, tf.Tensor]:
+        """The keys this rank holds and their rows of the store (in the
+        map's order).
+
+        Returns:
+            (keys, rows): two int64 vectors.
+        """
+        return self._map.export()
+
+    def replace_keys(self, keys: tf.Tensor, rows: tf.Tensor) -> Any:
+        """Makes the map hold exactly ``keys`` -> ``rows`` (a restore:
+        rows ``[0, len(keys))``, so invariant 1 holds again).
+
+        Args:
+            keys: int64 keys this rank owns.
+            rows: their rows, ``0 .. len(keys) - 1``.
+
+        Returns:
+            The op (graphs) or None (eager).
+        """
+        old, _ = self._map.export()
+        remove = self._map.remove(old)
+        with tf.control_dependencies([remove]):
+            return self._map.insert(keys, rows)
 
     def keys(self, ids: Any) -> tf.Tensor:
         """The int64 keys of ``ids`` (same shape).
@@ -185,7 +215,8 @@ class DynamicTable:
             check = tf.debugging.Assert(
                 tf.logical_not(overflow[0]),
                 ["dynamic embedding table '%s': rank %d holds its capacity "
-                 "of %d rows; more keys arrived" % (
+                 "of %d rows; more keys arrived (raise the layer's "
+                 "capacity= argument)" % (
                      self.info.name, self.info.shard, self.capacity)],
                 name="check_capacity")
         with tf.control_dependencies([check]):

@@ -51,7 +51,8 @@ from hbcore_tf._base.context import context
 from hbcore_tf._base.options import options
 from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
 from hbcore_tf._patches import internals, keras_slots, slot_creator
-from hbcore_tf.embedding import checkpoint_savers, column_init
+from hbcore_tf.embedding import (checkpoint_savers, column_init,
+                                 dynamic_checkpoint)
 from hbcore_tf.embedding.partition import RowPartition
 from hbcore_tf.embedding.table import make_keras_shard, make_sharded
 
@@ -274,7 +275,10 @@ def _keras_slot_of_shard(original: Callable, optimizer: Any, reference: Any,
     info = shard_info(reference)
     if info is None:
         return original(optimizer, reference, *args, **kwargs)
-    with creating_shards():
+    # A dynamic table's slot checkpoints by key from its creation on (a
+    # restore deferred until the optimizer builds runs inside it).
+    with creating_shards(), dynamic_checkpoint.creating_slots_of(
+            dynamic_checkpoint.table_of(reference)):
         slot = original(optimizer, reference, *args, **kwargs)
     slot_name = str(getattr(slot, "name", "slot")).split(":")[0]
     make_keras_shard(slot, info._replace(name="%s/%s" % (

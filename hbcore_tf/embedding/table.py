@@ -60,9 +60,17 @@ def _checkpoint_methods(base: type) -> Dict[str, Any]:
             "_hb_checkpoint_slice": True}
 
 
-def _subclass(base: type, methods: Dict[str, Any]) -> type:
+def variable_subclass(base: type, methods: Dict[str, Any]) -> type:
     """A subclass of a resource-variable class with ``methods`` (same name
-    and module, so the variable still reads as its own class)."""
+    and module, so the variable still reads as its own class).
+
+    Args:
+        base: the variable's class.
+        methods: the attributes the subclass adds or overrides.
+
+    Returns:
+        The new class.
+    """
     return type(base.__name__, (base,), dict(
         methods, __module__=base.__module__, __qualname__=base.__qualname__,
         __doc__=base.__doc__))
@@ -77,7 +85,7 @@ def _lookup_class(base: type) -> type:
                 lambda local_ids: base.sparse_read(self, local_ids),
                 shard_info(self), indices, self.dtype, name=name)
 
-        _lookup_classes[base] = _subclass(base, dict(
+        _lookup_classes[base] = variable_subclass(base, dict(
             _checkpoint_methods(base), sparse_read=sparse_read,
             _hb_sharded_lookup=True))
     return _lookup_classes[base]
@@ -87,7 +95,8 @@ def _slice_class(base: type) -> type:
     """The subclass of a resource-variable class that checkpoints as a
     slice (reads unchanged: Keras layers run the lookup themselves)."""
     if base not in _slice_classes:
-        _slice_classes[base] = _subclass(base, _checkpoint_methods(base))
+        _slice_classes[base] = variable_subclass(
+            base, _checkpoint_methods(base))
     return _slice_classes[base]
 
 

@@ -12,23 +12,34 @@ The layer's call contract is ``ShardedEmbedding``'s (hbcore_tf.keras.
 id_lookups). Its one weight, ``embeddings``, is this rank's store of
 ``capacity + 1`` rows (hbcore_tf.embedding.dynamic_table): rank-local, so
 gradient reductions pass its gradient through, broadcasts skip it, and
-the user's optimizer trains it and makes slots of the same rows. See
-docs/embedding.md, "Dynamic tables", for what is not there yet.
+the user's optimizer trains it and makes slots of the same rows.
+
+Saving: tf.train.Checkpoint serializes the store and its slots in key
+order (hbcore_tf.embedding.dynamic_checkpoint); Keras' own files
+(``.weights.h5``, ``.keras``) get the whole table from
+``save_own_variables`` (``whole_table``: collective) and each rank keeps
+its keys in ``load_own_variables``. See docs/embedding.md, "Dynamic
+tables", for what is not there yet.
 """
 import weakref
 from typing import Any, Dict, Optional
 
+import hbcore
+import numpy as np
 import tensorflow as tf
 
 from hbcore_tf._base import compat as _compat
 from hbcore_tf._base.rank_local import tag
+from hbcore_tf.embedding import dynamic_checkpoint
 from hbcore_tf.embedding.dynamic_init import KeyInitializer
 from hbcore_tf.embedding.dynamic_table import DynamicTable, check_key_dtype
 from hbcore_tf.embedding.sharding import (creating_shards,
                                           install_table_patches)
 from hbcore_tf.keras.id_lookups import IdLookupCalls, check_combiner
+from hbcore_tf.keras.model_saving import make_saving_collective
 
 DEFAULT_CAPACITY = 65536
+SAVED_NAMES = ("keys", "values", "freqs", "versions")
 
 _CLASSES: Dict[bool, type] = {}
 
@@ -110,6 +121,7 @@ def _make_class(legacy: bool) -> type:
 
         def build(self, input_shape: Any = None) -> None:
             install_table_patches()  # Keras slots of the store: rank-local
+            make_saving_collective(tf_keras=legacy)
             with creating_shards():
                 weight = self.add_weight(
                     shape=(self.capacity + 1, self.output_dim),
@@ -121,6 +133,7 @@ def _make_class(legacy: bool) -> type:
                 path, _compat.unwrap_variable(weight), self.key_dtype,
                 KeyInitializer(self.embeddings_initializer, self.name))
             tag(weight, table.info)
+            dynamic_checkpoint.attach(weight, table, store=True)
             object.__setattr__(self, "_hb_table", table)
             self.built = True
 
@@ -138,14 +151,33 @@ def _make_class(legacy: bool) -> type:
             return None
 
         def save_own_variables(self, store: Any) -> None:
-            """Raises: checkpoints of dynamic tables are not there yet.
+            """Writes the whole table in key order (DeepRec's names):
+            ``store["keys"]``, ``["values"]``, ``["freqs"]``,
+            ``["versions"]``. Collective: every rank calls it (Keras'
+            saving does, hbcore_tf.keras.model_saving), the rows are
+            allgathered."""
+            for name, value in whole_table(self._hb_table).items():
+                store[name] = value
+
+        def load_own_variables(self, store: Any) -> None:
+            """Restores the table from ``save_own_variables``' entries:
+            each rank keeps the keys it owns (at any world size).
 
             Raises:
-                NotImplementedError: always.
+                ValueError: the store holds something else (a fixed
+                    table's weights, say), or rows of another width;
+                    the message names the table.
             """
-            raise NotImplementedError(
-                "DynamicEmbedding %r: saving dynamic tables is not "
-                "supported yet" % self.name)
+            names = sorted(store.keys())
+            if names != sorted(SAVED_NAMES):
+                raise dynamic_checkpoint.DynamicCheckpointError(
+                    "DynamicEmbedding %r: the saved weights hold %s, "
+                    "expected a dynamic table's %s (a checkpoint of "
+                    "another kind of layer?)" % (
+                        self.name, names, sorted(SAVED_NAMES)))
+            dynamic_checkpoint.restore_rows(
+                self._hb_table, self.embeddings, np.asarray(store["keys"]),
+                np.asarray(store["values"]))
 
         def get_config(self) -> Dict[str, Any]:
             config = super().get_config()
@@ -161,6 +193,29 @@ def _make_class(legacy: bool) -> type:
 
     return register(package="hbcore_tf", name="DynamicEmbedding")(
         DynamicEmbedding)
+
+
+def whole_table(table: DynamicTable) -> Dict[str, np.ndarray]:
+    """Every rank's rows of ``table`` in key order (collective: every rank
+    calls it, for the same tables in the same order).
+
+    Args:
+        table: the layer's DynamicTable.
+
+    Returns:
+        ``{"keys": int64 [N], "values": [N, dim], "freqs": int64 [N],
+        "versions": int64 [N]}`` (freqs and versions are zeros until
+        admission and eviction track them).
+    """
+    keys, rows = table.held()
+    values = tf.gather(table.store, rows).numpy()
+    name = "hbcore.dynamic_whole.%s" % table.info.name
+    keys = hbcore.allgather(keys.numpy(), name=name + ".keys")
+    values = hbcore.allgather(values, name=name + ".values")
+    order = np.argsort(keys, kind="stable")
+    zeros = np.zeros(len(keys), np.int64)
+    return {"keys": keys[order], "values": values[order], "freqs": zeros,
+            "versions": zeros}
 
 
 def layer_class(legacy: Optional[bool] = None) -> type:

@@ -298,7 +298,7 @@ def main() -> None:
         layer = dynamic("tiny", capacity=1)
         expect_raises(lambda: layer(np.array(keys, np.int64)),
                       tf.errors.InvalidArgumentError, "tiny",
-                      "capacity of 1 rows")
+                      "capacity of 1 rows", "capacity= argument")
         identical_on_all_ranks([np.arange(3)], "collectives after the error")
 
     table = {
