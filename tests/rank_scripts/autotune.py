@@ -39,7 +39,7 @@ BAD = [
      ["autotune_bayes_opt_max_samples", "many"]),
     ("autotune_gaussian_process_noise", "-0.5",
      ["HB_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "-0.5"]),
-    ("autotune", "yes", ["config key 'autotune'", "yes"]),
+    ("autotune", "maybe", ["config key 'autotune'", "maybe"]),
 ]
 
 

@@ -1,13 +1,13 @@
 """Quiet tests: a pytest plugin that runs the tests marked ``quiet`` alone
 while the suite runs in several processes (pytest-xdist's ``-n``).
 
-The suite runs two test files at a time (``-n 2 --dist loadfile`` in
-pyproject.toml): most tests spend their time waiting (processes starting,
-timeouts they provoke, elastic generations re-forming), so two of them
-fill the machine's cores better than one. A test whose subject is time
-or CPU (idle CPU, a stall check of one second, how fast a lost rank is
-noticed, memory that must not grow) measures its own job, so it runs with
-no other test running: mark it (or its module) ``pytest.mark.quiet``.
+The suite runs one test at a time by default. On a machine with more
+cores, ``python -m pytest -n 4 --dist loadfile tests`` runs four test files
+at a time (loadfile: a file's launch cache, warm worlds and module
+fixtures stay in one process). A test whose subject is time or CPU (idle
+CPU, a stall check of one second, the short-job limit, the settle wait)
+measures its own job, so it runs with no other test running: mark it (or
+its module) ``pytest.mark.quiet``.
 
 Protocol: every worker process takes a lock file shared by the test run
 (named after xdist's run id) around each test: SHARED for an ordinary
