@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from support import hidden_imports
 from support.harness import emulated_hosts, run_python, run_ranks, script_path
 from rank_scripts.autotune import BAD
 
@@ -31,6 +32,7 @@ def tuning_env(tmp_path, warmup, steps, samples, **extra):
            "HB_AUTOTUNE_WARMUP_SAMPLES": str(warmup),
            "HB_AUTOTUNE_STEPS_PER_SAMPLE": str(steps),
            "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": str(samples)}
+    env.update(hidden_imports.KEEP)  # rank 0's optimiser is scikit-learn's
     env.update(extra)
     return env
 

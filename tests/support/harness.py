@@ -43,6 +43,7 @@ from typing import (Any, Callable, Dict, Hashable, List, Mapping, Optional,
 
 import psutil
 
+from support import hidden_imports
 from support.under_test import import_paths
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,7 +91,8 @@ def base_env(extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     variables (if pytest itself runs under one) removed, plus ``extra``."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HB_", "HOROVOD_", "PMI_", "PMIX_", "HYDRA_",
-                                "MPIR_", "OMPI_"))}
+                                "MPIR_", "OMPI_"))
+           or k == hidden_imports.VARIABLE}
     paths = import_paths() + [RANK_SCRIPTS]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])

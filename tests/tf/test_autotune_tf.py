@@ -7,6 +7,7 @@ tests/test_autotune.py.
 """
 import pytest
 
+from support import hidden_imports
 from support.tf_launch import launch, tensorflow_missing
 
 pytestmark = pytest.mark.skipif(tensorflow_missing() is not None,
@@ -18,7 +19,7 @@ def test_tf_job_converges_with_ranks_in_agreement():
     run = launch("autotune_tf.py", 2, timeout=420, args=["10", "5"], env={
         "HB_AUTOTUNE": "1", "HB_AUTOTUNE_WARMUP_SAMPLES": "1",
         "HB_AUTOTUNE_STEPS_PER_SAMPLE": "2",
-        "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "4"})
+        "HB_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "4", **hidden_imports.KEEP})
     run.assert_ok()
     zero, one = run.results[0], run.results[1]
     assert zero["converged"] is True and one["converged"] is False
