@@ -4,21 +4,20 @@ tests/tf/test_hb_export.py under hbrun at 2 and 3 ranks.
 
 The checkpoint: a sharded table of B rows (uneven blocks at 2 and 3
 ranks) initialized from TABLE0, and a dense [D, 1] kernel W0, saved
-collectively. Every SavedModel is loaded and run by a separate plain
-TensorFlow process (hbcore never imported there); expected predictions
-come from numpy on TABLE0 and W0.
+collectively. Every SavedModel is loaded and run by the job's plain
+TensorFlow process (plain_tf.py: hbcore never imported there); expected
+predictions come from numpy on TABLE0 and W0.
 """
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
-from train_common import (Checker, check, close, expect_raises, report,
-                          run_table, tf)
+from plain_tf import PlainTF, PlainTFError
+from train_common import (CaseFailure, Checker, check, close, expect_raises,
+                          report, run_table, tf)
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
@@ -35,32 +34,27 @@ PLAIN_PROCESS = r"""
 import json, sys
 import tensorflow as tf
 V1 = tf.compat.v1
-V1.disable_eager_execution()
 path, tags, key, ids = sys.argv[1], sys.argv[2].split(","), sys.argv[3], \
     json.loads(sys.argv[4])
-with V1.Session(graph=tf.Graph()) as sess:
+with tf.Graph().as_default() as graph, V1.Session(graph=graph) as sess:
     meta = V1.saved_model.load(sess, tags, path)
     sig = meta.signature_def[key]
     pred = sess.run(sig.outputs["pred"].name, {sig.inputs["ids"].name: ids})
     out = {"pred": pred.tolist(), "keys": sorted(meta.signature_def),
            "tags": sorted(meta.meta_info_def.tags)}
-out["hbcore_imported"] = any(m.startswith("hbcore") for m in sys.modules)
 print("RESULT" + json.dumps(out))
 """
+# The job's plain TensorFlow process (rank 0 uses it; closed by main).
+PLAIN = PlainTF()
 
 
 def run_plain_process(path: str, tags: str, key: str) -> dict:
     """Loads the SavedModel in plain TensorFlow and runs signature ``key``
     on IDS; returns the process's JSON result."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HB_", "HOROVOD_", "OMPI_", "PMI", "MPI"))}
-    out = subprocess.run([sys.executable, "-c", PLAIN_PROCESS, path, tags,
-                          key, json.dumps(IDS)], env=env, capture_output=True,
-                         text=True, timeout=120)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
-    check(out.returncode == 0 and lines, "plain process failed (%d): %s" % (
-        out.returncode, out.stderr[-3000:]))
-    result = json.loads(lines[-1][len("RESULT"):])
+    try:
+        result = PLAIN.run(PLAIN_PROCESS, path, tags, key, json.dumps(IDS))
+    except PlainTFError as e:
+        raise CaseFailure(str(e)) from e
     check(not result["hbcore_imported"], "hbcore was imported")
     return result
 
@@ -200,4 +194,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with PLAIN:
+        main()

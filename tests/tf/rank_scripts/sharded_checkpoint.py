@@ -24,14 +24,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 import numpy as np
 
-from train_common import (Checker, check, close, rank_values, report,
-                          run_table, tf)
+from plain_tf import PlainTF, PlainTFError
+from train_common import (CaseFailure, Checker, check, close, rank_values,
+                          report, run_table, tf)
 
 import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
@@ -51,36 +50,34 @@ V1 = tf.compat.v1
 TABLE0 = (np.arange(B * D, dtype=np.float32).reshape(B, D) - 15.0) / 20.0
 W0 = np.array([[0.5], [-0.3], [0.2]], np.float32)
 NAMES = ["emb", "emb/Adagrad", "w", "w/Adagrad"]
+# Run in the job's plain TensorFlow process (plain_tf.py): restores or
+# serves what a launch wrote; a v1 graph in a graph context of its own.
 PLAIN_PROCESS = r"""
 import json, sys
 import numpy as np, tensorflow as tf
 V1 = tf.compat.v1
-if sys.argv[2] == "restore":
-    V1.disable_eager_execution()
 prefix, kind, B, D = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 if kind == "restore":
-    emb = V1.get_variable("emb", shape=[B, D])
-    w = V1.get_variable("w", shape=[D, 1])
-    ids = V1.placeholder(tf.int64, [None])
-    V1.train.AdagradOptimizer(0.1).minimize(
-        tf.reduce_sum(tf.matmul(tf.nn.embedding_lookup(emb, ids), w)))
-    names = ["emb", "emb/Adagrad", "w", "w/Adagrad"]
-    values = {v.op.name: v for v in V1.global_variables()}
-    with V1.Session() as s:
-        V1.train.Saver().restore(s, prefix)
-        out = {n: s.run(values[n]).tolist() for n in names}
+    with tf.Graph().as_default():
+        emb = V1.get_variable("emb", shape=[B, D])
+        w = V1.get_variable("w", shape=[D, 1])
+        ids = V1.placeholder(tf.int64, [None])
+        V1.train.AdagradOptimizer(0.1).minimize(
+            tf.reduce_sum(tf.matmul(tf.nn.embedding_lookup(emb, ids), w)))
+        names = ["emb", "emb/Adagrad", "w", "w/Adagrad"]
+        values = {v.op.name: v for v in V1.global_variables()}
+        with V1.Session() as s:
+            V1.train.Saver().restore(s, prefix)
+            out = {n: s.run(values[n]).tolist() for n in names}
 elif kind == "restore_tf2":
-    V1.enable_eager_execution()
     emb = tf.Variable(tf.zeros([B, D]))
     tf.train.Checkpoint(emb=emb).restore(prefix).expect_partial()
     out = {"emb": emb.numpy().tolist()}
 else:
-    V1.enable_eager_execution()
     model = tf.saved_model.load(prefix)
     fn = model.signatures["serving_default"]
     out = {"pred": fn(ids=tf.constant(json.loads(sys.argv[5]), tf.int64))[
         "pred"].numpy().tolist()}
-out["hbcore_imported"] = any(m.startswith("hbcore") for m in sys.modules)
 print("RESULT" + json.dumps(out))
 """
 
@@ -144,18 +141,17 @@ def local_rows(full, info):
     return full[info.offset:info.offset + info.rows]
 
 
+# The job's plain TensorFlow process (rank 0 uses it; closed by main).
+PLAIN = PlainTF()
+
+
 def run_plain_process(*args):
-    """Runs PLAIN_PROCESS (plain TensorFlow, hbcore never imported) and
-    returns its JSON result."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HB_", "HOROVOD_", "OMPI_", "PMI", "MPI"))}
-    out = subprocess.run([sys.executable, "-c", PLAIN_PROCESS] +
-                         [str(a) for a in args], env=env, capture_output=True,
-                         text=True, timeout=120)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
-    check(out.returncode == 0 and lines, "plain process failed (%d): %s" % (
-        out.returncode, out.stderr[-3000:]))
-    return json.loads(lines[-1][len("RESULT"):])
+    """Runs PLAIN_PROCESS in the job's plain TensorFlow process (hbcore
+    never imported) and returns its JSON result."""
+    try:
+        return PLAIN.run(PLAIN_PROCESS, *args)
+    except PlainTFError as e:
+        raise CaseFailure(str(e)) from e
 
 
 def main():
@@ -529,4 +525,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    with PLAIN:
+        main()
