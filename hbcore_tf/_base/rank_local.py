@@ -139,6 +139,27 @@ def whole_value(variable: Any) -> np.ndarray:
                      key.replace(":", "_")).numpy()
 
 
+def local_value(variable: Any, value: Any) -> Any:
+    """``value`` for ``variable``: this rank's rows of it when ``variable``
+    is a fixed sharded table or slot and ``value`` is the whole table
+    (``[num_rows, ...]``), else ``value`` unchanged.
+
+    Args:
+        variable: a tf.Variable, or a Keras variable wrapping one.
+        value: an array read from a file.
+
+    Returns:
+        The rows of ``value`` this rank holds, or ``value``.
+    """
+    info = shard_info(variable)
+    shape = tuple(getattr(value, "shape", ()))
+    if (info is None or info.rows == info.num_rows or not shape
+            or shape[0] != info.num_rows
+            or tuple(variable.shape)[:1] != (info.rows,)):
+        return value
+    return np.asarray(value[info.offset:info.offset + info.rows])
+
+
 def is_sharded(variable: Any) -> bool:
     """Whether ``variable`` is (a wrapper of) a sharded table's shard.
 

@@ -307,6 +307,13 @@ KERAS3_MODEL_SAVE = Internal(
     "(_patches/keras_model_save.py)", None)
 KERAS3_MODEL_SAVE_WEIGHTS = Internal(
     "keras:Model.save_weights", "as KERAS3_MODEL_SAVE", None)
+KERAS3_OPTIMIZER_SAVE_OWN_VARIABLES = Internal(
+    _K3 + "optimizers.base_optimizer:BaseOptimizer.save_own_variables",
+    "patched: .keras files store sharded tables' optimizer slots whole "
+    "(_patches/keras_model_save.py)", ("self", "store"))
+KERAS3_OPTIMIZER_LOAD_OWN_VARIABLES = Internal(
+    _K3 + "optimizers.base_optimizer:BaseOptimizer.load_own_variables",
+    "as KERAS3_OPTIMIZER_SAVE_OWN_VARIABLES", ("self", "store"))
 
 # --- tf_keras ---------------------------------------------------------------------------------
 
@@ -389,6 +396,12 @@ TF_KERAS_MODEL_SAVE = Internal(
 TF_KERAS_MODEL_SAVE_WEIGHTS = Internal(
     "tf_keras:Model.save_weights", "as KERAS3_MODEL_SAVE",
     ("self", "filepath", "overwrite", "save_format", "options"))
+TF_KERAS_OPTIMIZER_SAVE_OWN_VARIABLES = Internal(
+    _TK + "optimizers.optimizer:Optimizer.save_own_variables",
+    "as KERAS3_OPTIMIZER_SAVE_OWN_VARIABLES", ("self", "store"))
+TF_KERAS_OPTIMIZER_LOAD_OWN_VARIABLES = Internal(
+    _TK + "optimizers.optimizer:Optimizer.load_own_variables",
+    "as KERAS3_OPTIMIZER_SAVE_OWN_VARIABLES", ("self", "store"))
 
 
 @functools.lru_cache(maxsize=None)

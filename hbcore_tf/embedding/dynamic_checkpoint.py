@@ -87,6 +87,27 @@ def _held(table: Any, variables: List[Any]) -> Tuple[np.ndarray,
     return keys, [tf.gather(_inner(v), rows).numpy() for v in variables]
 
 
+def whole_rows(table: Any, variable: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """Every rank's keys of ``table`` in key order and ``variable``'s row
+    of each (collective: every rank calls it, for the same variables in the
+    same order). Keras' files store a table and its slots this way.
+
+    Args:
+        table: a DynamicTable.
+        variable: its store or an optimizer slot of it.
+
+    Returns:
+        (keys, values): int64 ``[N]`` ascending, and ``[N, dim]``.
+    """
+    keys, (values,) = _held(table, [variable])
+    path = getattr(variable, "path", None) or variable.name
+    name = "hbcore.dynamic_whole.%s" % str(path).replace(":", "_")
+    keys = hbcore.allgather(keys, name=name + ".keys")
+    values = hbcore.allgather(values, name=name + ".values")
+    order = np.argsort(keys, kind="stable")
+    return keys[order], values[order]
+
+
 def _checkpoint_methods(base: type) -> Dict[str, Any]:
     def _serialize_to_tensors(self):
         saved = _prepared.get(id(self))

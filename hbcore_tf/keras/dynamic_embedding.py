@@ -207,14 +207,9 @@ def whole_table(table: DynamicTable) -> Dict[str, np.ndarray]:
         "versions": int64 [N]}`` (freqs and versions are zeros until
         admission and eviction track them).
     """
-    keys, rows = table.held()
-    values = tf.gather(table.store, rows).numpy()
-    name = "hbcore.dynamic_whole.%s" % table.info.name
-    keys = hbcore.allgather(keys.numpy(), name=name + ".keys")
-    values = hbcore.allgather(values, name=name + ".values")
-    order = np.argsort(keys, kind="stable")
+    keys, values = dynamic_checkpoint.whole_rows(table, table.store)
     zeros = np.zeros(len(keys), np.int64)
-    return {"keys": keys[order], "values": values[order], "freqs": zeros,
+    return {"keys": keys, "values": values, "freqs": zeros,
             "versions": zeros}
 
 

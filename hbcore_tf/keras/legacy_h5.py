@@ -25,24 +25,8 @@ derives from the layers' names and the model's structure: the same on
 every rank for the same model (give layers explicit names when ranks may
 create different numbers of layers, as for the other formats).
 """
-from typing import Any
-
-import numpy as np
-
-from hbcore_tf._base.rank_local import shard_info, whole_value
+from hbcore_tf._base.rank_local import local_value, shard_info, whole_value
 from hbcore_tf._patches import tf_keras_hdf5
-
-
-def _local_value(variable: Any, value: Any) -> Any:
-    """``value`` for ``variable``: this rank's rows when ``variable`` is
-    a sharded table or slot and ``value`` is the whole table."""
-    info = shard_info(variable)
-    shape = tuple(getattr(value, "shape", ()))
-    if (info is None or info.rows == info.num_rows or not shape
-            or shape[0] != info.num_rows
-            or tuple(variable.shape)[:1] != (info.rows,)):
-        return value
-    return np.asarray(value[info.offset:info.offset + info.rows])
 
 
 def install() -> None:
@@ -51,4 +35,4 @@ def install() -> None:
     installs them). Models without sharded tables save and load exactly as
     before."""
     tf_keras_hdf5.install(lambda v: shard_info(v) is not None, whole_value,
-                          _local_value)
+                          local_value)

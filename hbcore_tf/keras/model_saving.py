@@ -19,7 +19,7 @@ import hbcore
 
 from hbcore_tf._base.rank_local import is_sharded
 from hbcore_tf._patches import keras_model_save
-from hbcore_tf.keras import legacy_h5
+from hbcore_tf.keras import legacy_h5, optimizer_saving
 
 
 def has_sharded_weights(model: Any) -> bool:
@@ -133,9 +133,15 @@ def make_saving_collective(tf_keras: bool) -> None:
     the other ranks' rows are merged in), and read back slice by slice at
     any world size by ``load_weights``.
 
+    The flavour's optimizers store and load their state in those files
+    through hbcore_tf.keras.optimizer_saving (slots of sharded tables
+    whole).
+
     Args:
         tf_keras: tf_keras's Model (True) or Keras 3's (False).
     """
     if tf_keras:
         legacy_h5.install()
-    keras_model_save.install(tf_keras, _save(tf_keras), _save_weights(tf_keras))
+    keras_model_save.install(tf_keras, _save(tf_keras), _save_weights(tf_keras),
+                             optimizer_saving.save_state,
+                             optimizer_saving.load_state)

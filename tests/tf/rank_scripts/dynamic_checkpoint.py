@@ -128,6 +128,17 @@ class Trainer:
             what, env_rank(), held, want))
 
 
+def slot_rows(opt, held: int) -> np.ndarray:
+    """The rows of this rank's ``held`` keys in the accumulator slot of
+    the table (capacity 16 + the scratch row) among ``opt``'s variables."""
+    from hbcore_tf._parallel.data_parallel import _optimizer_variables
+
+    slots = [v for v in _optimizer_variables(opt)
+             if tuple(v.shape) == (17, D)]
+    check(len(slots) == 1, "accumulator slots: %s" % slots)
+    return np.asarray(slots[0])[:held]
+
+
 def table_tensors(path: str) -> dict:
     """The dynamic table's tensors of a checkpoint (plain TF's reader)."""
     reader = tf.train.load_checkpoint(path)
@@ -164,6 +175,8 @@ def main() -> None:
                  if n.endswith("-freqs")]
         close(tensors[store[0] + "-values"], rows, "the saved rows")
         trainer.model.save_weights(os.path.join(directory, "w.weights.h5"))
+        # Compiled: the .keras file holds the optimizer and its slot too.
+        trainer.model.compile(optimizer=trainer.opt, loss="mse")
         trainer.model.save(os.path.join(directory, "m.keras"))
 
     def restore_at_3():
@@ -171,6 +184,7 @@ def main() -> None:
         trainer.checkpoint.restore(os.path.join(directory, "a-1")) \
             .assert_existing_objects_matched()
         trainer.check(2, "restored at 3")
+        slots_at_2 = slot_rows(trainer.opt, int(trainer.layer.table.size()))
         again = trainer.checkpoint.save(os.path.join(directory, "a3"))
         before, after = table_tensors(os.path.join(directory, "a-1")), \
             table_tensors(again)
@@ -188,6 +202,10 @@ def main() -> None:
         loaded = keras.models.load_model(os.path.join(directory, "m.keras"))
         close(loaded.get_layer("emb")(seen(2)), reference(2)[0],
               ".keras file loaded at 3", atol=1e-5)
+        # The optimizer's accumulator, held by key like the table: each
+        # rank's rows of its keys, as the tf.train.Checkpoint restored them.
+        close(slot_rows(loaded.optimizer, len(slots_at_2)), slots_at_2,
+              ".keras file's accumulator loaded at 3")
         # Another kind of checkpoint: a plain variable's (TF names the
         # missing key); with Keras 3, a plain Embedding's .weights.h5 (the
         # layer names the table).

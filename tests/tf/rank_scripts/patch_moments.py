@@ -19,7 +19,8 @@ one process per rank:
   DistributedOptimizer installs the model_supports_jit and the
   LossScaleOptimizer.apply patches;
 - sharded_keras_layer_installs_save: the first built sharded
-  ShardedEmbedding installs Keras 3's Model.save / save_weights patch;
+  ShardedEmbedding installs Keras 3's Model.save / save_weights patch and
+  the optimizer's save_own_variables / load_own_variables patch;
 - smddp_init_installs_variables: smddp.init() makes Keras 3's optimizer
   ``variables`` property callable (the value is the property's list).
 """
@@ -121,7 +122,9 @@ def sharded_keras_layer_installs_save() -> None:
     layer.build(None)
     check(layer.shard_info is not None, "the layer is not sharded")
     expect_replaced(before | {"KERAS3_MODEL_SAVE",
-                              "KERAS3_MODEL_SAVE_WEIGHTS"},
+                              "KERAS3_MODEL_SAVE_WEIGHTS",
+                              "KERAS3_OPTIMIZER_SAVE_OWN_VARIABLES",
+                              "KERAS3_OPTIMIZER_LOAD_OWN_VARIABLES"},
                     "after the first sharded ShardedEmbedding")
 
 

@@ -385,16 +385,41 @@ def main():
         on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
 
     def save_keras_file_load_model():
+        """A compiled model trained with Adagrad, saved to .keras and
+        loaded at this world size: the table is whole in the file, and so
+        is its accumulator slot; each rank loads its rows of both (before,
+        Keras stored rank 0's slot rows and loaded them on every rank)."""
+        from hbcore_tf._parallel.data_parallel import _optimizer_variables
+
         folder = shared_dir("hb_sk_keras_")
         path = os.path.join(folder, "model.keras")
         saved = table0(seed=72)
         with hb.scope():
             model = model_of(sharded(table=saved), rank)
+            model.compile(optimizer=OPTIMIZERS["adagrad"](), loss="mse")
+            x, y = my_data(rank)
+            model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False,
+                      verbose=0)
+
+        def accumulator(of):
+            local = (local_rows(rank, size), D)
+            slots = [v for v in _optimizer_variables(of.optimizer)
+                     if tuple(v.shape) == local and v is not
+                     of.get_layer("emb").embeddings]
+            check(len(slots) == 1, "accumulator slots %s" % slots)
+            return np.asarray(slots[0])
+
+        table = model.get_layer("emb").full_table()
+        whole = np.concatenate(hbcore.allgather_object(accumulator(model)))
         model.save(path)
         loaded = keras.models.load_model(path)
         emb = loaded.get_layer("emb")
         check(emb.shard_info is not None, "loaded table not sharded")
-        close(emb.full_table(), saved, "loaded whole table")
+        close(emb.full_table(), table, "loaded whole table")
+        begin = row_offset(rank, size)
+        close(accumulator(loaded), whole[begin:begin + local_rows(rank, size)],
+              "this rank's rows of the loaded accumulator")
+        hbcore.barrier()  # every rank has loaded before rank 0 removes
         on_rank0(lambda: shutil.rmtree(folder, ignore_errors=True))
 
     def save_outside_scope():
