@@ -217,23 +217,25 @@ def test_a_rank_stopped_by_sigstop_is_removed_like_a_dead_one():
         assert not wait_gone([int(f.read())]), "the stopped rank is left"
 
 
-def test_a_rank_hung_in_its_own_code_ends_its_world_at_the_stall_time():
+def test_a_rank_hung_in_its_own_code_ends_its_world_at_the_elastic_timeout():
     # hB's rank blocks forever before step 3, its process running: hA's
-    # rank waits in the step's allreduce, the core's stall shutdown (3 s)
-    # fails it, and it leaves (exit 75) without MPI_Finalize, which would
-    # wait for hB's rank forever (hbcore/elastic/run.py). Nothing tells
-    # the hung rank from a slow one, so the world re-forms on both hosts
-    # from the commit after step 1 and finishes. (About 11 s: the 3 s
-    # stall, the settle second and two generations' start-up; a shorter
-    # stall time risks a false stall on a loaded machine.)
-    run = run_with_a_hung_rank("hang", "--stall-check-shutdown-time-seconds",
-                               "3")
+    # rank waits in the step's allreduce. No stall shutdown time is set,
+    # so in an elastic job the core's stall shutdown comes after
+    # --elastic-timeout (3 s), fails it, and it leaves (exit 75) without
+    # MPI_Finalize, which would wait for hB's rank forever
+    # (hbcore/elastic/run.py). Nothing tells the hung rank from a slow one,
+    # so the world re-forms on both hosts from the commit after step 1 and
+    # finishes. (About 11 s: the 3 s stall, the settle second and two
+    # generations' start-up; a shorter limit risks a false stall on a
+    # loaded machine.)
+    run = run_with_a_hung_rank("hang", "--elastic-timeout", "3")
     assert_finished(run, np_final=2)
     assert logged_sizes(run.out_dir) == [2, 2], run.describe()
     assert re.search(r"\[0\]<stderr>:hbcore.elastic: rank 0 leaves "
                      r"generation 0 to re-form the job: ShutdownError: "
                      r"stalled tensor 'step' was submitted by rank\(s\) 0 "
-                     r"[0-9]+ s ago but not yet by rank\(s\) 1", run.stderr), (
+                     r"[0-9]+ s ago but not yet by rank\(s\) 1.*"
+                     r"\(HB_ELASTIC_TIMEOUT_SECONDS=3\)", run.stderr), (
         run.describe())
     assert "hbrun: elastic generation 1 on hA:1,hB:1\n" in run.stderr, (
         run.describe())

@@ -27,6 +27,30 @@ TEST(ConfigDefaults) {
   CHECK_EQ(c.stall_shutdown_seconds, 0.0);
 }
 
+// An elastic rank's stall shutdown time is its job's --elastic-timeout
+// unless the job set one (an explicit 0 included); other ranks keep 0.
+TEST(ConfigElasticTimeoutBoundsAStall) {
+  Config c;
+  CHECK(ParseConfig(Env({{"HB_ELASTIC_TIMEOUT_SECONDS", "600"}}), &c).ok());
+  CHECK_EQ(c.stall_shutdown_seconds, 600.0);
+  CHECK_EQ(c.stall_shutdown_setting,
+           std::string("HB_ELASTIC_TIMEOUT_SECONDS"));
+  CHECK(ParseConfig(Env({{"HB_ELASTIC_TIMEOUT_SECONDS", "600"},
+                         {"HB_STALL_SHUTDOWN_TIME_SECONDS", "30"}}),
+                    &c)
+            .ok());
+  CHECK_EQ(c.stall_shutdown_seconds, 30.0);
+  CHECK_EQ(c.stall_shutdown_setting,
+           std::string("HB_STALL_SHUTDOWN_TIME_SECONDS"));
+  CHECK(ParseConfig(Env({{"HB_ELASTIC_TIMEOUT_SECONDS", "600"},
+                         {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0"}}),
+                    &c)
+            .ok());
+  CHECK_EQ(c.stall_shutdown_seconds, 0.0);
+  CHECK(ParseConfig(Env({{"HB_ELASTIC_TIMEOUT_SECONDS", "soon"}}), &c).ok());
+  CHECK_EQ(c.stall_shutdown_seconds, 0.0);
+}
+
 TEST(ConfigHorovodAliasAndPrecedence) {
   Config c;
   CHECK(ParseConfig(Env({{"HOROVOD_FUSION_THRESHOLD", "1024"},

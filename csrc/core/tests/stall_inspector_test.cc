@@ -102,6 +102,14 @@ TEST(StallWarningsNameTheCauseAndWhatTheJobDoesNext) {
   CHECK_EQ(lines[2],
            std::string("Stall: the job ends with a ShutdownError on every rank once "
                        "a stall lasts 7200 s (HB_STALL_SHUTDOWN_TIME_SECONDS)"));
+  // In an elastic rank without a stall shutdown time of its own, the
+  // elastic timeout is the limit, and the messages name it.
+  config.stall_shutdown_setting = "HB_ELASTIC_TIMEOUT_SECONDS";
+  lines = StallInspector(config).Warnings({Stall(75.0)});
+  CHECK_EQ(lines[1],
+           std::string("Stall: the job ends with a ShutdownError on every rank once "
+                       "a stall lasts 7200 s (HB_ELASTIC_TIMEOUT_SECONDS)"));
+  config.stall_shutdown_setting = "HB_STALL_SHUTDOWN_TIME_SECONDS";
   CHECK(waits.Warnings({}).empty());
   config.stall_check_seconds = 0;
   CHECK(StallInspector(config).Warnings({Stall(75.0)}).empty());

@@ -11,6 +11,9 @@ namespace hbcore {
 namespace {
 
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+// Set by the elastic driver in every rank's environment (hbcore/launcher/
+// elastic_protocol.py, TIMEOUT_VAR): hbrun's --elastic-timeout in seconds.
+constexpr const char* kElasticTimeoutVariable = "HB_ELASTIC_TIMEOUT_SECONDS";
 
 // The one table of knobs. The parser below reads exactly these; the core
 // module exports it (hbcore._core.knobs()); hbcore/knobs.py mirrors it for
@@ -343,6 +346,20 @@ Status ParseConfig(const EnvLookup& getenv, const ConfigOverrides& overrides,
                                        Expected(knob) + ")");
     }
     kApply[i](value, &c);
+  }
+  // An elastic rank (its driver passes --elastic-timeout as
+  // kElasticTimeoutVariable) whose job set no stall shutdown time treats a
+  // stall that long as a hung rank: the stall shutdown fails every rank,
+  // and the survivors re-form the world from the last commit
+  // (docs/elastic.md, "Hung ranks"). It is the limit the rank wrapper
+  // applies to a stopped rank. An explicit 0 keeps the job waiting.
+  if (c.explicit_knobs.count("stall_shutdown_time_seconds") == 0) {
+    const char* elastic = getenv(kElasticTimeoutVariable);
+    double seconds = 0;
+    if (elastic != nullptr && ParseDouble(elastic, &seconds) && seconds > 0) {
+      c.stall_shutdown_seconds = seconds;
+      c.stall_shutdown_setting = kElasticTimeoutVariable;
+    }
   }
   *config = c;
   return Status::OK();

@@ -63,6 +63,9 @@ struct Config {
   double stall_check_seconds = 60.0;
   // Shut the job down when a stall lasts this long; 0 disables.
   double stall_shutdown_seconds = 0.0;
+  // The variable stall_shutdown_seconds came from, for messages: the knob,
+  // or in an elastic rank without it the elastic timeout (ParseConfig).
+  std::string stall_shutdown_setting = "HB_STALL_SHUTDOWN_TIME_SECONDS";
   LogLevel log_level = LogLevel::kWarning;
   // Process sets may be added and removed after init (collectively, see
   // hb_add_process_set); without it they can only be given to hb_init.

@@ -19,6 +19,7 @@ std::string Ranks(const std::vector<int>& ranks) {
 StallInspector::StallInspector(const Config& config, std::string set_suffix)
     : check_seconds_(config.stall_check_seconds),
       shutdown_seconds_(config.stall_shutdown_seconds),
+      shutdown_setting_(config.stall_shutdown_setting),
       last_check_(Clock::now()),
       set_suffix_(std::move(set_suffix)) {}
 
@@ -67,7 +68,7 @@ std::vector<std::string> StallInspector::Warnings(
   if (shutdown_seconds_ > 0) {
     next << "Stall: the job ends with a ShutdownError on every rank once a "
             "stall lasts "
-         << shutdown_seconds_ << " s (HB_STALL_SHUTDOWN_TIME_SECONDS)";
+         << shutdown_seconds_ << " s (" << shutdown_setting_ << ")";
   } else {
     next << "Stall: the job waits as long as a stall lasts, warning every "
          << check_seconds_
@@ -85,7 +86,7 @@ std::string StallInspector::Judge(const std::vector<StallReport>& stalls) const 
     if (shutdown_seconds_ > 0 && stall.age_seconds >= shutdown_seconds_) {
       std::ostringstream reason;
       reason << "stalled " << Describe(stall)
-             << " (HB_STALL_SHUTDOWN_TIME_SECONDS=" << shutdown_seconds_ << ")";
+             << " (" << shutdown_setting_ << "=" << shutdown_seconds_ << ")";
       return reason.str();
     }
   }

@@ -49,6 +49,7 @@ class StallInspector {
 
   double check_seconds_;
   double shutdown_seconds_;
+  std::string shutdown_setting_;  // its variable, for messages
   Clock::time_point last_check_;
   std::string set_suffix_;
 };
