@@ -198,7 +198,8 @@ def rank_tf_commit(args) -> None:
 
 def rank_recovery(args) -> None:
     import hbcore as hvd
-    from hbcore.launcher.elastic_protocol import host_of_rank, parse_hosts_var
+    from hbcore.launcher.rank.elastic_protocol import (host_of_rank,
+                                                       parse_hosts_var)
     hvd.init()
     floats = DENSE_MB * 2 ** 20 // 4 // args.scale
     state = hvd.elastic.ObjectState(step=0, weights=np.ones(floats,
@@ -288,7 +289,7 @@ def measure(np_: int, args) -> dict:
 
 
 # hbrun's line at the end of a generation that re-forms
-# (elastic_driver.py): how long after it learnt of the first status the
+# (elastic/driver.py): how long after it learnt of the first status the
 # ranks were stopped.
 ENDED = re.compile(r"elastic generation 0 ended \(.*\); its ranks stopped "
                    r"([0-9.]+) s after hbrun learnt it")

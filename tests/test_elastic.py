@@ -402,7 +402,7 @@ def test_discovery_failing_while_the_job_runs_ends_it(tmp_path):
 
 
 def test_blacklist_cooldown_doubles_from_min_up_to_max():
-    from hbcore.launcher.discovery import Blacklist
+    from hbcore.launcher.elastic.discovery import Blacklist
     from hbcore.launcher.hosts import Host
     now = [100.0]
     blacklist = Blacklist((10, 25), clock=lambda: now[0])
@@ -430,8 +430,9 @@ def test_blacklist_cooldown_doubles_from_min_up_to_max():
 
 
 def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
-    from hbcore.launcher.elastic_driver import ElasticSettings, _Hosts
+    from hbcore.launcher.elastic.driver import _Hosts
     from hbcore.launcher.hosts import Host
+    from hbcore.launcher.job_spec import ElasticSettings
     settings = ElasticSettings(np=2, min_np=1, max_np=4,
                                discovery_script=None, fixed_hosts=None,
                                slots_per_host=1, timeout_s=1, reset_limit=None,
@@ -450,7 +451,7 @@ def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
 
 
 def test_host_change_notice_answers_only_its_own_jobs_ranks():
-    from hbcore.launcher import elastic_notice as notice
+    from hbcore.launcher.elastic import notice
     server = notice.NoticeServer()
 
     def wait_for_answer(generation):
@@ -488,7 +489,7 @@ def test_host_change_notice_answers_only_its_own_jobs_ranks():
 
 
 def test_a_change_that_only_removes_hosts_or_slots_skips_sync():
-    from hbcore.launcher.elastic_driver import removed_only
+    from hbcore.launcher.elastic.driver import removed_only
     from hbcore.launcher.hosts import Host
     current = [Host("hA", 2), Host("hB", 1)]
     assert removed_only(current, [Host("hA", 2)])

@@ -1,5 +1,5 @@
 """The rank wrapper's watch for a rank that hangs without dying
-(hbcore/launcher/hang_watch.py), on real child processes; the jobs that
+(hbcore/launcher/rank/hang_watch.py), on real child processes; the jobs that
 rely on it are in test_elastic.py and test_stall.py."""
 import signal
 import subprocess
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from hbcore.launcher.hang_watch import (HangLimit, hang_limit,
-                                        process_state, wait_watching)
+from hbcore.launcher.rank.hang_watch import (HangLimit, hang_limit,
+                                             process_state, wait_watching)
 
 pytestmark = [pytest.mark.timeout(30),
               pytest.mark.skipif(not sys.platform.startswith("linux"),

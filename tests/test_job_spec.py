@@ -8,7 +8,7 @@ from support.hbcore_path import import_hbcore_package
 
 import_hbcore_package()
 from hbcore.launcher import cli  # noqa: E402
-from hbcore.launcher.hosted_elastic import elastic_limits  # noqa: E402
+from hbcore.launcher.elastic.hosted import elastic_limits  # noqa: E402
 from hbcore.launcher.run_fn import run  # noqa: E402
 
 

@@ -17,8 +17,8 @@ from support.waiting import wait_until
 import_hbcore_package()
 from hbcore.launcher import cli, hosts, mpiexec  # noqa: E402
 from hbcore.launcher.errors import LauncherError  # noqa: E402
-from hbcore.launcher.rank_status import (RankStatus, format_status,  # noqa: E402
-                                         parse_status)
+from hbcore.launcher.rank.rank_status import (  # noqa: E402
+    RankStatus, format_status, parse_status)
 
 PY = sys.executable
 PRINT_RANK = os.path.join(SCRIPTS, "print_rank.py")

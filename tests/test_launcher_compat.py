@@ -15,7 +15,9 @@ import run_fns  # noqa: E402
 
 import_hbcore_package()
 from hbcore.launcher import cli, hosts, mpiexec  # noqa: E402
-from hbcore.launcher.rank_status import STATUS_MARKER, parse_status  # noqa: E402
+from hbcore.launcher.job_spec import ElasticSettings  # noqa: E402
+from hbcore.launcher.rank.rank_status import (  # noqa: E402
+    STATUS_MARKER, parse_status)
 from hbcore.launcher.run_fn import run  # noqa: E402
 
 PY = sys.executable
@@ -284,7 +286,7 @@ def test_elastic_flags_give_the_driver_its_settings(monkeypatch):
         ["-np", "2", "--min-np", "1", "--max-np", "3", "-H", "a:1,b:2",
          "--reset-limit", "0", "--blacklist-cooldown-range", "5", "60",
          "python", "t.py"])
-    assert args.elastic == cli.ElasticSettings(
+    assert args.elastic == ElasticSettings(
         np=2, min_np=1, max_np=3, discovery_script=None, fixed_hosts=hosts,
         slots_per_host=1, timeout_s=42, reset_limit=0,
         cooldown_range=(5, 60))

@@ -12,7 +12,10 @@ from support.hbcore_path import import_hbcore_package
 
 import_hbcore_package()
 from hbcore.launcher.outcome import (Stopped, collect,  # noqa: E402
-                                     on_stop_signals, raise_stopped)
+                                     on_stop_signals, placed_job_report,
+                                     raise_stopped)
+from hbcore.launcher.rank.rank_status import RankStatus  # noqa: E402
+from hbcore.launcher.supervisor import LaunchResult  # noqa: E402
 
 
 def _error(kind, message, time):
@@ -62,3 +65,30 @@ def test_collect_names_the_cause_of_a_failed_function_job():
     with pytest.raises(RuntimeError,
                        match=r"^p: ranks \[1\] exited without a result$"):
         collect("p", 2, {0: ("ok", "a")}, None, "", 0)
+
+
+def test_a_placed_job_report_names_where_the_first_failure_ran():
+    """One report for TF_CONFIG machines and Spark/Ray drivers: the first
+    failing rank with its place; the supervisor's own line for what the
+    places do not cover (a stop, a rank they do not name); "" on success."""
+    places = ["chief:0 (host a), its worker 0",
+              "worker:1 (host b), its worker 0"]
+    died = RankStatus(rank=1, exit_code=None, signal=signal.SIGKILL,
+                      host="b", pid=42, time=1.0)
+    failed = LaunchResult(exit_code=137, np=2, first_failure=died,
+                          interrupted_by=None, mpiexec_code=1)
+    assert placed_job_report(failed, "hbcore.run", places, "; stopped it") == (
+        "hbcore.run: rank 1 (worker:1 (host b), its worker 0) failed first: "
+        "killed by signal SIGKILL (9) [host b, pid 42]; stopped it")
+    unplaced = failed._replace(first_failure=died._replace(rank=2))
+    assert placed_job_report(unplaced, "hbcore.run", places, "; x") == (
+        "hbcore.run: rank 2 failed first: killed by signal SIGKILL (9) "
+        "[host b, pid 42]; stopped the remaining ranks")
+    aborted = LaunchResult(exit_code=1, np=2, first_failure=None,
+                           interrupted_by=None, mpiexec_code=-15,
+                           aborted="machine worker:1 went away")
+    assert placed_job_report(aborted, "hbcore.run", places, "; x") == (
+        "hbcore.run: machine worker:1 went away; stopped all ranks")
+    ok = LaunchResult(exit_code=0, np=2, first_failure=None,
+                      interrupted_by=None, mpiexec_code=0)
+    assert placed_job_report(ok, "hbcore.run", places, "; x") == ""

@@ -1,7 +1,8 @@
-"""The rendezvous on its own (hbcore/launcher/rendezvous.py): a coordinator
-and its members as threads of this process on 127.0.0.1, with proxy data
-made up here (no hydra, no MPI), plus hydra's manual-launch lines
-(hydra_manual.py) and the TF_CONFIG front end's per-worker TF_CONFIG."""
+"""The rendezvous on its own (hbcore/launcher/manual/rendezvous.py): a
+coordinator and its members as threads of this process on 127.0.0.1, with
+proxy data made up here (no hydra, no MPI), plus hydra's manual-launch
+lines (hydra_manual.py) and the TF_CONFIG front end's per-worker
+TF_CONFIG."""
 import json
 import socket
 import threading
@@ -12,12 +13,14 @@ from support.hbcore_path import import_hbcore_package
 
 import_hbcore_package()
 from hbcore import tf_config  # noqa: E402
-from hbcore.launcher import hydra_manual, wire  # noqa: E402
 from hbcore.launcher.errors import LauncherError  # noqa: E402
-from hbcore.launcher.rendezvous import (CONTEXT, Arrival,  # noqa: E402
-                                        Coordinator, Member, Placement,
-                                        RendezvousError)
-from hbcore.launcher.tf_config_launch import rank_tf_config  # noqa: E402
+from hbcore.launcher.manual import hydra_manual  # noqa: E402
+from hbcore.launcher.manual.rendezvous import (CONTEXT, Arrival,  # noqa: E402
+                                               Coordinator, Member, Placement,
+                                               RendezvousError)
+from hbcore.launcher.manual.tf_config_launch import (  # noqa: E402
+    rank_tf_config)
+from hbcore.launcher.rank import wire  # noqa: E402
 
 JOB = {"cluster": {"chief": ["a:1"], "worker": ["b:1", "c:1"]},
        "command": ["python", "train.py"]}

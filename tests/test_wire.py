@@ -1,12 +1,14 @@
-"""hbcore's authenticated wire (hbcore/launcher/wire.py) on its own: a
+"""hbcore's authenticated wire (hbcore/launcher/rank/wire.py) on its own: a
 Listener and its clients as threads of this process on 127.0.0.1. Every
 hostile peer is followed by a good one, which the listener must still
 serve. The wire's users (rendezvous, elastic notice, hosted ranks, the
 tf.data service) test only their own protocols on top of it."""
 import json
+import os
 import socket
 import struct
 import threading
+import tracemalloc
 
 import pytest
 
@@ -14,7 +16,7 @@ from support.hbcore_path import import_hbcore_package
 from support.waiting import wait_until
 
 import_hbcore_package()
-from hbcore.launcher import wire  # noqa: E402
+from hbcore.launcher.rank import wire  # noqa: E402
 
 KEY = b"job-key"
 CONTEXT = "test-wire"
@@ -220,6 +222,35 @@ def test_a_cut_frame_and_a_silent_peer():
         listener.close()
     assert len(got) == 1 and got[0].endswith(
         "closed the connection inside a frame")
+
+
+def test_a_frame_takes_memory_as_its_bytes_arrive():
+    """A peer may declare a frame up to the receiver's limit and send
+    less: the receiver holds what arrived, not the declared size (256 MiB
+    here against a 1 GiB limit). A frame of several reads arrives whole."""
+    declared, sent = 256 << 20, 3 << 20
+    body = os.urandom(sent + 1)
+    ours, peer = socket.socketpair()
+    conn = wire.Connection(ours, "peer", max_frame=1 << 30)
+
+    def send():
+        peer.sendall(struct.pack(">Q", len(body)) + body)
+        peer.sendall(struct.pack(">Q", declared) + body[:sent])
+        peer.close()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        assert conn.receive_bytes(TIMEOUT_S) == body
+        tracemalloc.start()
+        with pytest.raises(wire.WireError, match="inside a frame"):
+            conn.receive_bytes(TIMEOUT_S)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        sender.join(TIMEOUT_S)
+        conn.close()
+    assert peak < 4 * sent, peak
 
 
 def test_close_ends_the_handlers_of_open_connections(echo):

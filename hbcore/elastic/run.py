@@ -12,7 +12,7 @@ Horovod re-forms the job inside the running processes.  hbcore cannot
    or ``WaitTimeoutError``) or a HostsUpdatedInterrupt ends this process
    with REFORM_EXIT_CODE; on HostsUpdatedInterrupt the current values are
    saved first (no rollback: the next generation goes on from them).
-   hbrun's driver then starts the next generation (elastic_driver.py),
+   hbrun's driver then starts the next generation (elastic/driver.py),
    whose step 1 restores the last commit.  Other errors propagate: they
    are bugs that a restart would repeat.
 Outside hbrun's elastic driver, step 3 re-raises (nothing can re-form).
@@ -26,9 +26,9 @@ from typing import Any, Callable
 from hbcore.exceptions import (HostsUpdatedInterrupt, ShutdownError,
                                WaitTimeoutError)
 from hbcore.elastic.state import State
-from hbcore.launcher.elastic_protocol import (GENERATION_VAR,
-                                              REFORM_EXIT_CODE, STORE_VAR,
-                                              finished_path)
+from hbcore.launcher.rank.elastic_protocol import (GENERATION_VAR,
+                                                   REFORM_EXIT_CODE, STORE_VAR,
+                                                   finished_path)
 from hbcore.basics import exit_without_finalize
 from hbcore.basics import rank as hb_rank
 

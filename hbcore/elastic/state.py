@@ -17,7 +17,7 @@ points of its program (each holds one collective).
 - ``check_host_updates()``: the agreement, one allreduce (Max) of two
   int64: what rank 0 learnt of host changes (0 nothing, 1 hosts added,
   2 hosts only removed; a non-blocking poll of its connection to the
-  driver: hbcore/launcher/elastic_notice.py; the other ranks give 0), and
+  driver: hbcore/launcher/elastic/notice.py; the other ranks give 0), and
   minus this rank's last commit.  Every rank raises
   HostsUpdatedInterrupt from the same call, ``skip_sync`` True for 2.
   Every rank enters it after writing its files, so when it returns, the
@@ -55,7 +55,7 @@ from hbcore.elastic import replicas, reshard
 from hbcore.elastic.snapshot import Snapshot
 from hbcore.elastic.store import Entry, Store
 from hbcore.exceptions import HostsUpdatedInterrupt
-from hbcore.launcher import elastic_notice
+from hbcore.launcher.elastic import notice as elastic_notice
 from hbcore.objects import allgather_object, broadcast_object
 
 # Creation counters per class: the store key of each state object.

@@ -57,9 +57,9 @@ import re
 from collections import OrderedDict
 from typing import Any, List, Mapping, Optional, Sequence, Set, Tuple
 
-from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
-                                              STORE_VAR, host_of_rank,
-                                              parse_hosts_var)
+from hbcore.launcher.rank.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
+                                                   STORE_VAR, host_of_rank,
+                                                   parse_hosts_var)
 
 # (commit, parts, part) of one file; a rep file is (commit, 0, 0).
 Entry = Tuple[int, int, int]

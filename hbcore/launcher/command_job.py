@@ -3,7 +3,7 @@
 
 import sys
 
-from hbcore.launcher.elastic_driver import run_elastic
+from hbcore.launcher.elastic.driver import run_elastic
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.job_spec import JobSpec
 from hbcore.launcher.supervisor import launch

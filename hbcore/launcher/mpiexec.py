@@ -13,10 +13,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg
-
-# The rank wrapper is run by path (see rank_wrapper.py for why).
-RANK_WRAPPER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                            "rank_wrapper.py")
+# Run by path (see rank/rank_wrapper.py for why).
+from hbcore.launcher.rank import RANK_WRAPPER
 
 
 def _executable(path: str) -> bool:

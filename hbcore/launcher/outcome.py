@@ -9,7 +9,8 @@ signals.
   cause (``root_failure``).
 - Reports: ``first_failure_line`` is the line naming the rank that failed
   first (hbrun's, a TF_CONFIG machine's, a Spark/Ray driver's), with
-  where the rank ran as the caller words it.
+  where the rank ran as the caller words it; ``placed_job_report`` the
+  end of a job placed across machines or tasks.
 - Signals: SIGINT, SIGTERM and SIGHUP to the launcher stop the job.
   ``on_stop_signals`` installs a handler for them while a step runs (in
   the main thread only: elsewhere the caller's handling applies);
@@ -20,10 +21,13 @@ signals.
 import contextlib
 import signal
 import threading
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, Optional,
-                    Tuple)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List,
+                    Mapping, Optional, Sequence, Tuple)
 
-from hbcore.launcher.rank_status import RankStatus
+from hbcore.launcher.rank.rank_status import RankStatus
+
+if TYPE_CHECKING:  # the supervisor imports this module
+    from hbcore.launcher.supervisor import LaunchResult
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -92,6 +96,29 @@ def first_failure_line(program: str, failure: RankStatus, where: str,
     return "%s: rank %d%s failed first: %s [host %s, pid %d]%s" % (
         program, failure.rank, " (%s)" % where if where else "",
         failure.describe(), failure.host, failure.pid, tail)
+
+
+def placed_job_report(result: "LaunchResult", program: str,
+                      places: Sequence[str], tail: str) -> str:
+    """The line the launchers of a placed job (a TF_CONFIG job's machines,
+    a Spark or Ray driver) report at its end.
+
+    Args:
+        result: The coordinator's launch.
+        program: Name starting the line (``hbcore.spark.run``).
+        places: Where each rank ran, by rank, in the caller's words
+            (``chief:0 (host a), its worker 1``).
+        tail: What the job did about a failure (``"; stopped the job"``).
+
+    Returns:
+        The first failing rank's line with its place; the supervisor's own
+        line when the launch was stopped, or its first failure is a rank
+        ``places`` does not name; "" on success.
+    """
+    failure = result.first_failure
+    if failure is None or not 0 <= failure.rank < len(places):
+        return result.message(program) or ""
+    return first_failure_line(program, failure, places[failure.rank], tail)
 
 
 def rank_error(program: str, rank: int, info: dict) -> RuntimeError:

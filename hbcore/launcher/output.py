@@ -17,7 +17,8 @@ import re
 import threading
 from typing import BinaryIO, Callable, Optional, TextIO
 
-from hbcore.launcher.rank_status import STATUS_MARKER, RankStatus, parse_status
+from hbcore.launcher.rank.rank_status import (STATUS_MARKER, RankStatus,
+                                              parse_status)
 
 _RANK_PREFIXED = re.compile(rb"^\[\d+\]<std(?:out|err)>:")
 

@@ -21,8 +21,7 @@ import sys
 from typing import (Any, Callable, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
-RUN_TASK = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                        "run_task.py")
+from hbcore.launcher.rank import RUN_TASK
 
 
 def run(fn: Callable[..., Any], args: Sequence[Any] = (),
@@ -124,7 +123,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
 
     import cloudpickle
 
-    from hbcore.launcher.elastic_run_fn import run_elastic_fn
+    from hbcore.launcher.elastic.run_fn import run_elastic_fn
     from hbcore.launcher.errors import LauncherError
     from hbcore.launcher.hosts import parse_hostfile, parse_hosts
     from hbcore.launcher.job_spec import (RUN_FN_NAMES, JobSpec,
@@ -132,7 +131,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (),
                                           rank_count)
     from hbcore.launcher.mpiexec import launcher_environ, nic_env
     from hbcore.launcher.outcome import collect, reraise_signal
-    from hbcore.launcher.run_task import FN_FILE, result_file
+    from hbcore.launcher.rank.run_task import FN_FILE, result_file
     from hbcore.launcher.supervisor import launch
 
     np = _one_of("np", np, "num_proc", num_proc)

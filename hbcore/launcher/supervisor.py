@@ -55,7 +55,7 @@ from hbcore.launcher.output import OutputRelay, make_sink
 from hbcore.launcher.job_watchdog import JobWatchdog
 from hbcore.launcher.outcome import (first_failure_line, on_stop_signals,
                                      stopped_line)
-from hbcore.launcher.rank_status import RankStatus, parent_death_preexec
+from hbcore.launcher.rank.rank_status import RankStatus, parent_death_preexec
 
 # Seconds a terminated process gets to exit before it is killed.
 TERMINATE_GRACE_S = 3.0

@@ -5,7 +5,7 @@ live nodes, each with ``CPU // cpus_per_slot`` slots (and at most
 ``GPU // gpus_per_slot`` with use_gpu), found again every second while
 the job runs; a generation places one actor per slot on its node (the
 node's ``node:<ip>`` resource) and each actor hosts its rank for one call
-of ``worker_fn`` (hbcore/launcher/hosted_elastic.py, whose generations
+of ``worker_fn`` (hbcore/launcher/elastic/hosted.py, whose generations
 are hbrun's elastic driver's). A rank killed or lost ends its
 generation: the next one, on the nodes Ray reports then, goes on from
 the last commit; a node added to the cluster joins at the next commit
@@ -19,13 +19,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ray
 
-from hbcore.launcher.elastic_protocol import host_of_rank
-from hbcore.launcher.hosted_elastic import (HostedElasticJob, Outcomes,
+from hbcore.launcher.elastic.hosted import (HostedElasticJob, Outcomes,
                                             elastic_limits, horovod_counts)
-from hbcore.launcher.hosted_rank import MemberSpec, lost
 from hbcore.launcher.hosts import Host, total_slots
 from hbcore.launcher.job_spec import ElasticSettings
+from hbcore.launcher.manual.hosted_rank import MemberSpec, lost
 from hbcore.launcher.mpiexec import nic_env
+from hbcore.launcher.rank.elastic_protocol import host_of_rank
 from hbcore.ray.runner import MARGIN_S, Worker
 
 PROGRAM = "hbcore.ray.ElasticRayExecutor"
@@ -48,7 +48,7 @@ class ElasticRaySettings:
         ssh_identity_file: Accepted (no ssh is used).
         nics: Network interfaces for NCCL's sockets.
         cooldown_range: Accepted as Horovod's; Ray's slots are not
-            blacklisted (hosted_elastic.py).
+            blacklisted (elastic/hosted.py).
         verbose: Print the mpiexec command lines (2).
         discovery: With ``override_discovery=False``: an object whose
             ``find_available_hosts_and_slots()`` returns

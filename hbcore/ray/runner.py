@@ -2,7 +2,7 @@
 
 Like ``horovod.ray.RayExecutor``: ``start()`` places ``num_workers``
 actors (``num_hosts`` x ``num_workers_per_host``), each hosting one rank
-(hbcore/launcher/hosted_rank.py); the driver is the rendezvous'
+(hbcore/launcher/manual/hosted_rank.py); the driver is the rendezvous'
 coordinator and runs mpiexec (hosted_job.py), so the actors' ranks form
 one MPI world over hydra's manual launcher. Ranks follow the actors'
 nodes (ranks on one node are consecutive), then creation order. A rank is
@@ -26,8 +26,8 @@ from ray.util.placement_group import (placement_group,
                                       remove_placement_group)
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from hbcore.launcher.hosted_job import HostedJob
-from hbcore.launcher.hosted_rank import HostedRank, MemberSpec, run_once
+from hbcore.launcher.manual.hosted_job import HostedJob
+from hbcore.launcher.manual.hosted_rank import HostedRank, MemberSpec, run_once
 from hbcore.launcher.mpiexec import nic_env
 
 PROGRAM = "hbcore.ray.RayExecutor"

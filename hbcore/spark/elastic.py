@@ -6,7 +6,7 @@ one slot (Horovod names each task a host of its own), ``spark-slot-0``
 (Spark's count of the live executors' task slots), asked again every
 second while the job runs. Each generation is one barrier stage
 (stage.py) of one task per slot in use, each hosting its rank for one
-call of ``fn`` (hbcore/launcher/hosted_elastic.py, whose generations are
+call of ``fn`` (hbcore/launcher/elastic/hosted.py, whose generations are
 hbrun's elastic driver's). A rank killed or lost ends its generation; the
 next stage goes on from the last commit.
 """
@@ -15,10 +15,10 @@ import sys
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
                     Sequence, TextIO)
 
-from hbcore.launcher.hosted_elastic import (HostedElasticJob, Outcomes,
+from hbcore.launcher.elastic.hosted import (HostedElasticJob, Outcomes,
                                             elastic_limits, horovod_counts)
-from hbcore.launcher.hosted_rank import MemberSpec
 from hbcore.launcher.hosts import Host, total_slots
+from hbcore.launcher.manual.hosted_rank import MemberSpec
 from hbcore.launcher.mpiexec import nic_env
 from hbcore.spark.runner import (active_context, default_local_python,
                                  driver_host, stage_failure, start_timeout_s)

@@ -21,7 +21,7 @@ from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional,
 import cloudpickle
 import pyspark
 
-from hbcore.launcher.hosted_job import HostedJob
+from hbcore.launcher.manual.hosted_job import HostedJob
 from hbcore.launcher.mpiexec import nic_env
 from hbcore.spark.stage import BarrierStage
 from hbcore.spark.task_errors import TaskFailure, task_failure, too_few_slots

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 import cloudpickle
 import pyspark
 
-from hbcore.launcher.hosted_rank import MemberSpec, run_once
+from hbcore.launcher.manual.hosted_rank import MemberSpec, run_once
 
 # Seconds the Spark stage gets to finish after the job ended, or failed
 # (its hosts stop their proxies within a few seconds).

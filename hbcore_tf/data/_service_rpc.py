@@ -6,7 +6,7 @@ jobs, so they cannot use hbcore's collectives with each other. They meet
 through this service, whose address and authentication key the compute
 job writes into the config file (TfDataServiceConfig).
 
-Protocol (hbcore's authenticated wire, hbcore/launcher/wire.py, context
+Protocol (hbcore's authenticated wire, hbcore/launcher/rank/wire.py, context
 ``tf-data-service``, keyed with the config file's key; every message one
 JSON frame, so nothing a peer sends is ever unpickled): one request (a
 list), one reply, per round trip.
@@ -51,7 +51,7 @@ import threading
 import time
 from typing import Any, Dict, Optional, Tuple
 
-from hbcore.launcher import wire
+from hbcore.launcher.rank import wire
 
 CONTEXT = "tf-data-service"
 # The largest request or reply (they are a few names and numbers).

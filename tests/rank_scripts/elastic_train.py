@@ -65,8 +65,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import OUT_DIR, report  # noqa: E402
 
 import hbcore as hvd  # noqa: E402
-from hbcore.launcher.elastic_protocol import (host_of_rank,  # noqa: E402
-                                              parse_hosts_var)
+from hbcore.launcher.rank.elastic_protocol import (host_of_rank,  # noqa: E402
+                                                   parse_hosts_var)
 
 STEPS = 10
 ROWS = 7
@@ -386,7 +386,7 @@ class FitTrainer(KerasTrainer):
 
 def kill_hosting_process() -> None:
     """The killhosting event: the process that started this rank's hydra
-    proxy (hbcore/launcher/hosted_rank.py) is SIGKILLed; this rank then
+    proxy (hbcore/launcher/manual/hosted_rank.py) is SIGKILLed; this rank then
     waits to be stopped (the others cannot commit without it)."""
     proc = psutil.Process()
     while "hydra_pmi_proxy" not in " ".join(proc.cmdline()):

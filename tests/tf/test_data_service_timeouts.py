@@ -61,7 +61,8 @@ def test_server_that_stops_answering_mid_session():
     connection was mid-message) and is answered."""
     from hbcore_tf.data._service_rpc import (CONTEXT, ComputeServiceClient,
                                              new_key)
-    from hbcore.launcher import wire  # after hbcore_tf: the one under test
+    # After hbcore_tf: the wire under test.
+    from hbcore.launcher.rank import wire
     key = new_key()
     release = threading.Event()
     connections = []

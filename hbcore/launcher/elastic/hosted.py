@@ -2,7 +2,7 @@
 ``hbcore.spark.run_elastic``.
 
 The generations, limits, resets, the host-change notice and the commit
-store are hbrun's elastic driver's (elastic_driver.py); this module is
+store are hbrun's elastic driver's (elastic/driver.py); this module is
 its ``GenerationBackend`` for workers that Ray or Spark start:
 
 - hosts: the engine's answer (``discover``): Ray's live nodes and their
@@ -25,13 +25,13 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import cloudpickle
 
-from hbcore.launcher.elastic_driver import GenerationBackend, run_elastic
+from hbcore.launcher.elastic.driver import GenerationBackend, run_elastic
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hosted_job import HostedJob
-from hbcore.launcher.hosted_rank import MemberSpec
 from hbcore.launcher.hosts import Host, total_slots
 from hbcore.launcher.job_spec import (HOROVOD_NAMES, ElasticSettings,
                                       JobSpec, elastic_settings)
+from hbcore.launcher.manual.hosted_job import HostedJob
+from hbcore.launcher.manual.hosted_rank import MemberSpec
 from hbcore.launcher.outcome import rank_error, root_failure
 
 # Outcomes of one generation's ranks: rank -> hosted_rank's outcome.

@@ -43,14 +43,16 @@ import time
 from typing import List, Optional, Sequence, Tuple
 
 if __package__:
-    from hbcore.launcher.elastic_protocol import (GENERATION_VAR, STORE_VAR,
-                                                  finished_path)
-    from hbcore.launcher.hang_watch import hang_limit, wait_watching
-    from hbcore.launcher.rank_output import (LinePump, STDERR, STDOUT,
-                                             line_prefix, rank_dir_name,
-                                             timestamped_prefix, write_all)
-    from hbcore.launcher.rank_status import (RankStatus, format_status,
-                                             parent_death_preexec)
+    from hbcore.launcher.rank.elastic_protocol import (GENERATION_VAR,
+                                                       STORE_VAR,
+                                                       finished_path)
+    from hbcore.launcher.rank.hang_watch import hang_limit, wait_watching
+    from hbcore.launcher.rank.rank_output import (LinePump, STDERR, STDOUT,
+                                                  line_prefix, rank_dir_name,
+                                                  timestamped_prefix,
+                                                  write_all)
+    from hbcore.launcher.rank.rank_status import (RankStatus, format_status,
+                                                  parent_death_preexec)
 else:  # run by path: sys.path[0] is this directory
     from elastic_protocol import (GENERATION_VAR, STORE_VAR,  # type: ignore
                                   finished_path)

@@ -5,7 +5,7 @@ The driver (the process that calls ``hbcore.spark.run`` or holds a
 port, its hosts (hosted_rank.py) join as members ``rank:0`` ..
 ``rank:<size-1>`` with one worker each, and once all have arrived it runs
 ``mpiexec -launcher manual`` for them under the supervisor
-(manual_job.run_placed) on a thread of its own. Ranks are the hosts'
+(placed_job.run_placed) on a thread of its own. Ranks are the hosts'
 indexes. The variables every rank gets (``env``, NIC choice) travel in
 mpiexec's per-rank segments, as data to hydra, not through the hosts.
 
@@ -21,16 +21,14 @@ from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
                     TextIO, Tuple)
 
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hosted_rank import MemberSpec, member_name
-from hbcore.launcher.manual_job import run_placed
+from hbcore.launcher.manual.hosted_rank import MemberSpec, member_name
+from hbcore.launcher.manual.placed_job import run_placed
+from hbcore.launcher.manual.rendezvous import Coordinator, RendezvousError
 from hbcore.launcher.mpiexec import wrapped_command
-from hbcore.launcher.rendezvous import Coordinator, RendezvousError
-from hbcore.launcher.outcome import collect, first_failure_line
-from hbcore.launcher.rank_status import RankStatus
+from hbcore.launcher.outcome import collect, placed_job_report
+from hbcore.launcher.rank import RANK_SERVER
+from hbcore.launcher.rank.rank_status import RankStatus
 from hbcore.launcher.supervisor import LaunchResult
-
-RANK_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                           "rank_server.py")
 
 
 class HostedJob:
@@ -129,17 +127,11 @@ class HostedJob:
             self._end = (1, "%s: error: %s" % (self.program, exc))
             self._coordinator.end(*self._end)
             return
-        self._end = (self.result.exit_code, self.report(self.result))
+        places = [self.describe(member_name(rank))
+                  for rank in range(self.result.np)]
+        self._end = (self.result.exit_code, placed_job_report(
+            self.result, self.program, places, "; stopped the job"))
         self._coordinator.end(*self._end)
-
-    def report(self, result: LaunchResult) -> str:
-        """The line naming the job's first failure ("" when it had none)."""
-        failure = result.first_failure
-        if failure is None:
-            return result.message(self.program) or ""
-        return first_failure_line(
-            self.program, failure, self.describe(member_name(failure.rank)),
-            "; stopped the job")
 
     def abort(self, why: str) -> None:
         """Stops the job (its ranks on every host) from any thread."""

@@ -30,7 +30,7 @@ def result_file(workdir: str, rank: int,
         workdir: The work directory of the ``hbcore.run`` call.
         rank: The rank whose result it holds.
         generation: Under hbrun's elastic driver, the rank's generation
-            (HB_ELASTIC_GENERATION; elastic_run_fn.py).
+            (HB_ELASTIC_GENERATION; elastic/run_fn.py).
 
     Returns:
         ``workdir/result.<rank>.pkl``, or ``result.<generation>.<rank>.pkl``.

@@ -2,11 +2,11 @@
 
 Spark tasks and Ray actors are processes that someone else started; they
 cannot become MPI ranks themselves (hydra's proxy starts the ranks). So
-each of them hosts one rank (hosted_rank.py): it starts its proxy, the
-proxy starts this server as the rank, and the server connects back to its
-host and runs the functions the host sends, in this one process, so state
-(``hbcore.init()``, a model, an executable object) lives from one call to
-the next as it does in a Horovod Ray actor.
+each of them hosts one rank (manual/hosted_rank.py): it starts its
+proxy, the proxy starts this server as the rank, and the server connects
+back to its host and runs the functions the host sends, in this one
+process, so state (``hbcore.init()``, a model, an executable object) lives
+from one call to the next as it does in a Horovod Ray actor.
 
 Protocol (hbcore's authenticated wire, wire.py, context ``rank-host``,
 to the host's address in ``HB_RANK_HOST_ADDRESS`` with the hex key in
@@ -33,8 +33,8 @@ import sys
 from typing import Any, Optional, Tuple
 
 if __package__:
-    from hbcore.launcher import wire
-    from hbcore.launcher.run_task import error_outcome, use_caller_path
+    from hbcore.launcher.rank import wire
+    from hbcore.launcher.rank.run_task import error_outcome, use_caller_path
 else:  # run by path: sys.path[0] is this directory
     import wire  # type: ignore
     from run_task import error_outcome, use_caller_path  # type: ignore

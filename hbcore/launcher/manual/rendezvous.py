@@ -62,9 +62,9 @@ import time
 from typing import (Any, Callable, Dict, List, Mapping, NamedTuple, Optional,
                     Tuple)
 
-from hbcore.launcher import wire
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hydra_manual import ProxyData, check_proxy_data
+from hbcore.launcher.manual.hydra_manual import ProxyData, check_proxy_data
+from hbcore.launcher.rank import wire
 
 PROTOCOL = 1
 CONTEXT = "rendezvous"

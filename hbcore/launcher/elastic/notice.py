@@ -26,7 +26,7 @@ import socket
 import threading
 from typing import Dict, Optional
 
-from hbcore.launcher import wire
+from hbcore.launcher.rank import wire
 
 NOTICE_VAR = "HB_ELASTIC_NOTICE"
 KEY_VAR = "HB_ELASTIC_NOTICE_KEY"

@@ -2,7 +2,7 @@
 function launch as an elastic job (horovod.run's elastic arguments).
 
 The ranks run run_task.py under hbrun's elastic driver
-(elastic_driver.py), one generation after another; ``fn`` uses
+(elastic/driver.py), one generation after another; ``fn`` uses
 ``hvd.elastic.run`` and state objects as a script would.  Each rank's
 result file is named after its generation (run_task.py), so the results
 are those of the last generation whose ranks returned, in rank order:
@@ -15,7 +15,7 @@ import pickle
 import re
 from typing import Any, List
 
-from hbcore.launcher.elastic_driver import run_elastic
+from hbcore.launcher.elastic.driver import run_elastic
 from hbcore.launcher.job_spec import JobSpec
 from hbcore.launcher.outcome import rank_error
 

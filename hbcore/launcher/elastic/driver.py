@@ -19,7 +19,7 @@ The driver's loop, one turn per generation g:
    HB_ELASTIC_HOSTS and HB_ELASTIC_STORE (elastic_protocol.py).  While it
    runs, a poller asks the discovery script again every second; when the
    usable hosts change it posts the generation's host-change notice
-   (elastic_notice.py), which the ranks see at their next commit
+   (elastic/notice.py), which the ranks see at their next commit
    (HostsUpdatedInterrupt).  A
    discovery error stops the generation and ends the job.
 3. End of the generation, from every rank status read:
@@ -43,7 +43,7 @@ supervisor leaves no rank running (supervisor.py).  A job that ends
 without success prints which limit ended it and every failure recorded.
 
 Front ends whose workers are not started by hydra over ssh (Ray actors,
-Spark tasks: hosted_elastic.py) give a ``GenerationBackend``: its
+Spark tasks: elastic/hosted.py) give a ``GenerationBackend``: its
 ``discover`` answers step 1 and the poller, its ``launch`` runs step 2's
 world, and the rest of the loop (limits, resets, the notice, the store)
 is this one.
@@ -64,17 +64,17 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import psutil
 
-from hbcore.launcher.discovery import Blacklist, run_discovery_script
-from hbcore.launcher.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
-                                              REFORM_EXIT_CODE, STORE_VAR,
-                                              TIMEOUT_VAR, host_of_rank)
-from hbcore.launcher.elastic_notice import KEY_VAR, NOTICE_VAR, NoticeServer
+from hbcore.launcher.elastic.discovery import Blacklist, run_discovery_script
+from hbcore.launcher.elastic.notice import KEY_VAR, NOTICE_VAR, NoticeServer
 from hbcore.launcher.errors import LauncherError
 from hbcore.launcher.hosts import Host, hydra_hosts_arg, total_slots
 from hbcore.launcher.job_spec import ElasticSettings, JobSpec
 from hbcore.launcher.outcome import (Stopped, on_stop_signals, raise_stopped,
                                      stopped_line)
-from hbcore.launcher.rank_status import RankStatus
+from hbcore.launcher.rank.elastic_protocol import (GENERATION_VAR, HOSTS_VAR,
+                                                   REFORM_EXIT_CODE, STORE_VAR,
+                                                   TIMEOUT_VAR, host_of_rank)
+from hbcore.launcher.rank.rank_status import RankStatus
 from hbcore.launcher.supervisor import SETTLE_S, LaunchResult, launch
 
 # How often hosts are asked for (horovodrun: once a second).

@@ -37,17 +37,18 @@ from hbcore import tf_config
 from hbcore.launcher.command_job import run_command_job
 from hbcore.launcher.devices import worker_devices
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hydra_manual import find_proxy
 from hbcore.launcher.job_spec import JobSpec
-from hbcore.launcher.manual_job import LocalProxy, run_placed
-from hbcore.launcher.mpiexec import RANK_WRAPPER, find_mpiexec, wrapped_command
-from hbcore.launcher.outcome import (Stopped, first_failure_line,
-                                     on_stop_signals, raise_stopped,
+from hbcore.launcher.manual.hydra_manual import find_proxy
+from hbcore.launcher.manual.placed_job import LocalProxy, run_placed
+from hbcore.launcher.manual.rendezvous import (Coordinator, Member, Placement,
+                                               RendezvousError)
+from hbcore.launcher.mpiexec import find_mpiexec, wrapped_command
+from hbcore.launcher.outcome import (Stopped, on_stop_signals,
+                                     placed_job_report, raise_stopped,
                                      stopped_line)
-from hbcore.launcher.rank_status import parent_death_preexec
-from hbcore.launcher.rendezvous import (Coordinator, Member, Placement,
-                                        RendezvousError)
-from hbcore.launcher.supervisor import TERMINATE_GRACE_S, LaunchResult
+from hbcore.launcher.rank import RANK_WRAPPER
+from hbcore.launcher.rank.rank_status import parent_death_preexec
+from hbcore.launcher.supervisor import TERMINATE_GRACE_S
 
 # horovodrun's default --start-timeout.
 DEFAULT_START_TIMEOUT_S = 30
@@ -145,7 +146,7 @@ class _Job:
             placements = coordinator.wait_for_members()
         except RendezvousError:
             return  # every member was told
-        segments, owners = [], []
+        segments, places = [], []
         for placement in placements:
             for local in range(placement.arrival.workers):
                 rank = placement.first_rank + local
@@ -155,7 +156,8 @@ class _Job:
                     env["CUDA_VISIBLE_DEVICES"] = \
                         placement.arrival.devices[local]
                 segments.append(env)
-                owners.append((placement.arrival.name, local))
+                places.append("%s, its worker %d" % (
+                    self.describe(placement.arrival.name), local))
         try:
             result = run_placed(coordinator, placements, segments,
                                 self.rank_command,
@@ -166,19 +168,9 @@ class _Job:
         except LauncherError as exc:
             coordinator.end(1, "%s: error: %s" % (self.program, exc))
             return
-        coordinator.end(result.exit_code, self.report(result, owners))
-
-    def report(self, result: LaunchResult,
-               owners: List[Tuple[str, int]]) -> str:
-        """The line every machine prints about the job's end ("" if ok)."""
-        failure = result.first_failure
-        if failure is None or not 0 <= failure.rank < len(owners):
-            return result.message(self.program) or ""
-        member, local = owners[failure.rank]
-        return first_failure_line(
-            self.program, failure,
-            "%s, its worker %d" % (self.describe(member), local),
-            "; stopped the job on every machine")
+        coordinator.end(result.exit_code, placed_job_report(
+            result, self.program, places,
+            "; stopped the job on every machine"))
 
     # -- every machine -------------------------------------------------
     def run(self) -> int:

@@ -1,15 +1,18 @@
 """hbcore's one authenticated wire: framed messages between a job's own
 processes, over TCP, after both sides proved they hold the job's key.
 
-Users: the rendezvous (rendezvous.py), the elastic host-change notice
-(elastic_notice.py), hosted ranks and their rank servers (hosted_rank.py,
-rank_server.py) and the tf.data compute service
+Users (paths under hbcore/launcher/): the rendezvous
+(manual/rendezvous.py), the elastic host-change notice (elastic/notice.py),
+hosted ranks and their rank servers (manual/hosted_rank.py,
+rank/rank_server.py) and the tf.data compute service
 (hbcore_tf/data/_service_rpc.py). Standard library only: rank_server.py
 runs by path on a rank and imports this file as its sibling.
 
 Frames: an 8-byte big-endian length, then that many bytes. A frame over
 the receiver's limit, or a stream that ends inside a frame, is a
-WireError; the connection is then unusable and is closed.
+WireError; the connection is then unusable and is closed. The receiver
+reads a frame in chunks and holds only the bytes that arrived, so a
+declared length (up to the limit) costs nothing by itself.
 
 Handshake (each message one JSON frame of at most HANDSHAKE_MAX bytes).
 The key is a job's secret (bytes, may be empty); proofs are HMAC-SHA256
@@ -54,6 +57,8 @@ HANDSHAKE_MAX = 4096
 # Seconds a peer has for the whole handshake.
 HANDSHAKE_TIMEOUT_S = 30.0
 _HEADER = struct.Struct(">Q")
+# The most one read of a frame asks the socket for.
+_READ_CHUNK = 1 << 20
 _NONCE = re.compile(r"^[0-9a-f]{32}$")
 _PROOF = re.compile(r"^[0-9a-f]{64}$")
 MAX_NAME = 128
@@ -130,24 +135,24 @@ class Connection:
     def _read(self, size: int, deadline: Optional[float],
               started: bool) -> Optional[bytes]:
         # The socket stays blocking (senders on other threads must not see
-        # a reader's timeout); a deadline is kept with select.
-        data = bytearray(size)
-        view, got = memoryview(data), 0
-        while got < size:
+        # a reader's timeout); a deadline is kept with select. The buffer
+        # grows as bytes arrive: a frame's declared size (anything up to
+        # max_frame) takes no memory before its bytes do.
+        data = bytearray()
+        while len(data) < size:
             if deadline is not None and not self.poll(
                     max(0.0, deadline - time.monotonic())):
                 raise socket.timeout("timed out")
             try:
-                count = self._sock.recv_into(view[got:], min(size - got,
-                                                             1 << 20))
+                chunk = self._sock.recv(min(size - len(data), _READ_CHUNK))
             except (ConnectionResetError, BrokenPipeError):
-                count = 0
-            if not count:
-                if not got and not started:
+                chunk = b""
+            if not chunk:
+                if not data and not started:
                     return None
                 raise WireError("%s closed the connection inside a frame"
                                 % self.peer)
-            got += count
+            data += chunk
         return bytes(data)
 
     def receive_bytes(self, timeout: Optional[float] = None

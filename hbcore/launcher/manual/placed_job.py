@@ -22,12 +22,13 @@ import threading
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, TextIO
 
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hydra_manual import (LAUNCH_END, LAUNCH_PREFIX,
-                                          ProxyData, manual_command,
-                                          proxy_command, parse_launch_line)
+from hbcore.launcher.manual.hydra_manual import (LAUNCH_END, LAUNCH_PREFIX,
+                                                 ProxyData, manual_command,
+                                                 parse_launch_line,
+                                                 proxy_command)
+from hbcore.launcher.manual.rendezvous import Coordinator, Placement, Start
 from hbcore.launcher.mpiexec import find_mpiexec
-from hbcore.launcher.rank_status import RankStatus
-from hbcore.launcher.rendezvous import Coordinator, Placement, Start
+from hbcore.launcher.rank.rank_status import RankStatus
 from hbcore.launcher.supervisor import (TERMINATE_GRACE_S, LaunchResult,
                                         ProcessTree, supervise)
 

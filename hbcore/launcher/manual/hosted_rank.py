@@ -4,7 +4,7 @@ actor's side of a job (the driver's side is hosted_job.py).
 The hosting process (started by Spark or Ray, not by hydra) cannot be an
 MPI rank itself. It joins the rendezvous as member ``rank:<index>`` with
 one worker, starts hydra's proxy from the data the coordinator sent
-(manual_job.LocalProxy), and the proxy starts the rank: rank_server.py,
+(placed_job.LocalProxy), and the proxy starts the rank: rank_server.py,
 which connects back to this host over hbcore's authenticated wire
 (wire.py, on 127.0.0.1) and runs the calls the host passes it (protocol
 in rank_server.py).
@@ -25,14 +25,14 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 import cloudpickle
 
-from hbcore.launcher import wire
 from hbcore.launcher.errors import LauncherError
-from hbcore.launcher.hydra_manual import find_proxy
-from hbcore.launcher.manual_job import LocalProxy
+from hbcore.launcher.manual.hydra_manual import find_proxy
+from hbcore.launcher.manual.placed_job import LocalProxy
+from hbcore.launcher.manual.rendezvous import Member, RendezvousError
 from hbcore.launcher.mpiexec import find_mpiexec
-from hbcore.launcher.rank_server import (ADDRESS_VAR, CONTEXT, KEY_VAR,
-                                         MAX_CALL)
-from hbcore.launcher.rendezvous import Member, RendezvousError
+from hbcore.launcher.rank import wire
+from hbcore.launcher.rank.rank_server import (ADDRESS_VAR, CONTEXT, KEY_VAR,
+                                              MAX_CALL)
 
 # How often a waiting host looks up to see whether the job has ended.
 _POLL_S = 0.2

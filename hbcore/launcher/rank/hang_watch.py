@@ -41,7 +41,7 @@ import time
 from typing import Mapping, NamedTuple, Optional, Tuple
 
 if __package__:
-    from hbcore.launcher.elastic_protocol import TIMEOUT_VAR
+    from hbcore.launcher.rank.elastic_protocol import TIMEOUT_VAR
 else:  # run by path (rank_wrapper.py)
     from elastic_protocol import TIMEOUT_VAR  # type: ignore
 

@@ -1,6 +1,6 @@
 """What hbrun's elastic driver and the ranks' ``hbcore.elastic`` share.
 
-The driver (elastic_driver.py) starts each generation of the MPI world
+The driver (elastic/driver.py) starts each generation of the MPI world
 with these variables set on every rank; the ranks answer through their
 exit code.  Standard library only: both sides import it.
 
@@ -29,7 +29,7 @@ rank wrapper, on the same host, reports an exit 0 without that marker to
 the driver as a worker that left early (rank_wrapper.py).
 
 Host-change notice: over TCP from the driver, HB_ELASTIC_NOTICE
-(elastic_notice.py).
+(elastic/notice.py).
 """
 
 import os
