@@ -30,7 +30,7 @@ if not __package__:
 from pyspark.sql import SparkSession  # noqa: E402
 
 import hbcore.spark  # noqa: E402
-from hbcore_tf.data import compute_worker  # noqa: E402
+from hbcore_tf.data.service import worker as compute_worker  # noqa: E402
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -209,9 +209,9 @@ def test_watchdog_tells_a_requested_stop_from_a_lost_job(monkeypatch, who):
     job it read from ends on request. A compute job that stops on its own
     (a signal to one of its ranks) still counts as lost: the watchdog ends
     the process once the service is gone."""
-    from hbcore_tf.data import compute_service
-    from hbcore_tf.data._service_rpc import (ComputeServiceClient,
-                                             ComputeServiceServer, new_key)
+    from hbcore_tf.data.service import client as compute_service
+    from hbcore_tf.data.service.rpc import (ComputeServiceClient,
+                                            ComputeServiceServer, new_key)
 
     exits = []
 
@@ -261,7 +261,7 @@ def test_watchdog_tells_a_requested_stop_from_a_lost_job(monkeypatch, who):
 
 
 def test_training_side_dispatcher_stopped_when_workers_never_come():
-    from hbcore_tf.data._service_rpc import ComputeServiceServer, new_key
+    from hbcore_tf.data.service.rpc import ComputeServiceServer, new_key
     from hbcore_tf.data.compute_service import (TfDataServiceConfig,
                                                 tf_data_service)
 

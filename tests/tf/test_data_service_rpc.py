@@ -1,4 +1,4 @@
-"""hbcore_tf.data._service_rpc, the compute service's RPC, as Horovod's
+"""hbcore_tf.data.service.rpc, the compute service's RPC, as Horovod's
 tf.data service integration: a client with a wrong key (a stale config
 file) gets a ConnectionError naming the address and the key and the
 service keeps answering (it used to kill the accepting thread, so every
@@ -17,8 +17,8 @@ pytestmark = REQUIRES_TF
 
 
 def test_wrong_key_client_does_not_stop_the_service():
-    from hbcore_tf.data._service_rpc import (ComputeServiceClient,
-                                             ComputeServiceServer, new_key)
+    from hbcore_tf.data.service.rpc import (ComputeServiceClient,
+                                            ComputeServiceServer, new_key)
 
     server = ComputeServiceServer(new_key())
     try:
@@ -48,7 +48,7 @@ def test_compute_client_registrations_as_horovod():
     of the second would wait forever); a worker id counts once
     (register_worker_for_dispatcher(dispatcher_id, worker_id), Horovod's
     signature); wait_for_shutdown() returns once a stop was asked."""
-    from hbcore_tf.data._service_rpc import ComputeServiceServer, new_key
+    from hbcore_tf.data.service.rpc import ComputeServiceServer, new_key
     from hbcore_tf.data.compute_service import TfDataServiceConfig
 
     server = ComputeServiceServer(new_key())

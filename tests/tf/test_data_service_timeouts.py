@@ -35,14 +35,14 @@ def mute_listener():
 
 
 def test_client_timeout_must_be_positive():
-    from hbcore_tf.data._service_rpc import ComputeServiceClient
+    from hbcore_tf.data.service.rpc import ComputeServiceClient
     for bad in (0, -1.0):
         with pytest.raises(ValueError, match="timeout must be a positive"):
             ComputeServiceClient("127.0.0.1:1", "k", timeout=bad)
 
 
 def test_call_to_a_host_that_never_answers_times_out(mute_listener):
-    from hbcore_tf.data._service_rpc import ComputeServiceClient
+    from hbcore_tf.data.service.rpc import ComputeServiceClient
     client = ComputeServiceClient(mute_listener, "key", timeout=0.5)
     start = time.monotonic()
     with pytest.raises(ConnectionError) as info:
@@ -59,8 +59,8 @@ def test_server_that_stops_answering_mid_session():
     """One round trip answered, the next one never: the call raises after
     the timeout, and the client's next call connects anew (the dropped
     connection was mid-message) and is answered."""
-    from hbcore_tf.data._service_rpc import (CONTEXT, ComputeServiceClient,
-                                             new_key)
+    from hbcore_tf.data.service.rpc import (CONTEXT, ComputeServiceClient,
+                                            new_key)
     # After hbcore_tf: the wire under test.
     from hbcore.launcher.rank import wire
     key = new_key()
@@ -108,7 +108,7 @@ def test_watchdog_stops_the_process_when_pings_go_unanswered(mute_listener,
     process with status 1 and say why."""
     script = textwrap.dedent("""
         import sys, threading
-        from hbcore_tf.data import compute_service as cs
+        from hbcore_tf.data.service import client as cs
         cs.WATCH_INTERVAL_S = 0.1
         cs.WATCH_TIMEOUT_S = 0.5
         config = cs.TfDataServiceConfig(1, 1, "compute", [sys.argv[1]], "k")

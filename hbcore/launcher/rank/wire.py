@@ -5,7 +5,7 @@ Users (paths under hbcore/launcher/): the rendezvous
 (manual/rendezvous.py), the elastic host-change notice (elastic/notice.py),
 hosted ranks and their rank servers (manual/hosted_rank.py,
 rank/rank_server.py) and the tf.data compute service
-(hbcore_tf/data/_service_rpc.py). Standard library only: rank_server.py
+(hbcore_tf/data/service/rpc.py). Standard library only: rank_server.py
 runs by path on a rank and imports this file as its sibling.
 
 Frames: an 8-byte big-endian length, then that many bytes. A frame over
