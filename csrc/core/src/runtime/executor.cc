@@ -248,6 +248,7 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
 TensorResult Executor::FinishCarried(const Response& r, TensorEntry* e,
                                      const void* reduced) {
   TensorResult result;
+  const auto start = Clock::now();
   Backend* backend = backends_->For(r.device);
   const int64_t count = NumElements(r.shape);
   void* out = AllocateOutput(e, r.shape, &discard_, backend->memory(),
@@ -264,6 +265,9 @@ TensorResult Executor::FinishCarried(const Response& r, TensorEntry* e,
     result.status =
         backend->memory()->ScaledCopy(out, reduced, count, r.dtype, post);
   }
+  // The timeline marks the tensors the fast path carried (the collective
+  // itself is inside their NEGOTIATE span).
+  Record({&r}, "FAST_PATH_ALLREDUCE", start);
   return result;
 }
 

@@ -61,7 +61,8 @@ class Executor {
 
   // An allreduce the fast path carried (controller.h, step G): `reduced` is
   // its Sum over every rank, copied to the output with Average's 1/size
-  // and the postscale applied.
+  // and the postscale applied; the timeline gets a FAST_PATH_ALLREDUCE
+  // event.
   TensorResult FinishCarried(const Response& r, TensorEntry* e,
                              const void* reduced);
 
