@@ -77,7 +77,8 @@ Rows:
 
 Targets (from the issue, at 2 ranks) are printed next to the rows they apply
 to, with PASS/FAIL: bus bandwidth of large tensors (>= 16 MiB) >= 0.95x MPI
-in place and >= 0.85x out of place; small step >= 2x faster than per-tensor
+in place and >= 0.85x out of place; small tensors (4 B - 4 KiB) at most 3x
+mpi4py's time, in and out of place; small step >= 2x faster than per-tensor
 MPI; gradient step within 1.3x of the one-buffer floor (both in place);
 single 4 B allreduce
 under 1 ms; idle CPU < 1% of a core per rank. Across hosts (the header's
@@ -117,6 +118,8 @@ MIB = 1024 * KIB
 LARGE_BYTES = 16 * MIB           # sweep rows at or above this get a target
 TARGET_INPLACE_BW = 0.95         # hbcore / MPI bus bandwidth, in place
 TARGET_OUTOFPLACE_BW = 0.85      # hbcore / MPI bus bandwidth, out of place
+SMALL_TENSOR_BYTES = 4 * KIB     # sweep rows up to this get a latency target
+TARGET_SMALL_OVER_MPI = 3.0      # hbcore time / mpi4py time, 4 B - 4 KiB
 TARGET_SMALL_SPEEDUP = 2.0       # per-tensor MPI time / hbcore step time
 TARGET_GRADIENT_OVER_FLOOR = 1.3  # hbcore step time / one-buffer MPI time
 TARGET_SINGLE_LATENCY_S = 1e-3   # single 4 B allreduce, "well under 1 ms"
@@ -225,6 +228,10 @@ def sweep(comm: MPI.Intracomm, nbytes: int, s: Settings,
     if nbytes >= LARGE_BYTES:
         target = TARGET_INPLACE_BW if in_place else TARGET_OUTOFPLACE_BW
         judge(row, row.ratio >= target, "ratio >= %.2f" % target)
+    elif nbytes <= SMALL_TENSOR_BYTES:
+        judge(row, row.ratio >= 1 / TARGET_SMALL_OVER_MPI,
+              "ratio >= %.2f (%gx mpi4py)" % (1 / TARGET_SMALL_OVER_MPI,
+                                              TARGET_SMALL_OVER_MPI))
     return row
 
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from support.harness import run_ranks, script_path
+from support.harness import emulated_hosts, run_ranks, script_path
 
 SCRIPT = script_path("fast_path_schedule.py")
 STEPS = 40
@@ -31,11 +31,23 @@ def _carried(path):
     return counts
 
 
-@pytest.mark.parametrize("np_", [2, 3])
-def test_fast_path_mixed_schedule_matches_numpy(tmp_path, np_):
+# layout: (ranks, (hbrun flags, environment)); across emulated hosts MPI
+# runs the combined collective's user-defined operation over its network
+# module too.
+LAYOUTS = {
+    "2 ranks": (2, ([], {})),
+    "3 ranks": (3, ([], {})),
+    "2+1 emulated hosts": (3, emulated_hosts([2, 1])),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_fast_path_mixed_schedule_matches_numpy(tmp_path, layout):
+    np_, (hbrun_args, env) = LAYOUTS[layout]
     timeline = str(tmp_path / "tl.json")
     run = run_ranks(SCRIPT, np_, timeout=120, args=[np_, STEPS],
-                    env={"HB_TIMELINE": timeline})
+                    env=dict(env, HB_TIMELINE=timeline),
+                    hbrun_args=hbrun_args)
     run.assert_ok()
     for rank, result in sorted(run.results.items()):
         assert result["failure_count"] == 0, (
