@@ -26,6 +26,13 @@ Rows:
   allreduce in-place      hb.allreduce_(x) vs comm.Allreduce(IN_PLACE, x).
                           Sweep sizes 4 B .. 64 MiB in powers of 4; small
                           sizes time many back-to-back calls per repetition.
+  small allreduce by path 4 B and 4 KiB out of place: Sum, which the fast
+                          path carries with the negotiation
+                          (HB_FAST_PATH_THRESHOLD), and Min on the same
+                          bytes, which takes the ordinary path (negotiation,
+                          then its own collective), each vs the same
+                          comm.Allreduce, interleaved: the fast path's gain
+                          within one job; no target.
   small step              200 float32 tensors of 16 KiB, each submitted
                           under a fixed name (so the response cache is warm),
                           then all synchronized. In place, as a distributed
@@ -77,7 +84,8 @@ Rows:
 
 Targets (from the issue, at 2 ranks) are printed next to the rows they apply
 to, with PASS/FAIL: bus bandwidth of large tensors (>= 16 MiB) >= 0.95x MPI
-in place and >= 0.85x out of place; small step >= 2x faster than per-tensor
+in place and >= 0.85x out of place; small tensors (4 B - 4 KiB) at most 3x
+mpi4py's time, in and out of place; small step >= 2x faster than per-tensor
 MPI; gradient step within 1.3x of the one-buffer floor (both in place);
 single 4 B allreduce
 under 1 ms; idle CPU < 1% of a core per rank. Across hosts (the header's
@@ -117,6 +125,8 @@ MIB = 1024 * KIB
 LARGE_BYTES = 16 * MIB           # sweep rows at or above this get a target
 TARGET_INPLACE_BW = 0.95         # hbcore / MPI bus bandwidth, in place
 TARGET_OUTOFPLACE_BW = 0.85      # hbcore / MPI bus bandwidth, out of place
+SMALL_TENSOR_BYTES = 4 * KIB     # sweep rows up to this get a latency target
+TARGET_SMALL_OVER_MPI = 3.0      # hbcore time / mpi4py time, 4 B - 4 KiB
 TARGET_SMALL_SPEEDUP = 2.0       # per-tensor MPI time / hbcore step time
 TARGET_GRADIENT_OVER_FLOOR = 1.3  # hbcore step time / one-buffer MPI time
 TARGET_SINGLE_LATENCY_S = 1e-3   # single 4 B allreduce, "well under 1 ms"
@@ -225,7 +235,36 @@ def sweep(comm: MPI.Intracomm, nbytes: int, s: Settings,
     if nbytes >= LARGE_BYTES:
         target = TARGET_INPLACE_BW if in_place else TARGET_OUTOFPLACE_BW
         judge(row, row.ratio >= target, "ratio >= %.2f" % target)
+    elif nbytes <= SMALL_TENSOR_BYTES:
+        judge(row, row.ratio >= 1 / TARGET_SMALL_OVER_MPI,
+              "ratio >= %.2f (%gx mpi4py)" % (1 / TARGET_SMALL_OVER_MPI,
+                                              TARGET_SMALL_OVER_MPI))
     return row
+
+
+def fast_path_rows(comm: MPI.Intracomm, s: Settings) -> List[Row]:
+    """4 B and 4 KiB allreduces out of place, Sum (carried with the
+    negotiation: HB_FAST_PATH_THRESHOLD) against Min (same bytes, not
+    eligible: the ordinary path, its own collective after the negotiation),
+    each beside mpi4py, all interleaved in one measurement: the fast path's
+    gain within one job, whatever the machine's load. No target."""
+    rows = []
+    for nbytes in (4, SMALL_TENSOR_BYTES):
+        src = np.ones(nbytes // FLOAT32.itemsize, FLOAT32)
+        dst = np.empty_like(src)
+        fns = [lambda: hb.allreduce(src, op=hb.Sum,
+                                    name="bench.fast.%d" % nbytes),
+               lambda: hb.allreduce(src, op=hb.Min,
+                                    name="bench.ordinary.%d" % nbytes),
+               lambda: comm.Allreduce(src, dst)]
+        fast_s, ordinary_s, mpi_s = measure(
+            comm, fns, s.reps_small, inner_calls(nbytes), s.warmup)
+        for how, hb_s in (("Sum (fast path)", fast_s),
+                          ("Min (ordinary path)", ordinary_s)):
+            rows.append(compared_row("small allreduce by path",
+                                     "%s, %s" % (format_bytes(nbytes), how),
+                                     nbytes, hb_s, mpi_s, comm.Get_size()))
+    return rows
 
 
 def compared_row(section: str, case: str, nbytes: int, hb_s: float,
@@ -714,6 +753,7 @@ def run(comm: MPI.Intracomm, s: Settings) -> List[Row]:
     rows: List[Row] = []
     for in_place in (False, True):
         rows += [sweep(comm, nbytes, s, in_place) for nbytes in s.sizes]
+    rows += fast_path_rows(comm, s)
     rows += step_rows(comm, "small step", with_large=False, s=s)
     rows += step_rows(comm, "gradient step", with_large=True, s=s)
     rows += page_kind_rows(comm, s)

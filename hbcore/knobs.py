@@ -105,6 +105,11 @@ KNOBS: Tuple[Knob, ...] = (
     Knob("cache_capacity", "HB_CACHE_CAPACITY", "integer", "1024", 0,
          2 ** 20, "slots", "response cache entries (0 disables the cache)",
          Flag("--cache-capacity", "N")),
+    Knob("fast_path_threshold", "HB_FAST_PATH_THRESHOLD", "integer", "8192",
+         0, 65536, "bytes",
+         "total payload of cached small Sum/Average CPU allreduces that "
+         "travel with the negotiation's readiness bits, one round trip "
+         "per cycle (0 disables)"),
     Knob("timeline", "HB_TIMELINE", "string", "", 0, 0, "path",
          "write a Chrome trace timeline to this file (rank 0; DYNAMIC: "
          "none until start_timeline)",

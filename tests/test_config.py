@@ -69,6 +69,7 @@ PER_RANK_CASES = ["per-rank/HB_CACHE_CAPACITY-differs",
                   "per-rank/HB_HIERARCHICAL_ALLREDUCE-differs",
                   "per-rank/HB_HIERARCHICAL_ALLGATHER-differs",
                   "per-rank/HB_RING_ALLREDUCE-differs",
+                  "per-rank/HB_FAST_PATH_THRESHOLD-differs",
                   "per-rank/config-differs",
                   "per-rank/init-after-fix"]
 

@@ -24,6 +24,7 @@ PURE_SOURCES = ["common/types", "common/config", "common/logging",
                 "negotiation/process_set", "runtime/rank_binding",
                 "transport/thread_affinity", "backends/scaling",
                 "backends/fused_layout", "backends/reduce_kernels",
+                "backends/combined_buffer",
                 "runtime/autotune"]
 
 # The folders of csrc/core/src from the bottom up (docs/architecture.md,

@@ -266,7 +266,8 @@ def per_rank(checker: Checker) -> None:
                              ("HB_SHM_ALLREDUCE_THRESHOLD", "0", "4194304"),
                              ("HB_HIERARCHICAL_ALLREDUCE", "0", "auto"),
                              ("HB_HIERARCHICAL_ALLGATHER", "1", "0"),
-                             ("HB_RING_ALLREDUCE", "1", "0")):
+                             ("HB_RING_ALLREDUCE", "1", "0"),
+                             ("HB_FAST_PATH_THRESHOLD", "0", "8192")):
         def differs(var=var, odd=odd, normal=normal):
             with Env({var: odd if rank == 0 else normal}):
                 expect_config_error([var])

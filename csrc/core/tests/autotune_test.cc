@@ -2,18 +2,14 @@
 // the controller carrying rank 0's proposal to every rank (autotune.h,
 // items 2 and 4) and switching the response cache at an agreed point.
 #include <functional>
-#include <thread>
 
-#include "check.h"
-#include "fake_comm.h"
-#include "negotiation/controller.h"
+#include "negotiation_harness.h"
 #include "runtime/autotune.h"
 
 namespace hbcore {
 namespace {
 
-using testing::Exchange;
-using testing::FakeComm;
+using testing::Cycle;
 
 Tuning Sample() {
   Tuning t;
@@ -70,38 +66,11 @@ TEST(SamplerClosesAtTheFirstNameSeenStepsTimes) {
 }
 
 TensorEntry Entry(int rank, const std::string& name) {
-  TensorEntry e;
-  e.request.rank = rank;
-  e.request.name = name;
-  e.request.shape = {4};
-  e.enqueued = Clock::now();
-  return e;
+  return testing::Entry(rank, name, {4});
 }
 
 void RunRanks(int size, const std::function<void(int, Controller*)>& body) {
-  auto exchange = std::make_shared<Exchange>(size);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      FakeComm comm(exchange, rank, size);
-      Controller controller(&comm, Config());
-      body(rank, &controller);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
-
-CycleOutput Cycle(Controller* c, PendingTable* pending,
-                  const CycleInput& input = CycleInput()) {
-  CycleOutput out;
-  CHECK(c->RunCycle(pending, input, &out).ok());
-  for (size_t i = 0; i < out.responses.size(); ++i) {
-    auto it = pending->find(out.responses[i].name);
-    c->Commit(out, i, it == pending->end() ? nullptr : &it->second);
-    if (it != pending->end()) pending->erase(it);
-  }
-  c->RevalidateSlots(pending);
-  return out;
+  testing::RunRanks(size, Config(), body);
 }
 
 TEST(ControllerCarriesRankZerosProposalToEveryRank) {

@@ -1,66 +1,17 @@
 // Negotiation at several ranks in one process: one thread per rank, each
 // with its own Controller over a FakeComm, all running cycles in lockstep.
 #include <algorithm>
-#include <functional>
 #include <random>
-#include <thread>
 
-#include "check.h"
-#include "fake_comm.h"
-#include "negotiation/controller.h"
+#include "negotiation_harness.h"
 
 namespace hbcore {
 namespace {
 
-using testing::Exchange;
-using testing::FakeComm;
-
-TensorEntry Entry(int rank, const std::string& name, Shape shape,
-                  OpType op = OpType::kAllreduce) {
-  TensorEntry e;
-  e.request.rank = rank;
-  e.request.name = name;
-  e.request.op = op;
-  e.request.shape = std::move(shape);
-  e.enqueued = Clock::now();
-  return e;
-}
-
-// Runs `body(rank, controller)` on `size` threads.
-void RunRanks(int size, Config config,
-              const std::function<void(int, Controller*)>& body) {
-  auto exchange = std::make_shared<Exchange>(size);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&, rank] {
-      FakeComm comm(exchange, rank, size);
-      Controller controller(&comm, config);
-      body(rank, &controller);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
-
-// One cycle; executed responses leave the table, as in the runtime.
-CycleOutput Cycle(Controller* c, PendingTable* pending,
-                  CycleInput input = CycleInput()) {
-  CycleOutput out;
-  Status s = c->RunCycle(pending, input, &out);
-  CHECK(s.ok());
-  for (size_t i = 0; i < out.responses.size(); ++i) {
-    auto it = pending->find(out.responses[i].name);
-    c->Commit(out, i, it == pending->end() ? nullptr : &it->second);
-    if (it != pending->end()) pending->erase(it);
-  }
-  c->RevalidateSlots(pending);
-  return out;
-}
-
-std::vector<std::string> Names(const CycleOutput& out) {
-  std::vector<std::string> names;
-  for (const Response& r : out.responses) names.push_back(r.name);
-  return names;
-}
+using testing::Cycle;
+using testing::Entry;
+using testing::Names;
+using testing::RunRanks;
 
 TEST(ControllerAgreesOnOrderAndUsesCacheSecondTime) {
   const int size = 3;

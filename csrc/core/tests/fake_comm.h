@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/combined_buffer.h"
 #include "negotiation/control_comm.h"
 
 namespace hbcore {
@@ -63,8 +64,30 @@ class FakeComm : public ControlComm {
     }
     return Status::OK();
   }
+  // Combined exactly as the MPI operation does (combined_buffer.h), in rank
+  // order.
+  Status AllreduceAndSum(std::vector<uint64_t>* words,
+                         std::vector<uint8_t>* payload,
+                         const std::vector<PayloadSegment>& segments) override {
+    ++combined_calls;
+    std::vector<uint8_t> packed = PackCombined(*words, *payload, segments);
+    std::string mine(reinterpret_cast<const char*>(packed.data()),
+                     packed.size());
+    std::vector<std::string> all = exchange_->AllGather(rank_, mine);
+    std::vector<uint8_t> result(all[0].begin(), all[0].end());
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (all[r].size() != result.size() ||
+          !CombineBuffers(reinterpret_cast<const uint8_t*>(all[r].data()),
+                          result.data())) {
+        return Status::Internal("combined buffers differ in layout");
+      }
+    }
+    UnpackCombined(result.data(), words, payload);
+    return Status::OK();
+  }
   Status Gather(const std::string& mine,
                 std::vector<std::string>* all) override {
+    ++gather_calls;
     std::vector<std::string> got = exchange_->AllGather(rank_, mine);
     if (rank_ == 0) *all = got;
     return Status::OK();
@@ -76,6 +99,10 @@ class FakeComm : public ControlComm {
   void SendWake(uint64_t) override {}
   bool PollWake(uint64_t*) override { return false; }
   Status Drain() override { return Status::OK(); }
+
+  // How many collectives of each kind this rank ran (a cycle's round trips).
+  int combined_calls = 0;
+  int gather_calls = 0;
 
  private:
   std::shared_ptr<Exchange> exchange_;

@@ -37,6 +37,10 @@ const hb_knob kKnobs[] = {
     {"bind_ranks", "HB_BIND_RANKS", HB_KNOB_CHOICE, "auto", 0, 0, "choice"},
     {"cache_capacity", "HB_CACHE_CAPACITY", HB_KNOB_INTEGER, "1024", 0,
      1048576, "slots"},
+    // Cached small Sum/Average allreduces ride the negotiation's collective
+    // (controller.h, "The fast path"): their total payload; 0: off.
+    {"fast_path_threshold", "HB_FAST_PATH_THRESHOLD", HB_KNOB_INTEGER,
+     "8192", 0, 65536, "bytes"},
     {"timeline", "HB_TIMELINE", HB_KNOB_STRING, "", 0, 0, "path"},
     {"timeline_mark_cycles", "HB_TIMELINE_MARK_CYCLES", HB_KNOB_BOOL, "0", 0,
      0, "flag"},
@@ -105,6 +109,7 @@ const Apply kApply[] = {
     [](const Value& v, Config* c) {
       c->cache_capacity = static_cast<int>(v.integer);
     },
+    [](const Value& v, Config* c) { c->fast_path_bytes = v.integer; },
     [](const Value& v, Config* c) { c->timeline_path = v.text; },
     [](const Value& v, Config* c) { c->timeline_mark_cycles = v.flag; },
     [](const Value& v, Config* c) { c->stall_check_seconds = v.number; },
@@ -383,6 +388,7 @@ std::string Config::ToString() const {
       << "HB_IDLE_SPIN=" << ChoiceName(idle_spin) << "\n"
       << "HB_BIND_RANKS=" << ChoiceName(bind_ranks) << "\n"
       << "HB_CACHE_CAPACITY=" << cache_capacity << "\n"
+      << "HB_FAST_PATH_THRESHOLD=" << fast_path_bytes << "\n"
       << "HB_TIMELINE=" << timeline_path << "\n"
       << "HB_TIMELINE_MARK_CYCLES=" << (timeline_mark_cycles ? 1 : 0) << "\n"
       << "HB_STALL_CHECK_TIME_SECONDS=" << stall_check_seconds << "\n"

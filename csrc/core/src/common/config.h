@@ -53,6 +53,9 @@ struct Config {
   Choice bind_ranks = Choice::kAuto;
   // Response-cache slots; 0 disables the bit-vector fast path.
   int cache_capacity = 1024;
+  // Bytes of cached small Sum/Average CPU allreduces whose payload travels
+  // with the readiness bits (controller.h, the fast path); 0 disables it.
+  int64_t fast_path_bytes = 8192;
   // Chrome-trace output path; empty disables the timeline, and so does
   // "DYNAMIC" (Horovod's value for "started later by hb_start_timeline",
   // which hbcore allows whatever the setting).

@@ -13,8 +13,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/types.h"
 
 namespace hbcore {
+
+// One tensor in the payload of AllreduceAndSum: `count` elements of `dtype`
+// starting at byte `offset`.
+struct PayloadSegment {
+  DataType dtype = DataType::kFloat32;
+  int64_t offset = 0;
+  int64_t count = 0;
+};
 
 class ControlComm {
  public:
@@ -25,6 +34,12 @@ class ControlComm {
 
   // Bitwise AND of `words` across ranks, in place.
   virtual Status AllreduceAnd(std::vector<uint64_t>* words) = 0;
+  // In one collective: the bitwise AND of `words` and the element-wise Sum
+  // of each segment of `payload`, in place (the controller's fast path).
+  // Every rank passes the same word count, payload size and segments.
+  virtual Status AllreduceAndSum(std::vector<uint64_t>* words,
+                                 std::vector<uint8_t>* payload,
+                                 const std::vector<PayloadSegment>& segments) = 0;
   // Rank 0 receives every rank's bytes in rank order; others get nothing.
   virtual Status Gather(const std::string& mine,
                         std::vector<std::string>* all) = 0;

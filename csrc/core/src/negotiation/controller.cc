@@ -1,5 +1,6 @@
 #include "negotiation/controller.h"
 
+#include <cstring>
 
 #include "common/logging.h"
 
@@ -9,6 +10,15 @@ namespace {
 constexpr uint64_t kFlagSlowPath = 1;
 constexpr uint64_t kFlagStallCheck = 2;
 constexpr uint64_t kFlagActive = 4;  // this rank has not joined
+constexpr uint64_t kFlagJoined = 8;  // this rank has joined (step G)
+
+// Whether a cached response may ride the fast path (step E): a payload the
+// collective can Sum on the host and the result needs no prescale.
+bool FastPathKind(const Response& r) {
+  return r.op == OpType::kAllreduce && !r.is_error() &&
+         r.device == HB_DEVICE_CPU && r.prescale == 1.0 &&
+         (r.reduce_op == ReduceOp::kSum || r.reduce_op == ReduceOp::kAverage);
+}
 
 }  // namespace
 
@@ -35,6 +45,7 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   if (stall_check) stall_.Checked(now);
   const bool just_joined = just_joined_;
   just_joined_ = false;
+  UpdateFastLayout();
   const int words_per_set = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> words(1 + 2 * words_per_set, 0);
   uint64_t* hits = words.data() + 1;
@@ -79,10 +90,27 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   }
   if (stall_check) flags |= kFlagStallCheck;
   if (!joined_) flags |= kFlagActive;
+  if (joined_) flags |= kFlagJoined;
   words[0] = ~flags;
 
-  // B. One small collective.
-  Status s = comm_->AllreduceAnd(&words);
+  // F. The payload: this rank's inputs for the layout slots it hit.
+  std::vector<uint8_t> payload(fast_payload_bytes_, 0);
+  if (!joined_ && !fast_slots_.empty()) {
+    for (const auto& kv : *pending) {
+      const TensorEntry& e = kv.second;
+      if (e.cache_slot < 0 || fast_index_[e.cache_slot] < 0) continue;
+      const PayloadSegment& seg =
+          fast_slots_[fast_index_[e.cache_slot]].segment;
+      if (seg.count == 0) continue;
+      std::memcpy(payload.data() + seg.offset, e.input,
+                  seg.count * DataTypeSize(seg.dtype));
+    }
+  }
+
+  // B. One small collective (with the payload when the layout has slots).
+  Status s = fast_slots_.empty()
+                 ? comm_->AllreduceAnd(&words)
+                 : comm_->AllreduceAndSum(&words, &payload, fast_segments_);
   if (!s.ok()) return s;
   flags = ~words[0];
   for (int i = 0; i < words_per_set; ++i) invalid[i] = ~invalid[i];
@@ -102,8 +130,13 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
       output->responses.push_back(cached);
       output->from_cache.push_back(true);
       output->cache_slots.push_back(slot);
+      // G. Carried: every rank added its input to the payload.
+      const bool carried = fast_index_[slot] >= 0 && !(flags & kFlagJoined);
+      output->carried.push_back(
+          carried ? fast_slots_[fast_index_[slot]].segment.offset : -1);
     }
   }
+  output->payload = std::move(payload);
   // D (second half): invalid slots go on every rank.
   for (int slot = 0; slot < cache_.capacity(); ++slot) {
     if (invalid[slot / 64] == 0) {
@@ -155,6 +188,7 @@ Status Controller::SlowPath(const RequestList& mine, CycleOutput* output) {
     output->responses.push_back(std::move(r));
     output->from_cache.push_back(false);
     output->cache_slots.push_back(-1);
+    output->carried.push_back(-1);
   }
   output->shutdown = list.shutdown;
   output->shutdown_reason = list.shutdown_reason;
@@ -206,6 +240,7 @@ bool Controller::SetCacheEnabled(bool enabled, PendingTable* pending) {
   const int capacity = enabled ? config_.cache_capacity : 0;
   if (capacity == cache_.capacity()) return false;
   cache_ = ResponseCache(capacity);
+  fast_version_ = ~uint64_t{0};  // the new cache may repeat a version
   bool reannounce = false;
   for (auto& kv : *pending) {
     TensorEntry& e = kv.second;
@@ -216,6 +251,37 @@ bool Controller::SetCacheEnabled(bool enabled, PendingTable* pending) {
     }
   }
   return reannounce;
+}
+
+void Controller::UpdateFastLayout() {
+  if (fast_version_ == cache_.version() &&
+      static_cast<int>(fast_index_.size()) == cache_.capacity()) {
+    return;
+  }
+  fast_version_ = cache_.version();
+  fast_slots_.clear();
+  fast_segments_.clear();
+  fast_index_.assign(cache_.capacity(), -1);
+  fast_payload_bytes_ = 0;
+  const int64_t budget = config_.fast_path_bytes;
+  for (int slot = 0; slot < cache_.capacity() && budget > 0 &&
+                     fast_slots_.size() < kFastPathTensors;
+       ++slot) {
+    const Response& r = cache_.Get(slot);
+    if (r.name.empty() || !FastPathKind(r)) continue;
+    const int64_t count = NumElements(r.shape);
+    const int64_t padded = (count * DataTypeSize(r.dtype) + 7) / 8 * 8;
+    if (fast_payload_bytes_ + padded > budget) continue;
+    FastSlot f;
+    f.slot = slot;
+    f.segment.dtype = r.dtype;
+    f.segment.offset = fast_payload_bytes_;
+    f.segment.count = count;
+    fast_payload_bytes_ += padded;
+    fast_index_[slot] = static_cast<int>(fast_slots_.size());
+    fast_slots_.push_back(f);
+    fast_segments_.push_back(f.segment);
+  }
 }
 
 bool Controller::RevalidateSlots(PendingTable* pending) {

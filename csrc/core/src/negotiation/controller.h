@@ -17,6 +17,35 @@
 //     local entries that were waiting on them are announced again next
 //     cycle (through the slow path).
 //
+// The fast path (HB_FAST_PATH_THRESHOLD bytes; 0 turns it off) makes a
+// cycle of cached small allreduces one round trip, by carrying their data in
+// step B's collective:
+//
+//  E. Layout. The cached responses that are CPU allreduces with reduce op
+//     Sum or Average and prescale 1, in slot order, while their payloads
+//     (each padded to 8 bytes) fit the threshold, at most kFastPathTensors.
+//     It is a function of the response cache alone, so it is the same on
+//     every rank; it is recomputed when the cache's version changes.
+//  F. Contribution. Step B then also carries a payload of the layout's
+//     size: each rank writes the input of every entry that hit a layout
+//     slot, zeros elsewhere. One collective combines the words by AND and
+//     the payload by Sum (ControlComm::AllreduceAndSum).
+//  G. Use. A ready slot of the layout is "carried" in a cycle in which no
+//     rank has joined: every rank set its bit, so every rank added its
+//     input, and the reduced payload is the result; the executor only
+//     copies it out (scaled by 1/size for Average, and postscale). Every
+//     other payload is discarded (some rank added zeros), and its slot
+//     waits or runs as before. A joined rank sets every hit bit without
+//     contributing, so a cycle after a join carries nothing (the joined
+//     flag travels in the flags word).
+//
+// Mismatches never reach a payload: a rank whose request differs from the
+// one it cached sets the slot's invalid bit, not its hit bit, so the slot
+// is not ready; it is erased on every rank and the coordinator names the
+// tensor (steps A, C, D). Tensors outside the layout (larger, other ops,
+// GPU) negotiate exactly as without the fast path; a cycle carries the
+// layout's payload, zeros included, whenever the layout is not empty.
+//
 // A rank that joined sets every hit bit so cached tensors of the others do
 // not wait for it; a cycle in which no rank is still active ignores them.
 // In the first cycle after it joins, it invalidates every slot instead, so
@@ -67,6 +96,10 @@ struct CycleOutput {
   // Which responses came from the cache (Touch) or coordinator (Put).
   std::vector<bool> from_cache;
   std::vector<int> cache_slots;
+  // Per response: the byte offset of its reduced data in `payload` when the
+  // fast path carried it (step G), else -1.
+  std::vector<int64_t> carried;
+  std::vector<uint8_t> payload;
   bool shutdown = false;
   std::string shutdown_reason;
   // The proposal every rank applies after this cycle (empty: none).
@@ -104,7 +137,18 @@ class Controller {
   // back to the slow path (returns true when there were any).
   bool SetCacheEnabled(bool enabled, PendingTable* pending);
 
+  // Most tensors one cycle's payload carries (step E): bounds the layout
+  // description every fast-path collective sends with the data.
+  static constexpr int kFastPathTensors = 64;
+
  private:
+  // One layout slot of the fast path (step E).
+  struct FastSlot {
+    int slot = -1;
+    PayloadSegment segment;
+  };
+  // Step E: recomputes the layout if the cache changed since the last time.
+  void UpdateFastLayout();
   Status SlowPath(const RequestList& mine, CycleOutput* output);
   ResponseList Coordinate(const std::vector<std::string>& gathered);
 
@@ -115,6 +159,14 @@ class Controller {
   bool joined_ = false;       // from Join() until the join response commits
   bool just_joined_ = false;  // until the first cycle after Join() ran
   std::unique_ptr<Coordinator> coordinator_;  // rank 0 only
+  // The fast path's layout (step E), valid for cache version
+  // fast_version_; fast_index_[slot] is the slot's index in fast_slots_ or
+  // -1.
+  std::vector<FastSlot> fast_slots_;
+  std::vector<PayloadSegment> fast_segments_;
+  std::vector<int> fast_index_;
+  int64_t fast_payload_bytes_ = 0;
+  uint64_t fast_version_ = ~uint64_t{0};
 };
 
 }  // namespace hbcore

@@ -37,6 +37,7 @@ void ResponseCache::Put(const Response& response, const Request* local) {
     if (slots_[target].used) Erase(target);
   }
   Slot& s = slots_[target];
+  ++version_;
   s.used = true;
   s.has_local = local != nullptr;
   if (local) s.local = *local;
@@ -49,6 +50,7 @@ void ResponseCache::Erase(int slot) {
   HB_CHECK(slot >= 0 && slot < capacity(), "cache slot " << slot);
   Slot& s = slots_[slot];
   if (!s.used) return;
+  ++version_;
   by_name_.erase(s.response.name);
   s = Slot();
 }

@@ -35,6 +35,9 @@ class ResponseCache {
   const Response& Get(int slot) const { return slots_[slot].response; }
   void Touch(int slot) { slots_[slot].last_use = ++clock_; }
   void Erase(int slot);
+  // Changes with every Put and Erase (not Touch): the same on every rank,
+  // so derived views (the fast path's layout) know when to recompute.
+  uint64_t version() const { return version_; }
 
  private:
   struct Slot {
@@ -47,6 +50,7 @@ class ResponseCache {
   std::vector<Slot> slots_;
   std::unordered_map<std::string, int> by_name_;
   uint64_t clock_ = 0;
+  uint64_t version_ = 0;
 };
 
 }  // namespace hbcore

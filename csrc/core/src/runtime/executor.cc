@@ -245,6 +245,32 @@ Status Executor::Allreduce(const std::vector<const Response*>& responses,
       });
 }
 
+TensorResult Executor::FinishCarried(const Response& r, TensorEntry* e,
+                                     const void* reduced) {
+  TensorResult result;
+  const auto start = Clock::now();
+  Backend* backend = backends_->For(r.device);
+  const int64_t count = NumElements(r.shape);
+  void* out = AllocateOutput(e, r.shape, &discard_, backend->memory(),
+                             count * DataTypeSize(r.dtype));
+  if (out == nullptr && count > 0) {
+    result.status = AllocationFailed(r);
+    return result;
+  }
+  // The payload was summed by the control plane, never averaged.
+  const double post = r.reduce_op == ReduceOp::kAverage
+                          ? r.postscale / size_
+                          : r.postscale;
+  if (count > 0) {
+    result.status =
+        backend->memory()->ScaledCopy(out, reduced, count, r.dtype, post);
+  }
+  // The timeline marks the tensors the fast path carried (the collective
+  // itself is inside their NEGOTIATE span).
+  Record({&r}, "FAST_PATH_ALLREDUCE", start);
+  return result;
+}
+
 Status Executor::AllreduceAlone(const Response& r, TensorEntry* e,
                                 ReduceOp op, Backend* backend,
                                 const std::vector<const Response*>& responses) {

@@ -59,6 +59,13 @@ class Executor {
   // for every batch, in order, once its results are final.
   void Run(const std::vector<Batch>& batches, const BatchDoneFn& done);
 
+  // An allreduce the fast path carried (controller.h, step G): `reduced` is
+  // its Sum over every rank, copied to the output with Average's 1/size
+  // and the postscale applied; the timeline gets a FAST_PATH_ALLREDUCE
+  // event.
+  TensorResult FinishCarried(const Response& r, TensorEntry* e,
+                             const void* reduced);
+
  private:
   // Runs one batch to completion.
   void RunOne(const std::vector<const Response*>& responses,

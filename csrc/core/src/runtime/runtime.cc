@@ -201,12 +201,14 @@ Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok,
   const uint64_t ring = static_cast<uint64_t>(config_.ring_allreduce);
   // The allreduce pipeline splits batches by it on every rank alike.
   const uint64_t piece = static_cast<uint64_t>(config_.pipeline_piece_bytes);
+  // The fast path's payload layout is derived from it (controller.h).
+  const uint64_t fast = static_cast<uint64_t>(config_.fast_path_bytes);
   std::vector<uint64_t> words = {cache, ~cache, fusion, ~fusion, shm, ~shm,
                                  hier, ~hier, gather, ~gather,
                                  timeline_ok ? ~uint64_t{0} : 0,
                                  affinity_ok ? ~uint64_t{0} : 0,
                                  cpu_set_hash, ~cpu_set_hash, ring, ~ring,
-                                 piece, ~piece};
+                                 piece, ~piece, fast, ~fast};
   Status s = transport_->control()->AllreduceAnd(&words);
   if (!s.ok()) return s;
   // Not an error: ranks may run on different CPUs (rank_binding.h).
@@ -237,6 +239,9 @@ Status Runtime::CheckSharedSettings(bool timeline_ok, bool affinity_ok,
   }
   if (words[16] != ~words[17]) {
     return differs("HB_PIPELINE_PIECE_BYTES", piece);
+  }
+  if (words[18] != ~words[19]) {
+    return differs("HB_FAST_PATH_THRESHOLD", fast);
   }
   if (words[11] == 0 && affinity_ok) {
     return Status(HB_ERR_CONFIG, "HB_THREAD_AFFINITY is invalid on another "
@@ -623,19 +628,55 @@ bool Runtime::RunSetCycle(SetState* set, const CycleInput& input,
   return true;
 }
 
+void Runtime::FinishCarried(SetState* set, const CycleOutput& cycle,
+                            Clock::time_point negotiated) {
+  // In response order, before any batch runs: the same Commit order on
+  // every rank.
+  PendingTable& pending = set->pending;
+  std::vector<TensorEntry*> entries;
+  std::vector<TensorResult> results;
+  std::vector<size_t> done;
+  for (size_t i = 0; i < cycle.responses.size(); ++i) {
+    if (cycle.carried[i] < 0) continue;
+    const Response& r = cycle.responses[i];
+    auto it = pending.find(r.name);
+    TensorEntry* e = it == pending.end() ? nullptr : &it->second;
+    if (e != nullptr && timeline_.enabled()) {
+      timeline_.Event(r.name, "NEGOTIATE", e->enqueued, negotiated);
+    }
+    results.push_back(set->executor->FinishCarried(
+        r, e, cycle.payload.data() + cycle.carried[i]));
+    set->controller->Commit(cycle, i, e);
+    if (sampler_ && set == global_) RecordForAutotune(r);
+    entries.push_back(e);
+    done.push_back(i);
+  }
+  if (entries.empty()) return;
+  Finish(entries, results);
+  for (size_t i : done) pending.erase(cycle.responses[i].name);
+}
+
 void Runtime::Execute(SetState* set, const CycleOutput& cycle) {
   if (cycle.responses.empty()) return;
+  const auto negotiated = Clock::now();
+  FinishCarried(set, cycle, negotiated);
   std::vector<FusionBatch> plan =
       PlanFusion(cycle.responses, tuning_.fusion_threshold_bytes);
+  // Carried allreduces are done (FinishCarried).
+  for (FusionBatch& b : plan) {
+    b.erase(std::remove_if(b.begin(), b.end(),
+                           [&](size_t i) { return cycle.carried[i] >= 0; }),
+            b.end());
+  }
   // Process-set operations run alone (fusion.h) and are performed by the
   // runtime (ApplySetOps), not by the executor.
   plan.erase(std::remove_if(plan.begin(), plan.end(),
                             [&](const FusionBatch& b) {
-                              return IsInternalOpType(static_cast<int>(
-                                  cycle.responses[b.front()].op));
+                              return b.empty() ||
+                                     IsInternalOpType(static_cast<int>(
+                                         cycle.responses[b.front()].op));
                             }),
              plan.end());
-  const auto negotiated = Clock::now();
   PendingTable& pending = set->pending;
   std::vector<Executor::Batch> batches(plan.size());
   for (size_t b = 0; b < plan.size(); ++b) {

@@ -205,6 +205,9 @@ class Runtime {
   bool RunSetCycle(SetState* set, const CycleInput& input,
                    CycleOutput* output);
   void Execute(SetState* set, const CycleOutput& cycle);
+  // Delivers the allreduces the fast path carried (controller.h, step G).
+  void FinishCarried(SetState* set, const CycleOutput& cycle,
+                     Clock::time_point negotiated);
   // Performs the global set's process-set operations of a cycle, in order.
   Status ApplySetOps(const CycleOutput& cycle, const std::vector<size_t>& ops);
   // Fails one entry that never reached negotiation (its set is gone).

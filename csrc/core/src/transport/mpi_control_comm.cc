@@ -1,8 +1,29 @@
 #include "transport/mpi_control_comm.h"
 
+#include <atomic>
+
+#include "backends/combined_buffer.h"
 #include "common/mpi_wait.h"
 
 namespace hbcore {
+namespace {
+
+// Set when CombineBuffers found two different layouts: the operation has no
+// way to return an error, so AllreduceAndSum checks this afterwards.
+std::atomic<bool> combine_failed{false};
+
+void CombineOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint8_t* a = static_cast<const uint8_t*>(in);
+  uint8_t* b = static_cast<uint8_t*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    const size_t bytes = CombinedSize(b);
+    if (!CombineBuffers(a, b)) combine_failed.store(true);
+    a += bytes;
+    b += bytes;
+  }
+}
+
+}  // namespace
 
 MpiControlComm::MpiControlComm(MPI_Comm comm, const WaitPolicy& wait)
     : comm_(comm), wait_(wait) {
@@ -19,6 +40,8 @@ MpiControlComm::MpiControlComm(MPI_Comm comm, const WaitPolicy& wait)
 }
 
 MpiControlComm::~MpiControlComm() {
+  if (combined_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&combined_type_);
+  if (combine_op_ != MPI_OP_NULL) MPI_Op_free(&combine_op_);
   for (MPI_Request& r : wake_recv_) {
     if (r == MPI_REQUEST_NULL) continue;
     MPI_Cancel(&r);
@@ -54,6 +77,38 @@ Status MpiControlComm::AllreduceAnd(std::vector<uint64_t>* words) {
                           MPI_BAND, comm_, &req);
   if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Iallreduce");
   return Wait(&req);
+}
+
+Status MpiControlComm::AllreduceAndSum(
+    std::vector<uint64_t>* words, std::vector<uint8_t>* payload,
+    const std::vector<PayloadSegment>& segments) {
+  std::vector<uint8_t> buffer = PackCombined(*words, *payload, segments);
+  int rc;
+  if (combine_op_ == MPI_OP_NULL) {
+    rc = MPI_Op_create(&CombineOp, /*commute=*/1, &combine_op_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Op_create");
+  }
+  if (combined_type_bytes_ != buffer.size()) {
+    if (combined_type_ != MPI_DATATYPE_NULL) MPI_Type_free(&combined_type_);
+    combined_type_bytes_ = 0;
+    rc = MPI_Type_contiguous(static_cast<int>(buffer.size()), MPI_BYTE,
+                             &combined_type_);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(&combined_type_);
+    if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Type_contiguous");
+    combined_type_bytes_ = buffer.size();
+  }
+  MPI_Request req;
+  rc = MPI_Iallreduce(MPI_IN_PLACE, buffer.data(), 1, combined_type_,
+                      combine_op_, comm_, &req);
+  if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Iallreduce");
+  Status s = Wait(&req);
+  if (!s.ok()) return s;
+  if (combine_failed.load()) {
+    return Status::Internal("the fast path's buffers have different layouts "
+                            "on different ranks");
+  }
+  UnpackCombined(buffer.data(), words, payload);
+  return Status::OK();
 }
 
 Status MpiControlComm::Gather(const std::string& mine,

@@ -36,6 +36,12 @@ class MpiControlComm : public ControlComm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status AllreduceAnd(std::vector<uint64_t>* words) override;
+  // One MPI_Iallreduce of a buffer packed by PackCombined, as one element
+  // of a contiguous byte type, with a user-defined operation that calls
+  // CombineBuffers (combined_buffer.h).
+  Status AllreduceAndSum(std::vector<uint64_t>* words,
+                         std::vector<uint8_t>* payload,
+                         const std::vector<PayloadSegment>& segments) override;
   Status Gather(const std::string& mine,
                 std::vector<std::string>* all) override;
   Status Broadcast(std::string* bytes) override;
@@ -54,6 +60,11 @@ class MpiControlComm : public ControlComm {
   static constexpr int kWakeTag = 7001;
 
   MPI_Comm comm_;
+  // AllreduceAndSum's operation, and its element type for the last buffer
+  // size (the layout changes only when the response cache does).
+  MPI_Op combine_op_ = MPI_OP_NULL;
+  MPI_Datatype combined_type_ = MPI_DATATYPE_NULL;
+  size_t combined_type_bytes_ = 0;
   int rank_ = 0;
   int size_ = 1;
   WaitPolicy wait_;

@@ -1,0 +1,204 @@
+// The controller's fast path (controller.h, steps E-G) at 2-3 ranks over
+// the fake communicator: which responses are carried, the reduced payload
+// they carry, and the collectives a cycle costs.
+#include <cstring>
+
+#include "negotiation_harness.h"
+
+namespace hbcore {
+namespace {
+
+using testing::Cycle;
+using testing::Entry;
+using testing::RunRanks;
+
+// A float32 allreduce entry reading `data`.
+TensorEntry Small(int rank, const std::string& name,
+                  const std::vector<float>& data,
+                  ReduceOp op = ReduceOp::kSum) {
+  TensorEntry e = Entry(rank, name, {static_cast<int64_t>(data.size())});
+  e.request.reduce_op = op;
+  e.input = data.data();
+  return e;
+}
+
+// The carried result of response `i`, or empty when it was not carried.
+std::vector<float> Carried(const CycleOutput& out, size_t i, size_t count) {
+  if (out.carried[i] < 0) return {};
+  std::vector<float> v(count);
+  std::memcpy(v.data(), out.payload.data() + out.carried[i],
+              count * sizeof(float));
+  return v;
+}
+
+// Rank r's input: {r + 1, 10 (r + 1)}; the Sum over `size` ranks.
+std::vector<float> Input(int rank) { return {rank + 1.0f, 10.0f * (rank + 1)}; }
+std::vector<float> Sum(int size) {
+  const float s = size * (size + 1) / 2.0f;
+  return {s, 10 * s};
+}
+
+TEST(FastPathAllRanksCachedIsOneCollective) {
+  const int size = 3;
+  RunRanks(size, Config(), [&](int rank, Controller* c,
+                               testing::FakeComm* comm) {
+    const std::vector<float> in = Input(rank);
+    PendingTable pending;
+    pending["s"] = Small(rank, "s", in);
+    CycleOutput out = Cycle(c, &pending);  // first time: slow path
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK_EQ(out.carried[0], -1);
+    const int gathers = comm->gather_calls;
+    const int combined = comm->combined_calls;
+    pending["s"] = Small(rank, "s", in);
+    out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK(out.from_cache[0]);
+    CHECK(Carried(out, 0, 2) == Sum(size));
+    // One round trip: the combined collective and nothing else.
+    CHECK_EQ(comm->combined_calls, combined + 1);
+    CHECK_EQ(comm->gather_calls, gathers);
+  });
+}
+
+TEST(FastPathWaitsForRankNotReadyThenCarries) {
+  RunRanks(2, Config(), [&](int rank, Controller* c) {
+    const std::vector<float> in = Input(rank);
+    PendingTable pending;
+    pending["s"] = Small(rank, "s", in);
+    Cycle(c, &pending);
+    // Rank 1 is late: rank 0's contribution must not be used alone.
+    if (rank == 0) pending["s"] = Small(rank, "s", in);
+    CycleOutput out = Cycle(c, &pending);
+    CHECK(out.responses.empty());
+    if (rank == 1) pending["s"] = Small(rank, "s", in);
+    out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK(Carried(out, 0, 2) == Sum(2));
+  });
+}
+
+TEST(FastPathEvictionBetweenCyclesRenegotiates) {
+  // Two slots: "a" is waiting on rank 0 when new tensors evict it; rank 0
+  // announces it again, and it runs through the slow path, then is carried
+  // again from its new slot.
+  Config config;
+  config.cache_capacity = 2;
+  RunRanks(2, config, [&](int rank, Controller* c) {
+    const std::vector<float> in = Input(rank);
+    PendingTable pending;
+    pending["a"] = Small(rank, "a", in);
+    pending["x"] = Small(rank, "x", in);
+    Cycle(c, &pending);
+    if (rank == 0) pending["a"] = Small(rank, "a", in);
+    pending["b"] = Small(rank, "b", in);
+    pending["c"] = Small(rank, "c", in);
+    CycleOutput out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 2u);  // b, c: slow path, they evict a, x
+    CHECK(pending.count("a") == (rank == 0 ? 1u : 0u));
+    if (rank == 0) CHECK(!pending["a"].announced);
+    if (rank == 1) pending["a"] = Small(rank, "a", in);
+    out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK_EQ(out.responses[0].name, std::string("a"));
+    CHECK(!out.from_cache[0]);
+    CHECK_EQ(out.carried[0], -1);
+    pending["a"] = Small(rank, "a", in);
+    out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK(Carried(out, 0, 2) == Sum(2));
+  });
+}
+
+TEST(FastPathMismatchIsErrorOnEveryRank) {
+  RunRanks(3, Config(), [&](int rank, Controller* c) {
+    const std::vector<float> in = Input(rank);
+    const std::vector<float> longer = {1, 2, 3, 4};
+    PendingTable pending;
+    pending["m"] = Small(rank, "m", in);
+    Cycle(c, &pending);
+    // Rank 2 now sends 4 elements under the cached name: nothing is
+    // carried, the slot goes, and the coordinator names the tensor.
+    pending["m"] = Small(rank, "m", rank == 2 ? longer : in);
+    CycleOutput out = Cycle(c, &pending);
+    CHECK(out.responses.empty());
+    if (out.responses.empty()) out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK_EQ(out.carried[0], -1);
+    CHECK_EQ(out.responses[0].error_code, HB_ERR_MISMATCH);
+    CHECK_CONTAINS(out.responses[0].error, "'m'");
+    CHECK_CONTAINS(out.responses[0].error, "rank 2 sent [4]");
+  });
+}
+
+TEST(FastPathCarriesNothingAfterAJoin) {
+  RunRanks(3, Config(), [&](int rank, Controller* c) {
+    const std::vector<float> in = Input(rank);
+    PendingTable pending;
+    pending["s"] = Small(rank, "s", in);
+    Cycle(c, &pending);
+    if (rank == 2) {
+      pending["hbcore.join"] = Entry(rank, "hbcore.join", {}, OpType::kJoin);
+      c->Join();
+    } else {
+      pending["s"] = Small(rank, "s", in);
+    }
+    // The join invalidates every slot: "s" is renegotiated and cached
+    // again while rank 2 stays joined.
+    CycleOutput out = Cycle(c, &pending);
+    if (out.responses.empty()) out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK_EQ(out.responses[0].name, std::string("s"));
+    CHECK_EQ(out.carried[0], -1);
+    // Now a cache hit on ranks 0 and 1, every bit set by rank 2: ready,
+    // but rank 2 added no input, so the executor runs it (with zeros).
+    if (rank != 2) pending["s"] = Small(rank, "s", in);
+    out = Cycle(c, &pending);
+    CHECK_EQ(out.responses.size(), 1u);
+    CHECK(out.from_cache[0]);
+    CHECK_EQ(out.carried[0], -1);
+  });
+}
+
+TEST(FastPathLayoutTakesOnlySmallSumOrAverage) {
+  // Threshold 16 bytes: "avg" (8 B) and "sum" (8 B) fit; "big" (24 B) does
+  // not, nor does "min" (op) or "pre" (prescale); "off" with the path off.
+  Config config;
+  config.fast_path_bytes = 16;
+  RunRanks(2, config, [&](int rank, Controller* c) {
+    const std::vector<float> in = Input(rank);
+    const std::vector<float> big(6, rank + 1.0f);
+    for (int round = 0; round < 2; ++round) {
+      PendingTable pending;
+      pending["avg"] = Small(rank, "avg", in, ReduceOp::kAverage);
+      pending["big"] = Small(rank, "big", big);
+      pending["min"] = Small(rank, "min", in, ReduceOp::kMin);
+      pending["pre"] = Small(rank, "pre", in);
+      pending["pre"].request.prescale = 2.0;
+      pending["sum"] = Small(rank, "sum", in);
+      CycleOutput out = Cycle(c, &pending);
+      CHECK_EQ(out.responses.size(), 5u);
+      for (size_t i = 0; i < out.responses.size(); ++i) {
+        const std::string& name = out.responses[i].name;
+        const bool carried = round == 1 && (name == "avg" || name == "sum");
+        CHECK_EQ(out.carried[i] >= 0, carried);
+        // Average travels as a Sum; the executor divides.
+        if (carried) CHECK(Carried(out, i, 2) == Sum(2));
+      }
+    }
+  });
+  config.fast_path_bytes = 0;
+  RunRanks(2, config, [&](int rank, Controller* c, testing::FakeComm* comm) {
+    const std::vector<float> in = Input(rank);
+    for (int round = 0; round < 2; ++round) {
+      PendingTable pending;
+      pending["off"] = Small(rank, "off", in);
+      CycleOutput out = Cycle(c, &pending);
+      CHECK_EQ(out.carried[0], -1);
+    }
+    CHECK_EQ(comm->combined_calls, 0);
+  });
+}
+
+}  // namespace
+}  // namespace hbcore
