@@ -3,6 +3,7 @@
 // they carry, and the collectives a cycle costs.
 #include <cstring>
 
+#include "backends/combined_buffer.h"
 #include "negotiation_harness.h"
 
 namespace hbcore {
@@ -198,6 +199,23 @@ TEST(FastPathLayoutTakesOnlySmallSumOrAverage) {
     }
     CHECK_EQ(comm->combined_calls, 0);
   });
+}
+
+// Buffers of two layouts combine into a result marked broken, and the mark
+// survives a later combination, so every rank of the MPI operation sees it.
+TEST(CombinedBuffersOfDifferentLayoutsAreMarkedBroken) {
+  const std::vector<uint64_t> words = {~uint64_t{0}};
+  const std::vector<uint8_t> payload(8, 0);
+  std::vector<uint8_t> a = PackCombined(words, payload, {{DataType::kFloat32, 0, 2}});
+  std::vector<uint8_t> b = PackCombined(words, payload, {{DataType::kInt32, 0, 2}});
+  std::vector<uint8_t> same = a;
+  CHECK(CombineBuffers(a.data(), same.data()));
+  CHECK(!CombinedBroken(same.data()));
+  CHECK(!CombineBuffers(a.data(), b.data()));
+  CHECK(CombinedBroken(b.data()));
+  std::vector<uint8_t> later = a;
+  CHECK(!CombineBuffers(b.data(), later.data()));
+  CHECK(CombinedBroken(later.data()));
 }
 
 }  // namespace

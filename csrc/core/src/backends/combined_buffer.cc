@@ -1,5 +1,6 @@
 #include "backends/combined_buffer.h"
 
+#include <cstddef>
 #include <cstring>
 
 #include "backends/reduce_kernels.h"
@@ -8,6 +9,10 @@ namespace hbcore {
 namespace {
 
 struct Header {
+  // Set by CombineBuffers when the two buffers' layouts differ, and kept
+  // by every later combination, so the result tells every rank (an MPI
+  // operation cannot return an error).
+  uint64_t broken;
   uint64_t words;
   uint64_t payload_bytes;
   uint64_t segments;
@@ -32,7 +37,7 @@ size_t PayloadOffset(const Header& h) {
 std::vector<uint8_t> PackCombined(const std::vector<uint64_t>& words,
                                   const std::vector<uint8_t>& payload,
                                   const std::vector<PayloadSegment>& segments) {
-  Header h{words.size(), payload.size(), segments.size()};
+  Header h{0, words.size(), payload.size(), segments.size()};
   std::vector<uint8_t> buffer(PayloadOffset(h) + payload.size());
   std::memcpy(buffer.data(), &h, sizeof(h));
   Segment* out = reinterpret_cast<Segment*>(buffer.data() + sizeof(Header));
@@ -59,7 +64,14 @@ bool CombineBuffers(const uint8_t* in, uint8_t* inout) {
   Header h;
   std::memcpy(&h, inout, sizeof(h));
   const size_t layout_bytes = WordsOffset(h);
-  if (std::memcmp(in, inout, layout_bytes) != 0) return false;
+  const size_t layout_begin = offsetof(Header, words);
+  if (CombinedBroken(in) || h.broken != 0 ||
+      std::memcmp(in + layout_begin, inout + layout_begin,
+                  layout_bytes - layout_begin) != 0) {
+    const uint64_t broken = 1;
+    std::memcpy(inout + offsetof(Header, broken), &broken, sizeof(broken));
+    return false;
+  }
   const uint64_t* a = reinterpret_cast<const uint64_t*>(in + layout_bytes);
   uint64_t* b = reinterpret_cast<uint64_t*>(inout + layout_bytes);
   for (uint64_t i = 0; i < h.words; ++i) b[i] &= a[i];
@@ -76,6 +88,12 @@ bool CombineBuffers(const uint8_t* in, uint8_t* inout) {
     }
   }
   return true;
+}
+
+bool CombinedBroken(const uint8_t* buffer) {
+  Header h;
+  std::memcpy(&h, buffer, sizeof(h));
+  return h.broken != 0;
 }
 
 void UnpackCombined(const uint8_t* buffer, std::vector<uint64_t>* words,

@@ -5,7 +5,7 @@
 // Layout, identical on every rank because the controller derives the
 // segments from the response cache, which is identical on every rank:
 //
-//   [header: word count, payload bytes, segment count]
+//   [header: broken flag, word count, payload bytes, segment count]
 //   [segments: dtype, offset, count]   [words]   [payload]
 //
 // The header travels with the data so that a reduction function that is
@@ -30,8 +30,12 @@ std::vector<uint8_t> PackCombined(const std::vector<uint64_t>& words,
 size_t CombinedSize(const uint8_t* buffer);
 
 // inout = in (combined) inout: AND of the words, Sum of each segment.
-// Returns false when the two headers differ (a broken invariant).
+// Returns false, and marks inout broken, when the two layouts differ (a
+// broken invariant) or either was marked broken already.
 bool CombineBuffers(const uint8_t* in, uint8_t* inout);
+
+// Whether a combination that produced `buffer` met different layouts.
+bool CombinedBroken(const uint8_t* buffer);
 
 // Copies the words and payload of a combined buffer back out (sizes as
 // packed).

@@ -1,23 +1,20 @@
 #include "transport/mpi_control_comm.h"
 
-#include <atomic>
-
 #include "backends/combined_buffer.h"
 #include "common/mpi_wait.h"
 
 namespace hbcore {
 namespace {
 
-// Set when CombineBuffers found two different layouts: the operation has no
-// way to return an error, so AllreduceAndSum checks this afterwards.
-std::atomic<bool> combine_failed{false};
-
+// MPI's user-defined operation over `len` packed buffers. A layout
+// mismatch cannot be returned from here: CombineBuffers marks the result,
+// which AllreduceAndSum checks.
 void CombineOp(void* in, void* inout, int* len, MPI_Datatype*) {
   const uint8_t* a = static_cast<const uint8_t*>(in);
   uint8_t* b = static_cast<uint8_t*>(inout);
   for (int i = 0; i < *len; ++i) {
     const size_t bytes = CombinedSize(b);
-    if (!CombineBuffers(a, b)) combine_failed.store(true);
+    CombineBuffers(a, b);
     a += bytes;
     b += bytes;
   }
@@ -103,7 +100,7 @@ Status MpiControlComm::AllreduceAndSum(
   if (rc != MPI_SUCCESS) return MpiStatus(rc, "MPI_Iallreduce");
   Status s = Wait(&req);
   if (!s.ok()) return s;
-  if (combine_failed.load()) {
+  if (CombinedBroken(buffer.data())) {
     return Status::Internal("the fast path's buffers have different layouts "
                             "on different ranks");
   }
