@@ -9,7 +9,7 @@ command, and launches, reports failures and exits like hbrun.
 
 With a ``TF_CONFIG`` naming a cluster (Kubernetes TFJob, PAI), the same
 command started on every machine forms one job across the machines
-(hbcore/launcher/manual/tf_config_launch.py); ``HB_IGNORE_TF_CONFIG=1``
+(hbcore/launcher/tf_config_launch.py); ``HB_IGNORE_TF_CONFIG=1``
 keeps it to this machine.
 
 ``run`` is implemented in hbcore/launcher/run_fn.py (see there why) and

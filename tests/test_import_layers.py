@@ -105,6 +105,22 @@ def test_an_upward_import_breaks_the_contract(tmp_path):
             % (lines + 1)) in result.stdout, result.stdout
 
 
+def test_a_launcher_folder_importing_upward_breaks_the_layers(tmp_path):
+    """A copy of the sources where manual/'s hosted job imports the
+    command job (an entry point above it): lint-imports exits 1 naming the
+    layers, the import and its line."""
+    _copy_sources(tmp_path)
+    number = _append(tmp_path / "hbcore" / "launcher" / "manual" /
+                     "hosted_job.py", "from hbcore.launcher import command_job")
+    result = _run(str(tmp_path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert ("hbcore.launcher.manual is not allowed to import "
+            "hbcore.launcher.command_job") in result.stdout, result.stdout
+    assert ("hbcore.launcher.manual.hosted_job -> "
+            "hbcore.launcher.command_job (l.%d)" % number) in result.stdout, \
+        result.stdout
+
+
 def test_the_rank_side_contract_names_every_other_hbcore_module():
     """The rank-side contract lists hbcore's other modules by name (a
     wildcard would match the rank-side scripts too): a module added to

@@ -18,7 +18,7 @@ from hbcore.launcher.manual import hydra_manual  # noqa: E402
 from hbcore.launcher.manual.rendezvous import (CONTEXT, Arrival,  # noqa: E402
                                                Coordinator, Member, Placement,
                                                RendezvousError)
-from hbcore.launcher.manual.tf_config_launch import (  # noqa: E402
+from hbcore.launcher.tf_config_launch import (  # noqa: E402
     rank_tf_config)
 from hbcore.launcher.rank import wire  # noqa: E402
 

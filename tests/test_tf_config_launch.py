@@ -1,4 +1,4 @@
-"""The TF_CONFIG launch (hbcore/launcher/manual/tf_config_launch.py) across
+"""The TF_CONFIG launch (hbcore/launcher/tf_config_launch.py) across
 emulated machines: every machine is a separate ``python -m hbcore.run``
 (or ``hbrun --tf-config``) process group on 127.0.0.1 with its own
 TF_CONFIG port, as a Kubernetes TFJob starts one per pod.

@@ -21,6 +21,9 @@ Modules at the top, one job each:
     job_spec     the one description of a job (JobSpec) every entry point
                  fills, and the rules between its settings
     command_job  runs a command's job (hbrun, a ps task) and reports it
+    tf_config_launch  a TF_CONFIG machine's launcher (Kubernetes' TFJob,
+                 PAI): the rendezvous of manual/, its ps/evaluator tasks
+                 through command_job
     outcome      results and root failure of a job, report lines, the
                  launcher's stop signals
     mpiexec      finding hydra's mpiexec, building its command line

@@ -26,7 +26,7 @@ from hbcore.launcher.job_spec import (DEFAULT_ELASTIC_TIMEOUT_S,
                                       ELASTIC_TIMEOUT_VAR, HBRUN_NAMES,
                                       ElasticSettings, JobSettingError,
                                       JobSpec, elastic_settings, rank_count)
-from hbcore.launcher.manual.tf_config_launch import (DEFAULT_START_TIMEOUT_S,
+from hbcore.launcher.tf_config_launch import (DEFAULT_START_TIMEOUT_S,
                                                      run_tf_config_job)
 from hbcore.launcher.mpiexec import launcher_environ, nic_env
 from hbcore.launcher.operator_hostfile import operator_hostfile, uniform_slots
@@ -237,7 +237,7 @@ def add_tuning_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_tf_config_flags(parser: argparse.ArgumentParser,
                         always: bool) -> None:
-    """Adds the flags of a TF_CONFIG launch (manual/tf_config_launch.py).
+    """Adds the flags of a TF_CONFIG launch (tf_config_launch.py).
 
     Args:
         parser: hbrun's or ``python -m hbcore.run``'s parser.
@@ -284,7 +284,7 @@ def use_tf_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
 
 def run_tf_config(args: argparse.Namespace, program: str) -> int:
     """Runs this machine's part of a TF_CONFIG job
-    (manual/tf_config_launch.py).
+    (tf_config_launch.py).
 
     Args:
         args: Validated arguments.

@@ -8,7 +8,8 @@ Modules:
     hydra_manual      hydra's manual launcher: proxy commands <-> data
     placed_job        running a placed job: the coordinator's mpiexec
                       under the supervisor, a member's own proxy
-    tf_config_launch  TF_CONFIG machines (Kubernetes' TFJob, PAI)
+(The TF_CONFIG front end, an entry point like hbrun, is the top level's
+tf_config_launch.)
     hosted_job        Spark's and Ray's driver side: coordinator, mpiexec
     hosted_rank       a Spark task's / Ray actor's side: hosts one rank
 """

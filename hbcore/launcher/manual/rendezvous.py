@@ -7,7 +7,7 @@ and the address of the coordinator (one member's launcher, the chief's).
 This module turns that into one MPI world, built by hydra like every other
 hbcore job: the coordinator runs ``mpiexec -launcher manual`` and every
 member starts the proxy that mpiexec waits for on its own machine
-(hydra_manual.py). Front ends: tf_config_launch.py (TF_CONFIG machines);
+(hydra_manual.py). Front ends: ../tf_config_launch.py (TF_CONFIG machines);
 Spark tasks and Ray actors are meant to be more of them.
 
 Protocol (hbcore's authenticated wire, wire.py, context ``rendezvous``,
