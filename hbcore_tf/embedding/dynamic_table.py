@@ -23,9 +23,11 @@ right without knowing them:
    gradient, and its optimizer slots still hold their initial values.
 3. Row ``capacity`` is a scratch row: keys without a row (not admitted
    yet, or no free row left) gather it, and their lookup gives 0 instead
-   (so their gradient, 0, lands there and no key's row moves); a key
-   that found no free row then fails the lookup after both exchanges,
-   naming the table.
+   (so their gradient, 0, lands there and no key's row moves). A key
+   that found no free row sets its owner's status, which travels back
+   to every rank with the rows (one extra row per segment of the rows
+   alltoall), so the lookup fails on every rank after both exchanges,
+   naming the table and the full rank.
 
 Counts and admission: every lookup counts each key's occurrences in all
 ranks' ids (``sharded_lookup``'s count_ids: the counts travel beside the
@@ -36,7 +38,7 @@ count, this lookup's occurrences included, reaches F; before that it
 reads 0 (DeepRec's ``default_value_no_permission``) and is not trained.
 A key that has a row keeps it (a restored key too, whatever its count).
 """
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
@@ -229,12 +231,12 @@ class DynamicTable:
         counts.set_shape(keys.shape)  # the map's op leaves it unknown
         return counts, update
 
-    def _read_rows(self, keys: tf.Tensor, occurrences: tf.Tensor,
-                   overflow: List[tf.Tensor]) -> tf.Tensor:
+    def _read_rows(self, keys: tf.Tensor, occurrences: tf.Tensor
+                   ) -> Tuple[tf.Tensor, tf.Tensor]:
         """The owner's stage: rows of ``keys`` (keys this rank owns),
         counting them and creating the rows of admitted keys that have
-        none; appends to ``overflow`` whether some key found no free
-        row."""
+        none; and this owner's status for every rank: rank + 1 when some
+        key found no free row, else 0."""
         counts, count = self._count(keys, occurrences)
         index = self._lookup_index(keys)
         wanted = tf.logical_and(index < 0, counts >= self.filter_freq)
@@ -245,13 +247,14 @@ class DynamicTable:
         insert = self._map.insert(new, rows)
         write = self._store.scatter_update(tf.IndexedSlices(
             self._initializer(new, self.info.dim, self._store.dtype), rows))
-        overflow.append(tf.logical_not(tf.reduce_all(fits)))
+        status = tf.where(tf.reduce_all(fits), tf.constant(0, tf.int64),
+                          tf.constant(self.info.shard + 1, tf.int64))
         with tf.control_dependencies([insert, write, count]):
             index = self._lookup_index(keys)
         held = index >= 0
         rows = tf.gather(self._store, tf.where(
             held, index, tf.constant(self.capacity, tf.int64)))
-        return tf.where(held[:, None], rows, tf.zeros_like(rows))
+        return tf.where(held[:, None], rows, tf.zeros_like(rows)), status
 
     def lookup(self, ids: Any, name: Optional[str] = None,
                exact_names: bool = False) -> tf.Tensor:
@@ -269,24 +272,26 @@ class DynamicTable:
 
         Raises:
             TypeError: see ``keys``.
-            tf.errors.InvalidArgumentError: (when run, on the owner) more
-                keys than ``capacity`` on one rank; the message names the
-                table.
+            tf.errors.InvalidArgumentError: (when run, on every rank)
+                more keys than ``capacity`` on some rank; the message
+                names the table and that rank (the highest one when
+                several overflowed).
         """
         keys = self.keys(ids)
-        overflow: List[tf.Tensor] = []
-        out = sharded_lookup(
-            lambda k, n: self._read_rows(k, n, overflow), self.info, keys,
-            self._store.dtype, name=name, exact_names=exact_names,
-            count_ids=True)
-        # Checked after both exchanges, so the other ranks' step completes.
+        out, status = sharded_lookup(
+            self._read_rows, self.info, keys, self._store.dtype, name=name,
+            exact_names=exact_names, count_ids=True)
+        # Every owner's status came back with the rows: checked after both
+        # exchanges, on every rank, so no rank's step is left waiting.
         with tf.control_dependencies([out]):
             check = tf.debugging.Assert(
-                tf.logical_not(overflow[0]),
-                ["dynamic embedding table '%s': rank %d holds its capacity "
-                 "of %d rows; more keys arrived (raise the layer's "
-                 "capacity= argument)" % (
-                     self.info.name, self.info.shard, self.capacity)],
+                tf.equal(status, 0),
+                [tf.strings.join([
+                    "dynamic embedding table '%s': rank " % self.info.name,
+                    tf.strings.as_string(status - 1),
+                    " holds its capacity of %d rows; more keys arrived "
+                    "(raise the layer's capacity= argument)" %
+                    self.capacity])],
                 name="check_capacity")
         with tf.control_dependencies([check]):
             return tf.identity(out)

@@ -254,19 +254,41 @@ def lookup_local(read_rows: Callable[[tf.Tensor], tf.Tensor],
     Returns:
         One row per received id, in the order received. In the backward
         pass the rows' gradient is divided by the number of ranks that
-        had data this step.
+        had data this step. When ``read_rows`` returns ``(rows,
+        status)``, ``(those rows, status)``.
     """
     if routed.occurrences is None:
         rows = read_rows(routed.distinct)
     else:
         rows = read_rows(routed.distinct, routed.occurrences)
+    status = None
+    if isinstance(rows, tuple):
+        rows, status = rows
     rows = _scale_gradient(
         rows, 1.0 / tf.maximum(routed.senders_with_data, 1.0))
-    return tf.gather(rows, routed.index)
+    rows = tf.gather(rows, routed.index)
+    return rows if status is None else (rows, status)
+
+
+def _with_status_rows(rows: tf.Tensor, counts: tf.Tensor,
+                      status: tf.Tensor) -> tf.Tensor:
+    """Owner: ``rows`` in segments of ``counts`` rows (one per sender),
+    each segment followed by one row filled with ``status``."""
+    segments = tf.size(counts, out_type=tf.int64)
+    segment = tf.repeat(tf.range(segments), counts)
+    at = tf.range(tf.size(segment, out_type=tf.int64)) + segment
+    ends = tf.cumsum(counts) + tf.range(segments)
+    shape = tf.stack([tf.reduce_sum(counts) + segments,
+                      tf.shape(rows, out_type=tf.int64)[1]])
+    flags = tf.fill(tf.stack([segments, shape[1]]),
+                    tf.cast(status, rows.dtype))
+    return tf.scatter_nd(at[:, None], rows, shape) + \
+        tf.scatter_nd(ends[:, None], flags, shape)
 
 
 def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
-                name: str, exact_names: bool = False) -> tf.Tensor:
+                name: str, exact_names: bool = False,
+                status: Optional[tf.Tensor] = None) -> Any:
     """Stage 3: rows back to their senders; one row per flat id, in the
     senders' original order.
 
@@ -279,16 +301,28 @@ def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
             gradient's is ``name + "_rows_grad"`` with ``exact_names``).
         exact_names: name the alltoall exactly, whatever the enclosing
             name scopes (see ``sharded_lookup``).
+        status: this owner's status, a small whole number (0: fine),
+            sent to every rank as one extra row per sender segment.
 
     Returns:
-        A ``[number of flat ids, dim]`` tensor of ``dtype``.
+        A ``[number of flat ids, dim]`` tensor of ``dtype``; with
+        ``status``, also the largest status of all owners (int64).
     """
     wire = tf.as_dtype(column_option("emb_wire_dtype"))
     if wire != rows.dtype and rows.dtype.is_floating:
         rows = tf.cast(rows, wire)
-    back, _ = _alltoall(rows, routed.received_counts, name + "_rows",
-                        exact_names)
-    return tf.gather(tf.cast(back, dtype), routed.restore)
+    counts = routed.received_counts
+    if status is not None:
+        rows, counts = _with_status_rows(rows, counts, status), counts + 1
+    back, back_splits = _alltoall(rows, counts, name + "_rows", exact_names)
+    if status is not None:
+        # Every owner sent this rank a segment, if only its status row.
+        is_row = _is_id(back[:, 0], back_splits)
+        status = tf.cast(tf.reduce_max(tf.boolean_mask(
+            back[:, 0], tf.logical_not(is_row))), tf.int64)
+        back = tf.boolean_mask(back, is_row)
+    out = tf.gather(tf.cast(back, dtype), routed.restore)
+    return out if status is None else (out, status)
 
 
 def _lookup_name(info: ShardInfo, name: Optional[str]) -> str:
@@ -300,7 +334,7 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
                    info: ShardInfo, ids: Any, dtype: tf.DType,
                    name: Optional[str] = None,
                    exact_names: bool = False,
-                   count_ids: bool = False) -> tf.Tensor:
+                   count_ids: bool = False) -> Any:
     """Rows of the whole table for ``ids`` (any shape), looked up across
     ranks.
 
@@ -322,8 +356,15 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
         count_ids: ``read_rows`` also gets each id's occurrences in all
             ranks' ``ids`` (see ``route_ids``).
 
+    ``read_rows`` may return ``(rows, status)``, status being an int64
+    scalar (0: fine): every owner's status then travels back with the
+    rows (``return_rows``), so every rank learns of a failure on any
+    owner in the same exchange.
+
     Returns:
-        A tensor of shape ``ids.shape + [dim]``.
+        A tensor of shape ``ids.shape + [dim]``; with a status from
+        ``read_rows``, ``(that tensor, the largest status of all
+        owners)``.
 
     Raises:
         TypeError: ``ids`` are not integers.
@@ -339,7 +380,12 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
         routed = route_ids(info, flat, name, exact_names, count_ids)
         rows = lookup_local(read_rows, routed)
-        out = return_rows(rows, routed, dtype, name, exact_names)
+        status = None
+        if isinstance(rows, tuple):
+            rows, status = rows
+        out = return_rows(rows, routed, dtype, name, exact_names, status)
+        if status is not None:
+            out, status = out
         out = tf.reshape(out, tf.concat(
             [tf.shape(ids, out_type=tf.int64), [info.dim]], 0))
         # Checked after both exchanges, so the other ranks' step completes.
@@ -351,4 +397,5 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
                  routed.invalid],
                 summarize=16, name="check_ids")
         with tf.control_dependencies([check]):
-            return tf.identity(out)
+            out = tf.identity(out)
+        return out if status is None else (out, status)

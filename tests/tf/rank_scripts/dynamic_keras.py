@@ -374,6 +374,15 @@ def main() -> None:
                       tf.errors.InvalidArgumentError, "tiny",
                       "capacity of 1 rows", "capacity= argument")
         identical_on_all_ranks([np.arange(3)], "collectives after the error")
+        # Only the last rank overflows, and only rank 0 looks its keys
+        # up; every rank still fails, naming the table and that rank.
+        last = [k for k in range(1000, 2000) if owner(k, size) == size - 1]
+        mine = last[:2] if rank == 0 else []
+        one = dynamic("one_full", capacity=1)
+        expect_raises(lambda: one(np.array(mine, np.int64)),
+                      tf.errors.InvalidArgumentError, "one_full",
+                      "rank %d holds its capacity of 1 rows" % (size - 1))
+        identical_on_all_ranks([np.arange(3)], "collectives after the error")
 
     def export_served_by_plain_tf():
         """A model with an int64 DynamicEmbedding and a string bag,
