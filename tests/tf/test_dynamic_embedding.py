@@ -16,8 +16,8 @@ two Keras flavours.
 test_export_served_by_plain_tf serves the SavedModel each launch's
 export_for_serving case wrote (a DynamicEmbedding over int64 ids and one
 over a string bag) in one plain TensorFlow process for the module (no
-hbcore imported there): about 2 s per launch, 5-10 s more for the
-process's start.
+hbcore imported there): under a second per launch, 5-14 s more for the
+process's start on the shared 2-core machine.
 
 test_checkpoint_reshards_2_3_2 runs tests/tf/rank_scripts/
 dynamic_checkpoint.py at 2, 3 and 2 ranks in turn (three launches per
@@ -102,7 +102,8 @@ def test_export_served_by_plain_tf(plain_tf, flavor, np_):
     """Plain TensorFlow serves the SavedModel of export_plain_model's
     copy of a trained model (rank 0's copy; each rank wrote its own) on
     seen and unseen int64 ids and string words: exactly the trained
-    model's predictions."""
+    model's predictions. The first test of the module pays for the plain
+    process's start (5-14 s); the others take under a second."""
     exported = run(np_, flavor).results[0]["exported"]
     assert exported, "the export_for_serving case wrote no SavedModel"
     try:
