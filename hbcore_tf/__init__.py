@@ -49,6 +49,10 @@ from hbcore_tf._parallel.distributed_optimizer import DistributedOptimizer
 from hbcore_tf._base.context import Context, context, context_scope
 from hbcore_tf.scope import embedding_scope, function, scope, wraps
 from hbcore_tf.embedding import dense_features
+# DeepRec's embedding-variable options (hb.keras.layers.DynamicEmbedding).
+from hbcore_tf.embedding.ev_option import (CounterFilter,
+                                           EmbeddingVariableOption,
+                                           GlobalStepEvict, L2WeightEvict)
 from hbcore_tf import (data, feature_column, layers, metrics, saved_model,
                        train, util)
 from hbcore_tf.util import _executing_eagerly

@@ -7,8 +7,10 @@ with the suffixes
 
 - ``-keys``: int64 ``[N]``, every key of the table, ascending (as int64);
 - ``-values``: ``[N, dim]``, the variable's row of each key;
-- ``-freqs``, ``-versions`` (the store only): int64 ``[N]``, zeros until
-  admission and eviction track them.
+- ``-freqs`` (the store only): int64 ``[N]``, how many times each key
+  was looked up (dynamic_table.py, "Counts and admission");
+- ``-versions`` (the store only): int64 ``[N]``, zeros until eviction
+  tracks them.
 
 In tf.train.Checkpoint (and tf_keras' TensorFlow-format save_weights) the
 names are the variable's object path plus ``/.ATTRIBUTES/-keys`` etc.
@@ -117,7 +119,7 @@ def _checkpoint_methods(base: type) -> Dict[str, Any]:
         # this rank's rows as whole tensors.
         table = getattr(self, _TABLE_ATTR)
         keys, (rows,) = _held(table, [self])
-        return _entries(self, keys, rows, None)
+        return _entries(self, keys, rows, table.counts(keys).numpy(), None)
 
     def _restore_from_tensors(self, restored_tensors):
         table = getattr(self, _TABLE_ATTR)
@@ -128,7 +130,8 @@ def _checkpoint_methods(base: type) -> Dict[str, Any]:
                 "%s (a checkpoint of another kind of table?)" % (
                     table.info.name, "/".join(missing), self.name))
         return restore_rows(table, self, restored_tensors[KEYS],
-                            restored_tensors[VALUES])
+                            restored_tensors[VALUES],
+                            restored_tensors.get(FREQS))
 
     return {"_serialize_to_tensors": _serialize_to_tensors,
             "_restore_from_tensors": _restore_from_tensors}
@@ -179,13 +182,15 @@ def creating_slots_of(table: Optional[Any]) -> Iterator[None]:
 
 
 def _entries(variable: Any, keys: np.ndarray, rows: np.ndarray,
-             spec: Optional[Tuple[int, int]]) -> Dict[str, Any]:
+             freqs: np.ndarray, spec: Optional[Tuple[int, int]]
+             ) -> Dict[str, Any]:
     """The serialized tensors of ``variable``: whole (spec None) or as
-    rows ``[start, start + len)`` of ``total`` rows (spec (start, total))."""
+    rows ``[start, start + len)`` of ``total`` rows (spec (start, total));
+    ``freqs``, the keys' counts, go with the store only."""
     columns = {KEYS: keys, VALUES: rows}
     if getattr(_inner(variable), _STORE_ATTR):
-        zeros = np.zeros(len(keys), np.int64)
-        columns.update({FREQS: zeros, VERSIONS: zeros})
+        columns.update({FREQS: freqs,
+                        VERSIONS: np.zeros(len(keys), np.int64)})
     out = {}
     for name, value in columns.items():
         if spec is None:
@@ -205,6 +210,7 @@ def _redistribute(table: Any, variables: List[Any]) -> None:
     ``variables`` (the store first, then the slots)."""
     rank, size = context.rank, context.world_size
     keys, rows = _held(table, variables)
+    freqs = table.counts(keys).numpy()
     name = "hbcore.dynamic_save.%s" % table.info.name
     every = np.sort(hbcore.allgather(keys, name=name + ".keys"))
     total = len(every)
@@ -212,27 +218,32 @@ def _redistribute(table: Any, variables: List[Any]) -> None:
     dest = np.searchsorted(every, keys) // per
     splits = np.bincount(dest, minlength=size).tolist()
     widths = [r.shape[1] for r in rows]
-    packed = np.concatenate([keys.view(np.float64)[:, None]] + [
+    # One float64 row per key: the key's and its count's bits, then its
+    # rows of every variable.
+    packed = np.concatenate([keys.view(np.float64)[:, None],
+                             freqs.view(np.float64)[:, None]] + [
         r.astype(np.float64) for r in rows], axis=1) if keys.size else \
-        np.zeros((0, 1 + sum(widths)), np.float64)
+        np.zeros((0, 2 + sum(widths)), np.float64)
     received, _ = hbcore.alltoall(packed, splits, name=name + ".rows")
     received = received[np.argsort(received[:, 0].view(np.int64),
                                    kind="stable")]
     mine = np.ascontiguousarray(received[:, 0]).view(np.int64)
+    mine_freqs = np.ascontiguousarray(received[:, 1]).view(np.int64)
     start = min(total, rank * per)
-    column = 1
+    column = 2
     for variable, width in zip(variables, widths):
         part = received[:, column:column + width].astype(
             _inner(variable).dtype.as_numpy_dtype)
         column += width
         if total == 0:
             _prepared[id(_inner(variable))] = (
-                _entries(variable, mine, part, None) if rank == 0 else {})
+                _entries(variable, mine, part, mine_freqs, None)
+                if rank == 0 else {})
         elif len(mine) == 0:
             _prepared[id(_inner(variable))] = {}
         else:
             _prepared[id(_inner(variable))] = _entries(
-                variable, mine, part, (start, total))
+                variable, mine, part, mine_freqs, (start, total))
 
 
 def dynamic_variables(objects: Iterable[Any]) -> List[Any]:
@@ -267,7 +278,8 @@ def prepared_save(variables: Iterable[Any]) -> Iterator[None]:
         _prepared.clear()
 
 
-def restore_rows(table: Any, variable: Any, keys: Any, values: Any) -> Any:
+def restore_rows(table: Any, variable: Any, keys: Any, values: Any,
+                 freqs: Any = None) -> Any:
     """Restores ``variable`` (the store or a slot of ``table``) from a
     whole table's ``keys`` (ascending) and ``values``: this rank keeps the
     keys it owns, the i-th at row i (the module docstring).
@@ -277,6 +289,7 @@ def restore_rows(table: Any, variable: Any, keys: Any, values: Any) -> Any:
         variable: its store or a slot.
         keys: int64 ``[N]``.
         values: ``[N, dim]``.
+        freqs: int64 ``[N]``, the keys' counts (the store only; None: 0).
 
     Returns:
         The restore op (graphs) or None (eager).
@@ -297,6 +310,8 @@ def restore_rows(table: Any, variable: Any, keys: Any, values: Any) -> Any:
         context.world_size, tf.uint64)
     own = tf.equal(owners, tf.constant(context.rank, tf.uint64))
     keys, values = tf.boolean_mask(keys, own), tf.boolean_mask(values, own)
+    if freqs is not None:
+        freqs = tf.boolean_mask(tf.convert_to_tensor(freqs, tf.int64), own)
     count = tf.size(keys, out_type=tf.int64)
     fits = tf.debugging.assert_less_equal(
         count, tf.constant(capacity, tf.int64),
@@ -309,7 +324,7 @@ def restore_rows(table: Any, variable: Any, keys: Any, values: Any) -> Any:
         ops = [inner.scatter_update(tf.IndexedSlices(
             tf.cast(values, inner.dtype), rows))]
         if getattr(inner, _STORE_ATTR):
-            ops.append(table.replace_keys(keys, rows))
+            ops.append(table.replace_keys(keys, rows, freqs))
         else:
             # Rows not restored start again from the slot's initial value,
             # which the scratch row (never trained) still holds.

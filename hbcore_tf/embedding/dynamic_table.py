@@ -21,10 +21,24 @@ right without knowing them:
    initial values, from ``KeyInitializer``); after that only the
    optimizer writes it. A row handed out has therefore never had a
    gradient, and its optimizer slots still hold their initial values.
-3. Row ``capacity`` is a scratch row: keys that found no free row read
-   it, and the lookup then fails after both exchanges, naming the table.
+3. Row ``capacity`` is a scratch row: keys without a row (not admitted
+   yet, or no free row left) gather it, and their lookup gives 0 instead
+   (so their gradient, 0, lands there and no key's row moves). A key
+   that found no free row sets its owner's status, which travels back
+   to every rank with the rows (one extra row per segment of the rows
+   alltoall), so the lookup fails on every rank after both exchanges,
+   naming the table and the full rank.
+
+Counts and admission: every lookup counts each key's occurrences in all
+ranks' ids (``sharded_lookup``'s count_ids: the counts travel beside the
+keys) and the owner adds them to a second map, key -> count, which holds
+every key looked up, admitted or not (DeepRec's counter filter keeps the
+same). With ``filter_freq`` F > 0 a key without a row gets one once its
+count, this lookup's occurrences included, reaches F; before that it
+reads 0 (DeepRec's ``default_value_no_permission``) and is not trained.
+A key that has a row keeps it (a restored key too, whatever its count).
 """
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
@@ -63,6 +77,36 @@ def check_key_dtype(key_dtype: Any, table: str) -> str:
     return name
 
 
+def ids_to_keys(ids: Any, key_dtype: str, table: str) -> tf.Tensor:
+    """The int64 keys of ``ids`` (same shape): integer ids cast to int64,
+    strings hashed to their 64-bit fingerprint. Stock TF ops only, so the
+    serving graph of an exported table uses it too.
+
+    Args:
+        ids: integer ids (int64 tables) or strings (string tables).
+        key_dtype: "int64" or "string".
+        table: the table's name, for the error.
+
+    Returns:
+        An int64 tensor.
+
+    Raises:
+        TypeError: ids of another dtype; the message names the table.
+    """
+    ids = tf.convert_to_tensor(ids)
+    if key_dtype == "string":
+        if ids.dtype != tf.string:
+            raise TypeError(
+                "dynamic embedding table %r: key_dtype is string, got "
+                "%s ids" % (table, ids.dtype.name))
+        return tf.strings.to_hash_bucket_fast(ids, _STRING_BUCKETS)
+    if not ids.dtype.is_integer:
+        raise TypeError(
+            "dynamic embedding table %r: key_dtype is int64, got %s "
+            "ids" % (table, ids.dtype.name))
+    return tf.cast(ids, tf.int64)
+
+
 class DynamicTable:
     """This rank's part of one dynamic table (see the module docstring).
 
@@ -75,10 +119,12 @@ class DynamicTable:
         store: this rank's ``[capacity + 1, dim]`` tf.Variable.
         key_dtype: "int64" or "string".
         initializer: the initial rows per key.
+        filter_freq: the count at which a key is admitted (0: at once;
+            ``ev_option.admission_threshold``).
     """
 
     def __init__(self, name: str, store: tf.Variable, key_dtype: str,
-                 initializer: KeyInitializer) -> None:
+                 initializer: KeyInitializer, filter_freq: int = 0) -> None:
         rows, dim = store.shape.as_list()
         self.info = ShardInfo(name, HashPartition(rows - 1,
                                                   context.world_size),
@@ -86,9 +132,13 @@ class DynamicTable:
         self.key_dtype = check_key_dtype(key_dtype, name)
         self._store = store
         self._initializer = initializer
+        self.filter_freq = int(filter_freq)
         self._map = tf.lookup.experimental.MutableHashTable(
             tf.int64, tf.int64, default_value=-1,
             name="%s_keys" % name.replace("/", "_"))
+        self._counts = tf.lookup.experimental.MutableHashTable(
+            tf.int64, tf.int64, default_value=0,
+            name="%s_counts" % name.replace("/", "_"))
 
     @property
     def capacity(self) -> int:
@@ -117,46 +167,48 @@ class DynamicTable:
         """
         return self._map.export()
 
-    def replace_keys(self, keys: tf.Tensor, rows: tf.Tensor) -> Any:
+    def counts(self, keys: tf.Tensor) -> tf.Tensor:
+        """How many times each of ``keys`` was looked up in all (0 for a
+        key never looked up; restored keys: the checkpoint's count).
+
+        Args:
+            keys: int64 keys this rank owns.
+
+        Returns:
+            An int64 tensor shaped as ``keys``.
+        """
+        return self._counts.lookup(keys)
+
+    def replace_keys(self, keys: tf.Tensor, rows: tf.Tensor,
+                     counts: Optional[tf.Tensor] = None) -> Any:
         """Makes the map hold exactly ``keys`` -> ``rows`` (a restore:
-        rows ``[0, len(keys))``, so invariant 1 holds again).
+        rows ``[0, len(keys))``, so invariant 1 holds again), and the
+        counts exactly ``keys`` -> ``counts``.
 
         Args:
             keys: int64 keys this rank owns.
             rows: their rows, ``0 .. len(keys) - 1``.
+            counts: their counts (None: 0).
 
         Returns:
             The op (graphs) or None (eager).
         """
-        old, _ = self._map.export()
-        remove = self._map.remove(old)
-        with tf.control_dependencies([remove]):
-            return self._map.insert(keys, rows)
+        if counts is None:
+            counts = tf.zeros_like(keys)
+        ops = []
+        for table, values in ((self._map, rows), (self._counts, counts)):
+            old, _ = table.export()
+            with tf.control_dependencies([table.remove(old)]):
+                ops.append(table.insert(keys, values))
+        return tf.group(ops)
 
     def keys(self, ids: Any) -> tf.Tensor:
-        """The int64 keys of ``ids`` (same shape).
-
-        Args:
-            ids: integer ids (int64 tables) or strings (string tables).
-
-        Returns:
-            An int64 tensor.
+        """The int64 keys of ``ids`` (same shape): ``ids_to_keys``.
 
         Raises:
-            TypeError: ids of another dtype; the message names the table.
+            TypeError: see ``ids_to_keys``.
         """
-        ids = tf.convert_to_tensor(ids)
-        if self.key_dtype == "string":
-            if ids.dtype != tf.string:
-                raise TypeError(
-                    "dynamic embedding table %r: key_dtype is string, got "
-                    "%s ids" % (self.info.name, ids.dtype.name))
-            return tf.strings.to_hash_bucket_fast(ids, _STRING_BUCKETS)
-        if not ids.dtype.is_integer:
-            raise TypeError(
-                "dynamic embedding table %r: key_dtype is int64, got %s "
-                "ids" % (self.info.name, ids.dtype.name))
-        return tf.cast(ids, tf.int64)
+        return ids_to_keys(ids, self.key_dtype, self.info.name)
 
     def _lookup_index(self, keys: tf.Tensor) -> tf.Tensor:
         """The map's row of each key (-1 where it has none), shaped as
@@ -165,25 +217,44 @@ class DynamicTable:
         index.set_shape(keys.shape)
         return index
 
-    def _read_rows(self, keys: tf.Tensor, overflow: List[tf.Tensor]
-                   ) -> tf.Tensor:
+    def _count(self, keys: tf.Tensor, occurrences: tf.Tensor
+               ) -> Tuple[tf.Tensor, Any]:
+        """Adds ``occurrences`` to the counts of ``keys`` (which may
+        repeat when ids are not deduplicated, emb_unique=False); returns
+        (each key's new count, the update op)."""
+        distinct, at = tf.unique(keys, out_idx=tf.int64)
+        added = tf.math.unsorted_segment_sum(
+            occurrences, at, tf.size(distinct, out_type=tf.int64))
+        counts = self._counts.lookup(distinct) + added
+        update = self._counts.insert(distinct, counts)
+        counts = tf.gather(counts, at)
+        counts.set_shape(keys.shape)  # the map's op leaves it unknown
+        return counts, update
+
+    def _read_rows(self, keys: tf.Tensor, occurrences: tf.Tensor
+                   ) -> Tuple[tf.Tensor, tf.Tensor]:
         """The owner's stage: rows of ``keys`` (keys this rank owns),
-        creating the missing ones; appends to ``overflow`` whether some
-        key found no free row."""
+        counting them and creating the rows of admitted keys that have
+        none; and this owner's status for every rank: rank + 1 when some
+        key found no free row, else 0."""
+        counts, count = self._count(keys, occurrences)
         index = self._lookup_index(keys)
-        new, _ = tf.unique(tf.boolean_mask(keys, index < 0))
+        wanted = tf.logical_and(index < 0, counts >= self.filter_freq)
+        new, _ = tf.unique(tf.boolean_mask(keys, wanted))
         rows = self._map.size() + tf.range(tf.size(new, out_type=tf.int64))
         fits = rows < self.capacity
         new, rows = tf.boolean_mask(new, fits), tf.boolean_mask(rows, fits)
         insert = self._map.insert(new, rows)
         write = self._store.scatter_update(tf.IndexedSlices(
             self._initializer(new, self.info.dim, self._store.dtype), rows))
-        overflow.append(tf.logical_not(tf.reduce_all(fits)))
-        with tf.control_dependencies([insert, write]):
+        status = tf.where(tf.reduce_all(fits), tf.constant(0, tf.int64),
+                          tf.constant(self.info.shard + 1, tf.int64))
+        with tf.control_dependencies([insert, write, count]):
             index = self._lookup_index(keys)
-        index = tf.where(index < 0, tf.constant(self.capacity, tf.int64),
-                         index)
-        return tf.gather(self._store, index)
+        held = index >= 0
+        rows = tf.gather(self._store, tf.where(
+            held, index, tf.constant(self.capacity, tf.int64)))
+        return tf.where(held[:, None], rows, tf.zeros_like(rows)), status
 
     def lookup(self, ids: Any, name: Optional[str] = None,
                exact_names: bool = False) -> tf.Tensor:
@@ -201,23 +272,26 @@ class DynamicTable:
 
         Raises:
             TypeError: see ``keys``.
-            tf.errors.InvalidArgumentError: (when run, on the owner) more
-                keys than ``capacity`` on one rank; the message names the
-                table.
+            tf.errors.InvalidArgumentError: (when run, on every rank)
+                more keys than ``capacity`` on some rank; the message
+                names the table and that rank (the highest one when
+                several overflowed).
         """
         keys = self.keys(ids)
-        overflow: List[tf.Tensor] = []
-        out = sharded_lookup(lambda k: self._read_rows(k, overflow),
-                             self.info, keys, self._store.dtype,
-                             name=name, exact_names=exact_names)
-        # Checked after both exchanges, so the other ranks' step completes.
+        out, status = sharded_lookup(
+            self._read_rows, self.info, keys, self._store.dtype, name=name,
+            exact_names=exact_names, count_ids=True)
+        # Every owner's status came back with the rows: checked after both
+        # exchanges, on every rank, so no rank's step is left waiting.
         with tf.control_dependencies([out]):
             check = tf.debugging.Assert(
-                tf.logical_not(overflow[0]),
-                ["dynamic embedding table '%s': rank %d holds its capacity "
-                 "of %d rows; more keys arrived (raise the layer's "
-                 "capacity= argument)" % (
-                     self.info.name, self.info.shard, self.capacity)],
+                tf.equal(status, 0),
+                [tf.strings.join([
+                    "dynamic embedding table '%s': rank " % self.info.name,
+                    tf.strings.as_string(status - 1),
+                    " holds its capacity of %d rows; more keys arrived "
+                    "(raise the layer's capacity= argument)" %
+                    self.capacity])],
                 name="check_capacity")
         with tf.control_dependencies([check]):
             return tf.identity(out)

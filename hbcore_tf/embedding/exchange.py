@@ -116,6 +116,8 @@ class RoutedIds(NamedTuple):
         index: for each received id, its position in ``distinct``.
         received_counts: how many ids came from each rank.
         senders_with_data: sum of the senders' step flags (float32 scalar).
+        occurrences: with ``count_ids``, how many times each id of
+            ``distinct`` occurs in all senders' ids (int64); else None.
     """
 
     restore: tf.Tensor
@@ -124,6 +126,7 @@ class RoutedIds(NamedTuple):
     index: tf.Tensor
     received_counts: tf.Tensor
     senders_with_data: tf.Tensor
+    occurrences: Optional[tf.Tensor] = None
 
 
 def _step_flag() -> tf.Tensor:
@@ -160,8 +163,31 @@ def _alltoall(tensor: tf.Tensor, splits: tf.Tensor, name: str,
     return exchange(tensor)
 
 
+def _is_id(values: tf.Tensor, splits: tf.Tensor) -> tf.Tensor:
+    """For ``values`` laid out as segments of ``splits`` elements, each
+    ending with a step flag: False at the flags, True elsewhere."""
+    flags = tf.cumsum(splits) - 1
+    return tf.tensor_scatter_nd_update(
+        tf.ones_like(values, tf.bool), flags[:, None],
+        tf.zeros_like(flags, tf.bool))
+
+
+def _with_counts(send: tf.Tensor, send_splits: tf.Tensor,
+                 restore: tf.Tensor) -> tf.Tensor:
+    """``[len(send), 2]``: each sent id beside how many of this rank's
+    ids it stands for (0 beside the step flags)."""
+    distinct = tf.size(send, out_type=tf.int64) - tf.size(
+        send_splits, out_type=tf.int64)
+    per_id = tf.math.unsorted_segment_sum(
+        tf.ones_like(restore), restore, distinct)
+    counts = tf.scatter_nd(tf.where(_is_id(send, send_splits)), per_id,
+                           tf.shape(send, out_type=tf.int64))
+    return tf.stack([send, counts], axis=1)
+
+
 def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
-              exact_names: bool = False) -> RoutedIds:
+              exact_names: bool = False,
+              count_ids: bool = False) -> RoutedIds:
     """Stages 1 and the owner's half of 2: route each distinct id to its
     owner, alltoall, and index what arrived.
 
@@ -174,6 +200,11 @@ def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
         name: prefix of the collective's name (``name + "_ids"``).
         exact_names: name the alltoall exactly, whatever the enclosing
             name scopes (see ``sharded_lookup``).
+        count_ids: also count each distinct id's occurrences over all
+            senders (``RoutedIds.occurrences``): the sender's count of
+            each id it sends travels beside it in the same alltoall (a
+            ``[n, 2]`` exchange instead of ``[n]``), and the owner sums
+            them per distinct id.
 
     Returns:
         The RoutedIds of this lookup.
@@ -184,12 +215,23 @@ def route_ids(info: ShardInfo, ids: tf.Tensor, name: str,
         ids, _step_flag(), num_rows=info.num_rows,
         num_shards=info.partition.num_shards, unique=unique,
         hash_partition=hashed)
+    if count_ids:
+        send = _with_counts(send, send_splits, restore)
     received, received_splits = _alltoall(send, send_splits, name + "_ids",
                                           exact_names)
+    occurrences = None
+    if count_ids:
+        received, sent_counts = received[:, 0], received[:, 1]
     distinct, index, counts, with_data = _lib.hbcore_shard_receive(
         received, received_splits, offset=info.offset, rows=info.rows,
         unique=unique, hash_partition=hashed)
-    return RoutedIds(restore, invalid, distinct, index, counts, with_data)
+    if count_ids:
+        occurrences = tf.math.unsorted_segment_sum(
+            tf.boolean_mask(sent_counts,
+                            _is_id(sent_counts, received_splits)), index,
+            tf.size(distinct, out_type=tf.int64))
+    return RoutedIds(restore, invalid, distinct, index, counts, with_data,
+                     occurrences)
 
 
 @tf.custom_gradient
@@ -204,22 +246,49 @@ def lookup_local(read_rows: Callable[[tf.Tensor], tf.Tensor],
     """Stage 2: this rank's rows for the ids it received, in order.
 
     Args:
-        read_rows: gathers rows of this rank's shard by local row index.
+        read_rows: gathers rows of this rank's shard by local row index;
+            called as ``read_rows(distinct, occurrences)`` when the ids
+            were counted (``route_ids``' count_ids).
         routed: what ``route_ids`` returned.
 
     Returns:
         One row per received id, in the order received. In the backward
         pass the rows' gradient is divided by the number of ranks that
-        had data this step.
+        had data this step. When ``read_rows`` returns ``(rows,
+        status)``, ``(those rows, status)``.
     """
-    rows = read_rows(routed.distinct)
+    if routed.occurrences is None:
+        rows = read_rows(routed.distinct)
+    else:
+        rows = read_rows(routed.distinct, routed.occurrences)
+    status = None
+    if isinstance(rows, tuple):
+        rows, status = rows
     rows = _scale_gradient(
         rows, 1.0 / tf.maximum(routed.senders_with_data, 1.0))
-    return tf.gather(rows, routed.index)
+    rows = tf.gather(rows, routed.index)
+    return rows if status is None else (rows, status)
+
+
+def _with_status_rows(rows: tf.Tensor, counts: tf.Tensor,
+                      status: tf.Tensor) -> tf.Tensor:
+    """Owner: ``rows`` in segments of ``counts`` rows (one per sender),
+    each segment followed by one row filled with ``status``."""
+    segments = tf.size(counts, out_type=tf.int64)
+    segment = tf.repeat(tf.range(segments), counts)
+    at = tf.range(tf.size(segment, out_type=tf.int64)) + segment
+    ends = tf.cumsum(counts) + tf.range(segments)
+    shape = tf.stack([tf.reduce_sum(counts) + segments,
+                      tf.shape(rows, out_type=tf.int64)[1]])
+    flags = tf.fill(tf.stack([segments, shape[1]]),
+                    tf.cast(status, rows.dtype))
+    return tf.scatter_nd(at[:, None], rows, shape) + \
+        tf.scatter_nd(ends[:, None], flags, shape)
 
 
 def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
-                name: str, exact_names: bool = False) -> tf.Tensor:
+                name: str, exact_names: bool = False,
+                status: Optional[tf.Tensor] = None) -> Any:
     """Stage 3: rows back to their senders; one row per flat id, in the
     senders' original order.
 
@@ -232,16 +301,28 @@ def return_rows(rows: tf.Tensor, routed: RoutedIds, dtype: tf.DType,
             gradient's is ``name + "_rows_grad"`` with ``exact_names``).
         exact_names: name the alltoall exactly, whatever the enclosing
             name scopes (see ``sharded_lookup``).
+        status: this owner's status, a small whole number (0: fine),
+            sent to every rank as one extra row per sender segment.
 
     Returns:
-        A ``[number of flat ids, dim]`` tensor of ``dtype``.
+        A ``[number of flat ids, dim]`` tensor of ``dtype``; with
+        ``status``, also the largest status of all owners (int64).
     """
     wire = tf.as_dtype(column_option("emb_wire_dtype"))
     if wire != rows.dtype and rows.dtype.is_floating:
         rows = tf.cast(rows, wire)
-    back, _ = _alltoall(rows, routed.received_counts, name + "_rows",
-                        exact_names)
-    return tf.gather(tf.cast(back, dtype), routed.restore)
+    counts = routed.received_counts
+    if status is not None:
+        rows, counts = _with_status_rows(rows, counts, status), counts + 1
+    back, back_splits = _alltoall(rows, counts, name + "_rows", exact_names)
+    if status is not None:
+        # Every owner sent this rank a segment, if only its status row.
+        is_row = _is_id(back[:, 0], back_splits)
+        status = tf.cast(tf.reduce_max(tf.boolean_mask(
+            back[:, 0], tf.logical_not(is_row))), tf.int64)
+        back = tf.boolean_mask(back, is_row)
+    out = tf.gather(tf.cast(back, dtype), routed.restore)
+    return out if status is None else (out, status)
 
 
 def _lookup_name(info: ShardInfo, name: Optional[str]) -> str:
@@ -252,7 +333,8 @@ def _lookup_name(info: ShardInfo, name: Optional[str]) -> str:
 def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
                    info: ShardInfo, ids: Any, dtype: tf.DType,
                    name: Optional[str] = None,
-                   exact_names: bool = False) -> tf.Tensor:
+                   exact_names: bool = False,
+                   count_ids: bool = False) -> Any:
     """Rows of the whole table for ``ids`` (any shape), looked up across
     ranks.
 
@@ -271,9 +353,18 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
             models and layers, whose numbers differ between ranks that
             created different numbers of them before; the caller then
             keeps ``name`` unique within a graph.
+        count_ids: ``read_rows`` also gets each id's occurrences in all
+            ranks' ``ids`` (see ``route_ids``).
+
+    ``read_rows`` may return ``(rows, status)``, status being an int64
+    scalar (0: fine): every owner's status then travels back with the
+    rows (``return_rows``), so every rank learns of a failure on any
+    owner in the same exchange.
 
     Returns:
-        A tensor of shape ``ids.shape + [dim]``.
+        A tensor of shape ``ids.shape + [dim]``; with a status from
+        ``read_rows``, ``(that tensor, the largest status of all
+        owners)``.
 
     Raises:
         TypeError: ``ids`` are not integers.
@@ -287,9 +378,14 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
             raise TypeError("sharded embedding table %r: ids must be "
                             "integers, got %s" % (info.name, ids.dtype.name))
         flat = tf.reshape(tf.cast(ids, tf.int64), [-1])
-        routed = route_ids(info, flat, name, exact_names)
+        routed = route_ids(info, flat, name, exact_names, count_ids)
         rows = lookup_local(read_rows, routed)
-        out = return_rows(rows, routed, dtype, name, exact_names)
+        status = None
+        if isinstance(rows, tuple):
+            rows, status = rows
+        out = return_rows(rows, routed, dtype, name, exact_names, status)
+        if status is not None:
+            out, status = out
         out = tf.reshape(out, tf.concat(
             [tf.shape(ids, out_type=tf.int64), [info.dim]], 0))
         # Checked after both exchanges, so the other ranks' step completes.
@@ -301,4 +397,5 @@ def sharded_lookup(read_rows: Callable[[tf.Tensor], tf.Tensor],
                  routed.invalid],
                 summarize=16, name="check_ids")
         with tf.control_dependencies([check]):
-            return tf.identity(out)
+            out = tf.identity(out)
+        return out if status is None else (out, status)

@@ -33,6 +33,9 @@ from hbcore_tf._base.rank_local import tag
 from hbcore_tf.embedding import dynamic_checkpoint
 from hbcore_tf.embedding.dynamic_init import KeyInitializer
 from hbcore_tf.embedding.dynamic_table import DynamicTable, check_key_dtype
+from hbcore_tf.embedding.ev_option import (CounterFilter,
+                                           EmbeddingVariableOption,
+                                           admission_threshold)
 from hbcore_tf.embedding.sharding import (creating_shards,
                                           install_table_patches)
 from hbcore_tf.keras.id_lookups import IdLookupCalls, check_combiner
@@ -65,8 +68,11 @@ def _make_class(legacy: bool) -> type:
                 seed (0 when None) shared by every rank.
             combiner: None, or "sum" / "mean" / "sqrtn" to reduce the last
                 dimension of the ids (multi-hot bags).
-            ev_option: HybridBackend's embedding-variable option
-                (admission, eviction): only None is supported yet.
+            ev_option: DeepRec's ``hb.EmbeddingVariableOption``: its
+                ``filter_option=hb.CounterFilter(filter_freq)`` admits a
+                key once it was looked up ``filter_freq`` times (before
+                that it reads 0 and is not trained); eviction options
+                are not supported yet. None: every key is admitted.
             name: layer name.
             capacity: rows each rank can hold (hbcore's extension; a
                 lookup that needs more fails naming the table).
@@ -75,8 +81,10 @@ def _make_class(legacy: bool) -> type:
         Raises:
             ValueError: an unknown combiner or key dtype, an initializer
                 with no per-key form, a non-positive output_dim or
-                capacity.
-            NotImplementedError: an ev_option.
+                capacity, a negative filter_freq.
+            TypeError: an ev_option, filter_option or filter_freq of
+                the wrong type.
+            NotImplementedError: an eviction option.
         """
 
         _HB_KIND = "DynamicEmbedding"
@@ -89,10 +97,10 @@ def _make_class(legacy: bool) -> type:
                      **kwargs: Any) -> None:
             super().__init__(name=name, **kwargs)
             check_combiner(self._HB_KIND, combiner)
-            if ev_option is not None:
-                raise NotImplementedError(
-                    "DynamicEmbedding %r: ev_option (admission, eviction) "
-                    "is not supported yet" % self.name)
+            if isinstance(ev_option, dict):  # from get_config
+                ev_option = EmbeddingVariableOption(
+                    filter_option=CounterFilter(**ev_option["filter_option"]))
+            self.filter_freq = admission_threshold(ev_option, self.name)
             if int(output_dim) <= 0 or int(capacity) <= 0:
                 raise ValueError(
                     "DynamicEmbedding %r: output_dim and capacity must be "
@@ -131,7 +139,8 @@ def _make_class(legacy: bool) -> type:
                 weight.name.split(":")[0]
             table = DynamicTable(
                 path, _compat.unwrap_variable(weight), self.key_dtype,
-                KeyInitializer(self.embeddings_initializer, self.name))
+                KeyInitializer(self.embeddings_initializer, self.name),
+                self.filter_freq)
             tag(weight, table.info)
             dynamic_checkpoint.attach(weight, table, store=True)
             object.__setattr__(self, "_hb_table", table)
@@ -177,7 +186,7 @@ def _make_class(legacy: bool) -> type:
                         self.name, names, sorted(SAVED_NAMES)))
             dynamic_checkpoint.restore_rows(
                 self._hb_table, self.embeddings, np.asarray(store["keys"]),
-                np.asarray(store["values"]))
+                np.asarray(store["values"]), np.asarray(store["freqs"]))
 
         def get_config(self) -> Dict[str, Any]:
             config = super().get_config()
@@ -188,6 +197,8 @@ def _make_class(legacy: bool) -> type:
                     self.embeddings_initializer),
                 "combiner": self.combiner,
                 "capacity": self.capacity,
+                "ev_option": None if not self.filter_freq else {
+                    "filter_option": {"filter_freq": self.filter_freq}},
             })
             return config
 
@@ -204,13 +215,48 @@ def whole_table(table: DynamicTable) -> Dict[str, np.ndarray]:
 
     Returns:
         ``{"keys": int64 [N], "values": [N, dim], "freqs": int64 [N],
-        "versions": int64 [N]}`` (freqs and versions are zeros until
-        admission and eviction track them).
+        "versions": int64 [N]}``: the keys that have a row, each key's
+        count of lookups, and versions 0 (not tracked yet).
     """
     keys, values = dynamic_checkpoint.whole_rows(table, table.store)
-    zeros = np.zeros(len(keys), np.int64)
-    return {"keys": keys, "values": values, "freqs": zeros,
-            "versions": zeros}
+    # The counts go with the keys, allgathered beside them; a key is held
+    # by one rank, so both sorts give the same order.
+    mine, _ = table.held()
+    name = "hbcore.dynamic_counts.%s" % table.info.name
+    counted = hbcore.allgather(mine.numpy(), name=name + ".keys")
+    counts = hbcore.allgather(table.counts(mine).numpy(),
+                              name=name + ".counts")
+    freqs = counts[np.argsort(counted, kind="stable")]
+    return {"keys": keys, "values": values, "freqs": freqs,
+            "versions": np.zeros(len(keys), np.int64)}
+
+
+def is_dynamic_layer(layer: Any) -> bool:
+    """Whether ``layer`` is a DynamicEmbedding (of either Keras) that was
+    built."""
+    return any(type(layer) is cls for cls in _CLASSES.values()) and \
+        layer.table is not None
+
+
+def served_config(config: Dict[str, Any], rows: int) -> Dict[str, Any]:
+    """The ServedDynamicEmbedding config of a DynamicEmbedding's config
+    (``export_plain_model``), for a table of ``rows`` keys.
+
+    Args:
+        config: the layer's ``get_config()``.
+        rows: how many keys the whole table holds.
+
+    Returns:
+        The served layer's config.
+    """
+    served = dict(config)
+    served.pop("capacity", None)
+    # Keys without a row read what the trained layer gives them: their
+    # initial row, or 0 with a CounterFilter (not admitted yet).
+    filtered = served.pop("ev_option", None) is not None
+    served.update({"rows": int(rows),
+                   "default_value": 0.0 if filtered else None})
+    return served
 
 
 def layer_class(legacy: Optional[bool] = None) -> type:

@@ -57,7 +57,8 @@ from hbcore_tf.embedding.sharding import (creating_shards,
                                           install_table_patches,
                                           local_initializer, shard_plan)
 from hbcore_tf.embedding.table import make_keras_shard
-from hbcore_tf.keras import dense_features, dynamic_embedding
+from hbcore_tf.keras import (dense_features, dynamic_embedding,
+                             served_dynamic_embedding)
 from hbcore_tf.keras.id_lookups import IdLookupCalls, check_combiner
 from hbcore_tf.keras.model_saving import make_saving_collective
 
@@ -88,7 +89,8 @@ def _make_class(legacy: bool) -> type:
             **kwargs: other Keras layer arguments.
 
         Raises:
-            ValueError: an unknown combiner, or a non-positive dimension.
+            ValueError: an unknown combiner, a non-positive dimension, or
+                an ``ev_option`` (DeepRec's, for dynamic tables only).
         """
 
         _HB_KIND = "ShardedEmbedding"
@@ -100,8 +102,16 @@ def _make_class(legacy: bool) -> type:
                      mask_zero: bool = False, combiner: Optional[str] = None,
                      name: Optional[str] = None, **kwargs: Any) -> None:
             kwargs.pop("input_length", None)  # tf_keras Embedding's config
+            # DeepRec's admission/eviction options need a dynamic table.
+            ev_option = kwargs.pop("ev_option", None)
             super().__init__(name=name, **kwargs)
             check_combiner(self._HB_KIND, combiner)
+            if ev_option is not None:
+                raise ValueError(
+                    "ShardedEmbedding %r: ev_option (admission, eviction) "
+                    "needs a dynamic table; a fixed table holds every row "
+                    "from the start: use hb.keras.layers.DynamicEmbedding"
+                    % self.name)
             if int(input_dim) <= 0 or int(output_dim) <= 0:
                 raise ValueError(
                     "ShardedEmbedding: input_dim and output_dim must be "
@@ -294,12 +304,23 @@ def _is_sharded_layer(layer: Any) -> bool:
         getattr(layer, "shard_info", None) is not None
 
 
+def _holds_rank_rows(layer: Any) -> bool:
+    """Whether ``layer`` holds only this rank's rows of its table."""
+    return _is_sharded_layer(layer) or dynamic_embedding.is_dynamic_layer(layer)
+
+
 def export_plain_model(model: Any) -> Any:
     """A copy of a trained Functional or Sequential model in which every
     sharded ShardedEmbedding holds its whole table on this rank and looks
     ids up with a plain gather: ``model.export(dir)`` (Keras 3) or
     ``tf.saved_model.save(model, dir)`` of the copy writes a SavedModel
     that serves with stock TensorFlow (no hbcore ops, no MPI).
+
+    A DynamicEmbedding becomes a ``ServedDynamicEmbedding`` holding every
+    rank's keys and rows (hbcore_tf.keras.served_dynamic_embedding): ids
+    it holds read their trained rows, other ids what the trained layer
+    gives a key it has no row for (the key's initial row; 0 with a
+    CounterFilter).
 
     A ShardedEmbedding without a combiner becomes a
     ``keras.layers.Embedding``; one with a combiner, and one that was left
@@ -317,20 +338,27 @@ def export_plain_model(model: Any) -> Any:
         The plain model (not compiled).
 
     Raises:
-        ValueError: a sub-model holds a sharded ShardedEmbedding.
+        ValueError: a sub-model holds a sharded ShardedEmbedding or a
+            DynamicEmbedding.
     """
     keras = _compat.keras_module()
     cls = layer_class()
     top = list(model.layers)
     for layer in top:
         if layer is not model and hasattr(layer, "layers") and any(
-                _is_sharded_layer(inner) for inner in layer._flatten_layers()):
+                _holds_rank_rows(inner) for inner in layer._flatten_layers()):
             raise ValueError(
                 "export_plain_model: sub-model %r holds a sharded "
-                "ShardedEmbedding; keep sharded layers at the top level" %
-                layer.name)
-    tables = {id(layer): layer.full_table() for layer in top
-              if _is_sharded_layer(layer)}
+                "ShardedEmbedding or a DynamicEmbedding; keep them at the "
+                "top level" % layer.name)
+    # Collective, in the model's layer order (the same on every rank).
+    tables = {}
+    for layer in top:
+        if _is_sharded_layer(layer):
+            tables[id(layer)] = [layer.full_table()]
+        elif dynamic_embedding.is_dynamic_layer(layer):
+            whole = dynamic_embedding.whole_table(layer.table)
+            tables[id(layer)] = [whole["keys"], whole["values"]]
 
     def clone(layer: Any) -> Any:
         if id(layer) not in tables:
@@ -343,6 +371,10 @@ def export_plain_model(model: Any) -> Any:
                 object.__setattr__(twin, "_hb_replicated", True)
             return twin
         config = layer.get_config()
+        if dynamic_embedding.is_dynamic_layer(layer):
+            return served_dynamic_embedding.layer_class().from_config(
+                dynamic_embedding.served_config(
+                    config, len(tables[id(layer)][0])))
         if config["combiner"] is None:
             return keras.layers.Embedding(
                 config["input_dim"], config["output_dim"],
@@ -355,7 +387,7 @@ def export_plain_model(model: Any) -> Any:
     plain = keras.models.clone_model(model, clone_function=clone)
     for source, target in zip(top, plain.layers):
         if id(source) in tables:
-            target.set_weights([tables[id(source)]])
+            target.set_weights(tables[id(source)])
         else:
             target.set_weights(source.get_weights())
     return plain

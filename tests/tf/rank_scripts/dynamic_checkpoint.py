@@ -16,11 +16,14 @@ batch of each step): ``reference(steps)``.
 - save_at_2: two steps, tf.train.Checkpoint(model, optimizer).save to
   DIR/a; rank 0 reads the file with plain TF: the table's and its slot's
   ``-keys`` are the keys seen, ascending; ``-values`` the reference rows;
-  ``-freqs``/``-versions`` zeros. Keras also saves DIR/w.weights.h5
+  ``-freqs`` each key's lookups (its occurrences in the two batches, plus
+  one per rank for the check's lookup of every key); ``-versions``
+  zeros. Keras also saves DIR/w.weights.h5
   (save_weights) and DIR/m.keras (save).
 - restore_at_3: restores DIR/a (rows go to their new owners: each rank
   holds the keys the hash gives it), checks the rows, saves the restored
-  state to DIR/a3 (its table tensors equal DIR/a's), trains a third step
+  state to DIR/a3 (its table tensors equal DIR/a's, but for ``-freqs``:
+  3 more, the check's lookups at 3 ranks), trains a third step
   (checks the slots) and saves DIR/b. DIR/w.weights.h5 loads into a
   fresh model (load_weights), DIR/m.keras with load_model. Loading another kind of checkpoint into a dynamic table
   is an error naming the table; so is tf_keras' legacy .h5 save (it
@@ -62,6 +65,15 @@ def seen(steps: int) -> np.ndarray:
     """The keys of the first ``steps`` global batches, ascending."""
     return np.unique(np.concatenate([global_batch(k)[0].ravel()
                                      for k in range(steps)]))
+
+
+def occurrences(steps: int) -> dict:
+    """Key -> how many times it occurs in the first ``steps`` global
+    batches."""
+    keys, counts = np.unique(np.concatenate(
+        [global_batch(k)[0].ravel() for k in range(steps)]),
+        return_counts=True)
+    return dict(zip(keys.tolist(), counts.tolist()))
 
 
 def reference(steps: int):
@@ -168,9 +180,16 @@ def main() -> None:
             if name.endswith("-keys"):
                 check(np.array_equal(value, seen(2)), "%s: %s" % (
                     name, value))
-            elif name.endswith(("-freqs", "-versions")):
+            elif name.endswith("-versions"):
                 check(not value.any() and value.shape == (len(seen(2)),),
                       "%s: %s" % (name, value))
+            elif name.endswith("-freqs"):
+                # The batches' occurrences, and trainer.check's lookup of
+                # every seen key on each of the 2 ranks.
+                counts = occurrences(2)
+                want = [counts[k] + env_size() for k in seen(2).tolist()]
+                check(value.tolist() == want, "%s: %s, expected %s" % (
+                    name, value.tolist(), want))
         store = [n[:-len("-freqs")] for n in tensors
                  if n.endswith("-freqs")]
         close(tensors[store[0] + "-values"], rows, "the saved rows")
@@ -190,7 +209,10 @@ def main() -> None:
             table_tensors(again)
         check(sorted(before) == sorted(after), "tensor names differ")
         for name in before:
-            check(np.array_equal(before[name], after[name]),
+            # The check's lookups at 3 ranks counted every key 3 more
+            # times; the restored counts are what the counts start from.
+            extra = env_size() if name.endswith("-freqs") else 0
+            check(np.array_equal(before[name] + extra, after[name]),
                   "%s differs saved at 2 and at 3 ranks" % name)
         trainer.train(2)
         trainer.check(3, "restored at 3, one more step")

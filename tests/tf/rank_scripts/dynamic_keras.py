@@ -15,15 +15,20 @@ split evenly over 1, 2 or 3 ranks), so the expected values are too; each
 rank also reports its trained values, which the test compares across
 world sizes.
 """
+import os
+import tempfile
+
 import numpy as np
 
 from train_common import (Checker, check, close, dense_gradient_step,
                           env_rank, env_size, expect_raises, splitmix64, identical_on_all_ranks,
                           rank_values, report, run_table, tf)
 
+import hbcore  # noqa: E402
 import hbcore_tf as hb  # noqa: E402
 import hbcore_tf.keras as hvd  # noqa: E402
 from hbcore_tf._base import compat as _compat  # noqa: E402
+from hbcore_tf.keras import dynamic_embedding  # noqa: E402
 
 keras = _compat.keras_module()
 
@@ -31,7 +36,8 @@ CASES = ["lookup_creates_rows", "normal_initializer", "string_ids",
          "ragged_and_sparse_ids", "fit_sgd", "fit_adagrad", "fit_adam",
          "custom_loop_adagrad", "custom_loop_v1_adagrad",
          "custom_loop_v1_adam", "custom_loop_v1_ftrl",
-         "bad_ids_and_arguments", "over_capacity"]
+         "bad_ids_and_arguments", "over_capacity",
+         "export_for_serving", "counter_filter"]
 D = 3          # embedding dimension
 F = 2          # ids per example
 GLOBAL = 6     # examples per step, all ranks together
@@ -147,11 +153,41 @@ def expected_training(opt_name: str):
         model.get_layer("out").get_weights()
 
 
+def filtered_training(freq: int, lr: float):
+    """The numpy dict model of a CounterFilter table under SGD (the Dense
+    layer frozen at kernel0, bias 0): every step adds the global batch's
+    occurrences to each key's count, a key without a row gets its
+    initial row once its count reaches ``freq``, keys without a row read
+    zeros and get no update. Returns (counts, rows) dicts."""
+    kernel = kernel0().astype(np.float64)
+    counts, rows = {}, {}
+    for step in range(STEPS):
+        ids, y = global_batch(step)
+        for k in ids.ravel():
+            counts[int(k)] = counts.get(int(k), 0) + 1
+        for k in set(int(k) for k in ids.ravel()):
+            if counts[k] >= freq and k not in rows:
+                rows[k] = uniform_row(k)
+        x = np.array([np.concatenate([rows.get(int(k), np.zeros(D))
+                                      for k in ex]) for ex in ids])
+        g = 2.0 * (x @ kernel - y) / GLOBAL
+        grads = {}
+        for i, ex in enumerate(ids):
+            for f, k in enumerate(int(k) for k in ex):
+                if k in rows:
+                    grads[k] = grads.get(k, 0.0) + \
+                        g[i, 0] * kernel[f * D:(f + 1) * D, 0]
+        for k, grad in grads.items():
+            rows[k] = rows[k] - lr * grad
+    return counts, rows
+
+
 def main() -> None:
     hvd.init()
     rank, size = env_rank(), env_size()
     checker = Checker()
     trained = {}
+    exported = {}  # export_for_serving's SavedModel and probe
 
     def dynamic(name, **kwargs):
         return hb.keras.layers.DynamicEmbedding(D, name=name, **kwargs)
@@ -285,7 +321,25 @@ def main() -> None:
         expect_raises(lambda: dynamic("h", combiner="max"), ValueError,
                       "combiner 'max'")
         expect_raises(lambda: dynamic("e", ev_option=object()),
-                      NotImplementedError, "ev_option")
+                      TypeError, "'e'", "hb.EmbeddingVariableOption",
+                      "object")
+        expect_raises(lambda: dynamic("ff", ev_option=hb.
+                                      EmbeddingVariableOption(
+                                          filter_option=hb.CounterFilter(
+                                              filter_freq="3"))),
+                      TypeError, "'ff'", "filter_freq must be an int", "'3'")
+        expect_raises(lambda: dynamic("fn", ev_option=hb.
+                                      EmbeddingVariableOption(
+                                          filter_option=hb.CounterFilter(-1))),
+                      ValueError, "'fn'", "filter_freq must be >= 0")
+        expect_raises(lambda: dynamic("ev", ev_option=hb.
+                                      EmbeddingVariableOption(
+                                          evict_option=hb.GlobalStepEvict(5))),
+                      NotImplementedError, "'ev'", "GlobalStepEvict")
+        expect_raises(lambda: hb.keras.layers.ShardedEmbedding(
+            10, D, name="fixed_table", ev_option=hb.EmbeddingVariableOption(
+                filter_option=hb.CounterFilter(2))), ValueError,
+            "'fixed_table'", "ev_option", "DynamicEmbedding")
 
     def over_capacity():
         # Two new keys for every rank, one row each: every rank's lookup
@@ -300,6 +354,129 @@ def main() -> None:
                       tf.errors.InvalidArgumentError, "tiny",
                       "capacity of 1 rows", "capacity= argument")
         identical_on_all_ranks([np.arange(3)], "collectives after the error")
+        # Only the last rank overflows, and only rank 0 looks its keys
+        # up; every rank still fails, naming the table and that rank.
+        last = [k for k in range(1000, 2000) if owner(k, size) == size - 1]
+        mine = last[:2] if rank == 0 else []
+        one = dynamic("one_full", capacity=1)
+        expect_raises(lambda: one(np.array(mine, np.int64)),
+                      tf.errors.InvalidArgumentError, "one_full",
+                      "rank %d holds its capacity of 1 rows" % (size - 1))
+        identical_on_all_ranks([np.arange(3)], "collectives after the error")
+
+    def export_for_serving():
+        """A model with an int64 DynamicEmbedding and a string bag,
+        trained one step, exported by export_plain_model and saved as a
+        SavedModel by every rank (its own copy: no rank waits on another
+        while TF writes); on seen and unseen ids the plain model predicts
+        what the trained one does, unseen ids read their initial rows
+        (the numpy formula). The test serves rank 0's copy with plain TF
+        (test_export_served_by_plain_tf). 3-11 s on the shared 2-core
+        machine: Keras traces fit and the SavedModel's functions."""
+        ids_in = keras.Input((F,), dtype="int64", name="ids")
+        words_in = keras.Input((None,), dtype="string", name="words")
+        flat = keras.layers.Flatten()(dynamic("served_ids")(ids_in))
+        bag = dynamic("served_words", key_dtype="string",
+                      combiner="sum")(words_in)
+        out = keras.layers.Dense(
+            1, name="out", kernel_initializer=keras.initializers.Constant(
+                0.5 * rank_values(21, 0, (F * D + D, 1))))(
+                    keras.layers.Concatenate()([flat, bag]))
+        model = keras.Model([ids_in, words_in], out)
+        model.compile(optimizer=hvd.DistributedOptimizer(
+            keras.optimizers.Adagrad(0.3)), loss="mse")
+        ids, y = global_batch(0)
+        words = np.array([["w%d" % (k % 4), "v%d" % (k % 3)]
+                          for k in range(GLOBAL)])
+        model.fit([tf.constant(my_part(ids, rank, size)),
+                   tf.constant(my_part(words, rank, size))],
+                  my_part(y, rank, size), batch_size=GLOBAL // size,
+                  epochs=1, shuffle=False, verbose=0)
+        # Seen ids (rows 0-1), unseen ones (row 2), a mix (row 3); the
+        # trained model gives a new key its initial row, as served.
+        unseen = [999, -(2 ** 40)]
+        probe_ids = np.array([ids[0], ids[3], unseen, [ids[1, 1], 5]],
+                             np.int64)
+        probe_words = np.array([["w0", "v1"], ["w3", "new"], ["x", "y"],
+                                ["v2", "w1"]])
+        probe = [tf.constant(probe_ids), tf.constant(probe_words)]
+        plain = hb.keras.layers.export_plain_model(model)   # collective
+        want = model(probe).numpy()
+        kinds = sorted(type(layer).__name__ for layer in plain.layers)
+        check(kinds.count("ServedDynamicEmbedding") == 2,
+              "exported layers: %s" % kinds)
+        check(np.array_equal(plain(probe).numpy(), want),
+              "plain model %s, trained model %s" % (
+                  plain(probe).numpy().tolist(), want.tolist()))
+        kernel, bias = model.get_layer("out").get_weights()
+        words_row = model.get_layer("served_words")(
+            tf.constant(probe_words[2:3])).numpy()[0]
+        initial = np.concatenate([uniform_row(k) for k in unseen] +
+                                 [words_row])
+        close(want[2], initial @ kernel + bias,
+              "trained model on unseen ids: initial rows")
+        folder = hbcore.broadcast_object(
+            tempfile.mkdtemp(prefix="hb_dynexp_") if rank == 0 else None, 0)
+        path = os.path.join(folder, "sm_%d" % rank)
+        tf.saved_model.save(plain, path)
+        with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+            check(b"Hbcore" not in f.read(), "hbcore ops in the SavedModel")
+        exported.update({"path": path, "ids": probe_ids.tolist(),
+                         "words": probe_words.tolist(),
+                         "want": want.tolist()})
+
+    def counter_filter():
+        """CounterFilter(2) at every world size against the numpy dict
+        model: the first lookup (counts over all ranks' ids), then three
+        SGD steps: which keys have rows, their values and counts (the
+        whole table, as saved), rows per rank, and the exported layer
+        (keys without a row read 0)."""
+        def filtered(name):
+            return dynamic(name, capacity=16, ev_option=hb.
+                           EmbeddingVariableOption(
+                               filter_option=hb.CounterFilter(filter_freq=2)))
+        first = filtered("filtered_first")
+        ids = global_batch(0)[0]
+        seen = {}
+        for k in ids.ravel():
+            seen[int(k)] = seen.get(int(k), 0) + 1
+        close(first(my_part(ids, rank, size)),
+              [[uniform_row(k) if seen[int(k)] >= 2 else np.zeros(D)
+                for k in ex] for ex in my_part(ids, rank, size)],
+              "first lookup: keys seen twice in all ranks' ids get rows")
+        layer = filtered("filtered")
+        model = model_of(layer)
+        model.get_layer("out").trainable = False
+        model.compile(optimizer=hvd.DistributedOptimizer(
+            keras.optimizers.SGD(0.2)), loss="mse")
+        xs, ys = zip(*[global_batch(k) for k in range(STEPS)])
+        model.fit(np.concatenate([my_part(a, rank, size) for a in xs]),
+                  np.concatenate([my_part(a, rank, size) for a in ys]),
+                  batch_size=GLOBAL // size, epochs=1, shuffle=False,
+                  verbose=0)
+        counts, rows = filtered_training(2, 0.2)
+        admitted = sorted(rows)
+        check(0 < len(admitted) < len(counts),
+              "the data admits some keys and not others: %d of %d" % (
+                  len(admitted), len(counts)))
+        whole = dynamic_embedding.whole_table(layer.table)
+        check(whole["keys"].tolist() == admitted,
+              "keys with rows %s, expected %s" % (whole["keys"].tolist(),
+                                                  admitted))
+        check(whole["freqs"].tolist() == [counts[k] for k in admitted],
+              "freqs %s, expected %s" % (whole["freqs"].tolist(),
+                                         [counts[k] for k in admitted]))
+        close(whole["values"], [rows[k] for k in admitted],
+              "trained rows", rtol=1e-5, atol=1e-6)
+        check(int(layer.table.size()) == held_here(admitted, rank, size),
+              "rank %d holds %d rows, expected %d" % (
+                  rank, int(layer.table.size()),
+                  held_here(admitted, rank, size)))
+        plain = hb.keras.layers.export_plain_model(model)
+        probe = np.array(sorted(counts) + [4242], np.int64)
+        close(plain.get_layer("filtered")(probe),
+              [rows.get(int(k), np.zeros(D)) for k in probe],
+              "exported layer: rows, and 0 for keys without one")
 
     table = {
         "lookup_creates_rows": lookup_creates_rows,
@@ -315,10 +492,13 @@ def main() -> None:
         "custom_loop_v1_ftrl": lambda: custom_loop("v1_ftrl"),
         "bad_ids_and_arguments": bad_ids_and_arguments,
         "over_capacity": over_capacity,
+        "export_for_serving": export_for_serving,
+        "counter_filter": counter_filter,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
-            "keras": keras.__name__, "trained": trained})
+            "keras": keras.__name__, "trained": trained,
+            "exported": exported})
     hb.shutdown()
 
 
