@@ -111,6 +111,12 @@ TEST(StallWarningsNameTheCauseAndWhatTheJobDoesNext) {
                        "a stall lasts 7200 s (HB_ELASTIC_TIMEOUT_SECONDS)"));
   config.stall_shutdown_setting = "HB_STALL_SHUTDOWN_TIME_SECONDS";
   CHECK(waits.Warnings({}).empty());
+  // A tensor younger than the check time is not stalled: only the old one
+  // is named, and a check that finds only young ones says nothing.
+  lines = waits.Warnings({Stall(0.2), Stall(75.0)});
+  CHECK_EQ(lines.size(), 2u);
+  CHECK_CONTAINS(lines[0], " 75 s ago");
+  CHECK(waits.Warnings({Stall(0.2), Stall(59.9)}).empty());
   config.stall_check_seconds = 0;
   CHECK(StallInspector(config).Warnings({Stall(75.0)}).empty());
 }

@@ -58,8 +58,17 @@ std::string StallInspector::Describe(const StallReport& stall) const {
 std::vector<std::string> StallInspector::Warnings(
     const std::vector<StallReport>& stalls) const {
   std::vector<std::string> lines;
-  if (check_seconds_ <= 0 || stalls.empty()) return lines;
-  for (const StallReport& stall : stalls) lines.push_back("Stall: " + Describe(stall));
+  if (check_seconds_ <= 0) return lines;
+  // Only tensors that have waited the check time are stalled. A check is
+  // due when this rank's oldest entry has; the others pending at that
+  // moment may have been submitted a millisecond ago by a rank that is
+  // merely a little ahead (Horovod warns per tensor the same way).
+  for (const StallReport& stall : stalls) {
+    if (stall.age_seconds >= check_seconds_) {
+      lines.push_back("Stall: " + Describe(stall));
+    }
+  }
+  if (lines.empty()) return lines;
   // Once per check: what the job does next, so that a hung job is never
   // silent about how to end it. Horovod's default (never) is kept because
   // legitimate waits have no bound hbcore could know (docs/configuration.md,

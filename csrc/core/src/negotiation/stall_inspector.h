@@ -38,7 +38,8 @@ class StallInspector {
   // Step 3 (coordinator): logs Warnings(stalls); returns why the job must
   // end, or "" while no stall has lasted the shutdown time.
   std::string Judge(const std::vector<StallReport>& stalls) const;
-  // The warning lines of a check: one per stalled tensor, then one saying
+  // The warning lines of a check: one per tensor that has waited at least
+  // HB_STALL_CHECK_TIME_SECONDS (younger ones are not stalled), then one saying
   // what the job does next (waits, or ends after the shutdown time, naming
   // the setting). None while warnings are off (HB_STALL_CHECK_TIME_SECONDS=0).
   std::vector<std::string> Warnings(const std::vector<StallReport>& stalls) const;
