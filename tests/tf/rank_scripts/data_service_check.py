@@ -33,7 +33,11 @@ def main() -> None:
     path, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
-    config = TfDataServiceConfig.read(path, wait_for_file_creation=True)
+    # Horovod's default wait (60 s) is short for a compute job started at
+    # the same moment by spark-submit (a JVM, then two ranks importing TF)
+    # on a loaded 2-core machine; the harness's own limit is 180 s.
+    config = TfDataServiceConfig.read(path, wait_for_file_creation=True,
+                                      timeout=150)
     with tf_data_service(config, rank):
         ds = tf.data.Dataset.range(n)
         if mode == "sharded":
