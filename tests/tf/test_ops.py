@@ -84,6 +84,21 @@ def test_fusion(np_):
 
 
 @pytest.mark.parametrize("np_", NPS)
+def test_fast_path_carries_repeated_small_allreduces(np_):
+    """A small allreduce repeated under one name (10 steps, eager Average
+    and tf.function Sum) gives numpy's values and, once cached, rides the
+    negotiation's collective: rank 0's timeline shows FAST_PATH_ALLREDUCE
+    events for most steps after the first (docs/architecture.md, "Small
+    tensors in one round trip")."""
+    run = tf_run(np_)
+    run.assert_cases(["fastpath/eager", "fastpath/function"])
+    facts = run.results[0]
+    assert "timeline" in facts, facts.get("timeline_error")
+    carried = facts["timeline"]["fastpath"]
+    assert carried["eager"] >= 5 and carried["function"] >= 5, carried
+
+
+@pytest.mark.parametrize("np_", NPS)
 def test_v1_graphs(np_):
     """tf.compat.v1 gradients, broadcast_global_variables,
     BroadcastGlobalVariablesHook under MonitoredTrainingSession, barrier."""

@@ -201,6 +201,53 @@ TEST(FastPathLayoutTakesOnlySmallSumOrAverage) {
   });
 }
 
+// A layout full of responses cached earlier does not keep a recurring one
+// out: the cycles that find it ready outside the layout (misses) recompute
+// the layout by recent use, within kFastRelayoutCycles, the same on every
+// rank, and from then on it is carried.
+TEST(FastPathLayoutFollowsRecentUse) {
+  Config config;
+  config.fast_path_bytes = 16;  // two 8-byte tensors
+  RunRanks(3, config, [&](int rank, Controller* c) {
+    const std::vector<float> in = Input(rank);
+    const std::vector<std::string> names = {"a", "b", "c"};
+    std::string left_out;
+    for (int round = 0; round < 2; ++round) {
+      PendingTable pending;
+      for (const std::string& n : names) pending[n] = Small(rank, n, in);
+      CycleOutput out = Cycle(c, &pending);
+      CHECK_EQ(out.responses.size(), 3u);
+      int carried = 0;
+      for (size_t i = 0; i < out.responses.size(); ++i) {
+        if (out.carried[i] >= 0) {
+          ++carried;
+        } else if (round == 1) {
+          left_out = out.responses[i].name;
+        }
+      }
+      CHECK_EQ(carried, round == 0 ? 0 : 2);
+    }
+    CHECK(!left_out.empty());
+    int first_carried = -1;
+    const int cycles = static_cast<int>(Controller::kFastRelayoutCycles) + 3;
+    for (int i = 0; i < cycles; ++i) {
+      PendingTable pending;
+      pending[left_out] = Small(rank, left_out, in);
+      CycleOutput out = Cycle(c, &pending);
+      CHECK_EQ(out.responses.size(), 1u);
+      CHECK(out.from_cache[0]);
+      if (out.carried[0] >= 0) {
+        CHECK(Carried(out, 0, 2) == Sum(3));
+        if (first_carried < 0) first_carried = i;
+      } else {
+        CHECK_EQ(first_carried, -1);  // once in the layout, it stays
+      }
+    }
+    CHECK(first_carried >= 0);
+    CHECK(first_carried <= static_cast<int>(Controller::kFastRelayoutCycles));
+  });
+}
+
 // Buffers of two layouts combine into a result marked broken, and the mark
 // survives a later combination, so every rank of the MPI operation sees it.
 TEST(CombinedBuffersOfDifferentLayoutsAreMarkedBroken) {

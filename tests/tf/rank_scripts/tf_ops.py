@@ -10,6 +10,8 @@ order, so a failing case does not desynchronise the next ones):
                   and in one tf.compat.v1 Session.run
 - fusion/*        grouped_allreduce of 50 tensors; 50 allreduces in one
                   tf.function (not serialised by auto control deps)
+- fastpath/*      a small allreduce repeated 10 times under one name,
+                  eager and in a tf.function (the fast path carries it)
 - graph/*         v1 gradients, broadcast_global_variables,
                   BroadcastGlobalVariablesHook + MonitoredTrainingSession
 - errors/*        mismatch, invalid root, bad splits, Adasum, ...
@@ -228,6 +230,35 @@ def fusion_cases() -> None:
                          "float32", "f50")
     run("fusion/function50", function50)
 
+    # The fast path (HB_FAST_PATH_THRESHOLD, on by default): a small Sum or
+    # Average allreduce repeated under one name is cached after its first
+    # use and then rides the negotiation's collective; the values must be
+    # the same, and rank 0's timeline shows FAST_PATH_ALLREDUCE events for
+    # it (timeline_facts, "fastpath"). Eager and in a tf.function.
+    steps = 10
+
+    def fast_eager():
+        for step in range(steps):
+            x = all_rank_data(op_table.seed("fpe", step), SIZE, (3,),
+                              "float32")
+            out = hvd.allreduce(tf.constant(x[RANK]), op=hvd.Average,
+                                name="fpe_small")
+            assert_close(np_of(out), np.mean(x, axis=0).astype(np.float32),
+                         "float32", "fpe step %d" % step)
+    run("fastpath/eager", fast_eager)
+
+    def fast_function():
+        @tf.function
+        def step_fn(x):
+            return hvd.allreduce(x, op=hvd.Sum, name="fpf_small")
+        for step in range(steps):
+            x = all_rank_data(op_table.seed("fpf", step), SIZE, (2, 2),
+                              "float64")
+            out = step_fn(tf.constant(x[RANK]))
+            assert_close(np_of(out), np.sum(x, axis=0), "float64",
+                         "fpf step %d" % step)
+    run("fastpath/function", fast_function)
+
 
 def timeline_facts(path: str) -> Dict[str, Any]:
     """Per group of tensors, how many distinct ALLREDUCE start times (one
@@ -249,6 +280,12 @@ def timeline_facts(path: str) -> Dict[str, Any]:
                  e["pid"] in pids and e["name"] == "MEMCPY_IN_FUSION_BUFFER"}
         out[label] = {"tensors": len(pids), "allreduce_batches": len(starts),
                       "fused_batches": len(fused)}
+    out["fastpath"] = {}
+    for label, marker in (("eager", "fpe_small"), ("function", "fpf_small")):
+        pids = {pid for pid, name in names.items() if marker in name}
+        out["fastpath"][label] = sum(
+            1 for e in events if e.get("ph") == "X" and e["pid"] in pids
+            and e["name"] == "FAST_PATH_ALLREDUCE")
     return out
 
 

@@ -1,5 +1,6 @@
 #include "negotiation/controller.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/logging.h"
@@ -18,6 +19,15 @@ bool FastPathKind(const Response& r) {
   return r.op == OpType::kAllreduce && !r.is_error() &&
          r.device == HB_DEVICE_CPU && r.prescale == 1.0 &&
          (r.reduce_op == ReduceOp::kSum || r.reduce_op == ReduceOp::kAverage);
+}
+
+// The bytes a response takes in the payload (padded to 8), or -1 when it
+// cannot ride the fast path under `budget` bytes at all.
+int64_t FastPathBytes(const Response& r, int64_t budget) {
+  if (r.name.empty() || !FastPathKind(r)) return -1;
+  const int64_t padded =
+      (NumElements(r.shape) * DataTypeSize(r.dtype) + 7) / 8 * 8;
+  return padded <= budget ? padded : -1;
 }
 
 }  // namespace
@@ -45,6 +55,7 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
   if (stall_check) stall_.Checked(now);
   const bool just_joined = just_joined_;
   just_joined_ = false;
+  ++cycles_;
   UpdateFastLayout();
   const int words_per_set = (cache_.capacity() + 63) / 64;
   std::vector<uint64_t> words(1 + 2 * words_per_set, 0);
@@ -134,6 +145,10 @@ Status Controller::RunCycle(PendingTable* pending, const CycleInput& input,
       const bool carried = fast_index_[slot] >= 0 && !(flags & kFlagJoined);
       output->carried.push_back(
           carried ? fast_slots_[fast_index_[slot]].segment.offset : -1);
+      if (fast_index_[slot] < 0 &&
+          FastPathBytes(cached, config_.fast_path_bytes) >= 0) {
+        fast_missed_ = true;  // step E: a recurring tensor left out
+      }
     }
   }
   output->payload = std::move(payload);
@@ -254,30 +269,48 @@ bool Controller::SetCacheEnabled(bool enabled, PendingTable* pending) {
 }
 
 void Controller::UpdateFastLayout() {
-  if (fast_version_ == cache_.version() &&
+  const bool relayout =
+      fast_missed_ && cycles_ - fast_built_cycle_ >= kFastRelayoutCycles;
+  if (fast_version_ == cache_.version() && !relayout &&
       static_cast<int>(fast_index_.size()) == cache_.capacity()) {
     return;
   }
   fast_version_ = cache_.version();
+  fast_built_cycle_ = cycles_;
+  fast_missed_ = false;
   fast_slots_.clear();
   fast_segments_.clear();
   fast_index_.assign(cache_.capacity(), -1);
   fast_payload_bytes_ = 0;
   const int64_t budget = config_.fast_path_bytes;
-  for (int slot = 0; slot < cache_.capacity() && budget > 0 &&
-                     fast_slots_.size() < kFastPathTensors;
-       ++slot) {
+  if (budget <= 0) return;
+  // Candidates, most recently used first (ties cannot happen: each Put and
+  // Touch takes the next clock value).
+  std::vector<int> candidates;
+  for (int slot = 0; slot < cache_.capacity(); ++slot) {
+    if (FastPathBytes(cache_.Get(slot), budget) >= 0) candidates.push_back(slot);
+  }
+  std::sort(candidates.begin(), candidates.end(), [this](int a, int b) {
+    return cache_.last_use(a) > cache_.last_use(b);
+  });
+  std::vector<int> chosen;
+  int64_t bytes = 0;
+  for (int slot : candidates) {
+    if (chosen.size() >= static_cast<size_t>(kFastPathTensors)) break;
+    const int64_t padded = FastPathBytes(cache_.Get(slot), budget);
+    if (bytes + padded > budget) continue;
+    bytes += padded;
+    chosen.push_back(slot);
+  }
+  std::sort(chosen.begin(), chosen.end());
+  for (int slot : chosen) {
     const Response& r = cache_.Get(slot);
-    if (r.name.empty() || !FastPathKind(r)) continue;
-    const int64_t count = NumElements(r.shape);
-    const int64_t padded = (count * DataTypeSize(r.dtype) + 7) / 8 * 8;
-    if (fast_payload_bytes_ + padded > budget) continue;
     FastSlot f;
     f.slot = slot;
     f.segment.dtype = r.dtype;
     f.segment.offset = fast_payload_bytes_;
-    f.segment.count = count;
-    fast_payload_bytes_ += padded;
+    f.segment.count = NumElements(r.shape);
+    fast_payload_bytes_ += FastPathBytes(r, budget);
     fast_index_[slot] = static_cast<int>(fast_slots_.size());
     fast_slots_.push_back(f);
     fast_segments_.push_back(f.segment);

@@ -22,10 +22,16 @@
 // step B's collective:
 //
 //  E. Layout. The cached responses that are CPU allreduces with reduce op
-//     Sum or Average and prescale 1, in slot order, while their payloads
-//     (each padded to 8 bytes) fit the threshold, at most kFastPathTensors.
-//     It is a function of the response cache alone, so it is the same on
-//     every rank; it is recomputed when the cache's version changes.
+//     Sum or Average and prescale 1, most recently used first (the cache's
+//     use clock), while their payloads (each padded to 8 bytes) fit the
+//     threshold, at most kFastPathTensors; offsets in slot order. It is a
+//     function of the response cache alone, so it is the same on every
+//     rank. It is recomputed when the cache's version changes, and when a
+//     cycle found a ready slot that could ride but is outside the layout
+//     (a "miss", seen alike by every rank since readiness is agreed in
+//     step B), at most once per kFastRelayoutCycles cycles: responses
+//     cached early and never used again (a warm-up's tensors) otherwise
+//     keep the recurring ones out for as long as they stay cached.
 //  F. Contribution. Step B then also carries a payload of the layout's
 //     size: each rank writes the input of every entry that hit a layout
 //     slot, zeros elsewhere. One collective combines the words by AND and
@@ -140,6 +146,10 @@ class Controller {
   // Most tensors one cycle's payload carries (step E): bounds the layout
   // description every fast-path collective sends with the data.
   static constexpr int kFastPathTensors = 64;
+  // Fewest cycles between two layouts recomputed for a miss (step E): more
+  // recurring small tensors than a layout holds would otherwise recompute
+  // it every cycle.
+  static constexpr uint64_t kFastRelayoutCycles = 8;
 
  private:
   // One layout slot of the fast path (step E).
@@ -147,7 +157,8 @@ class Controller {
     int slot = -1;
     PayloadSegment segment;
   };
-  // Step E: recomputes the layout if the cache changed since the last time.
+  // Step E: recomputes the layout if the cache changed since the last time,
+  // or after a miss.
   void UpdateFastLayout();
   Status SlowPath(const RequestList& mine, CycleOutput* output);
   ResponseList Coordinate(const std::vector<std::string>& gathered);
@@ -167,6 +178,11 @@ class Controller {
   std::vector<int> fast_index_;
   int64_t fast_payload_bytes_ = 0;
   uint64_t fast_version_ = ~uint64_t{0};
+  // Cycles run (the same count on every rank), the cycle whose layout is
+  // current, and whether a cycle since then missed (step E).
+  uint64_t cycles_ = 0;
+  uint64_t fast_built_cycle_ = 0;
+  bool fast_missed_ = false;
 };
 
 }  // namespace hbcore

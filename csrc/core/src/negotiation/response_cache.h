@@ -34,6 +34,9 @@ class ResponseCache {
   void Put(const Response& response, const Request* local);
   const Response& Get(int slot) const { return slots_[slot].response; }
   void Touch(int slot) { slots_[slot].last_use = ++clock_; }
+  // The use clock's value at the slot's last Put or Touch: the same on
+  // every rank (0 for a free slot).
+  uint64_t last_use(int slot) const { return slots_[slot].last_use; }
   void Erase(int slot);
   // Changes with every Put and Erase (not Touch): the same on every rank,
   // so derived views (the fast path's layout) know when to recompute.
