@@ -318,6 +318,8 @@ class DynamicTable:
         if policy is None:
             return tf.constant(0, tf.int64)
         keys, rows = self._map.export()
+        keys.set_shape([None])  # the map's op leaves it unknown in graphs
+        rows.set_shape([None])
         if policy.steps_to_live is not None:
             age = self._step - tf.gather(self._versions, rows)
             dead = age > policy.steps_to_live
