@@ -309,6 +309,13 @@ def local_layer_variables(local_layers: Any) -> List[Any]:
 
 # --- variables -----------------------------------------------------------------
 
+def tape_is_recording() -> bool:
+    """Whether a GradientTape records the ops created now (eagerly, or
+    while a tf.function is traced): True in ``model.fit``'s train step and
+    a custom loop's forward pass, False in ``predict`` and ``evaluate``."""
+    return bool(internals.TAPE_COULD_RECORD.load()())
+
+
 def unwrap_variable(variable: Any) -> Any:
     """Returns the tf.Variable behind a Keras 3 variable (others unchanged)."""
     value = getattr(variable, "value", None)

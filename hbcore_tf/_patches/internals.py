@@ -404,6 +404,14 @@ TF_KERAS_OPTIMIZER_LOAD_OWN_VARIABLES = Internal(
     "as KERAS3_OPTIMIZER_SAVE_OWN_VARIABLES", ("self", "store"))
 
 
+# --- tapes ----------------------------------------------------------------------------
+
+TAPE_COULD_RECORD = Internal(
+    _TF + "eager.record:could_possibly_record",
+    "whether a GradientTape is recording: a dynamic table's lookup under a "
+    "tape is a training lookup, which sets the rows' versions "
+    "(embedding/dynamic_table.py)", ())
+
 @functools.lru_cache(maxsize=None)
 def all_internals() -> List[Tuple[str, Internal]]:
     """Every entry of this module, as (constant name, entry), in order."""

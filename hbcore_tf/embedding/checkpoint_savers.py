@@ -26,7 +26,8 @@ from hbcore_tf._patches import saver as saver_patch
 from hbcore_tf._patches import trackable_saver as trackable_saver_patch
 from hbcore_tf.embedding.dynamic_checkpoint import (dynamic_variables,
                                                    prepared_save)
-from hbcore_tf.embedding.save_protocol import (ShardedSaveError,
+from hbcore_tf.embedding.save_protocol import (NOTHING_WRITTEN,
+                                               ShardedSaveError,
                                                collective_write,
                                                write_canonical)
 from hbcore_tf.embedding.sharded_state import (saver_variables,
@@ -186,9 +187,15 @@ def _object_save(tf_save: Callable, self: Any, file_prefix: Any,
         if checkpoint_number:
             path = "%s-%d" % (file_prefix, int(checkpoint_number))
         saver_class = internals.MULTI_DEVICE_SAVER.load()
-        return collective_write(
-            path, table_names(sharded),
-            lambda part: saver_class(sharded).save(part), plain)
+
+        def write_part(part: str) -> Any:
+            # A dynamic table with fewer keys than ranks leaves some ranks
+            # nothing to write (TF cannot write an empty bundle).
+            if not any(sharded.values()):
+                return NOTHING_WRITTEN
+            return saver_class(sharded).save(part)
+        return collective_write(path, table_names(sharded), write_part,
+                                plain)
 
 
 def _as_str(path: Any) -> str:

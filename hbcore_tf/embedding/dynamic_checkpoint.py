@@ -9,8 +9,9 @@ with the suffixes
 - ``-values``: ``[N, dim]``, the variable's row of each key;
 - ``-freqs`` (the store only): int64 ``[N]``, how many times each key
   was looked up (dynamic_table.py, "Counts and admission");
-- ``-versions`` (the store only): int64 ``[N]``, zeros until eviction
-  tracks them.
+- ``-versions`` (the store only): int64 ``[N]``, each key's version,
+  the table's step at its last training lookup (dynamic_table.py,
+  "Versions and eviction").
 
 In tf.train.Checkpoint (and tf_keras' TensorFlow-format save_weights) the
 names are the variable's object path plus ``/.ATTRIBUTES/-keys`` etc.
@@ -19,24 +20,29 @@ Collective save (tf.train.Checkpoint's writer, checkpoint_savers.py):
 1. ``prepared_save`` runs on every rank, before the objects are
    serialized, over the dynamic variables being saved, grouped by table
    in name order (the same on every rank).
-2. Per table: each rank exports its keys (the hash map) in key order and
-   allgathers them; with N keys in all, rank r is given the keys of
-   global positions ``[r * ceil(N / size), (r + 1) * ceil(N / size))``
-   and one alltoall sends every key, with its store and slot rows, to
-   that rank. Each rank then holds a contiguous run of the sorted table.
+2. Per table: each rank first evicts (DynamicTable.evict: rank-local,
+   so the saved table holds the survivors only), then exports its keys
+   (the hash map) in key order and allgathers them; with N keys in
+   all, rank r is given the keys of global positions
+   ``[r * ceil(N / size), (r + 1) * ceil(N / size))`` and one alltoall
+   sends every key, with its store and slot rows, to that rank. Each
+   rank then holds a contiguous run of the sorted table.
 3. Each variable serializes that run as a TF slice of the full tensor
    (``_serialize_to_tensors``), so the collective write of the fixed
    tables (save_protocol.collective_write: parts, merge, canonical form)
    turns the runs into one tensor per name, in key order: the bytes do
    not depend on the world size, and the kill -9 guarantee is that
-   protocol's. A rank with no run (N < size) serializes nothing; with
-   N == 0 rank 0 writes empty tensors.
+   protocol's. A rank with no run (N < size) serializes nothing and
+   writes no part (save_protocol.NOTHING_WRITTEN); with N == 0 rank 0
+   writes empty tensors.
 
 Restore: a variable that is not being saved serializes its own rows as
 whole tensors, so TF reads the whole ``-keys`` / ``-values`` tensors and
 ``_restore_from_tensors`` keeps the keys this rank owns
 (``mix(key) % size``): the i-th of them, in key order, gets row i, in
-the store and in every slot alike, whatever order TF restores them in.
+the store and in every slot alike, whatever order TF restores them in;
+the table's step becomes the largest version in the checkpoint (the same
+on every rank: each reads the whole ``-versions``).
 Slot rows from the first free row on are reset to the slot's scratch
 row (row ``capacity``, never trained), so rows handed out later start
 from the slot's initial value (dynamic_table.py, invariant 2). Every
@@ -89,10 +95,17 @@ def _held(table: Any, variables: List[Any]) -> Tuple[np.ndarray,
     return keys, [tf.gather(_inner(v), rows).numpy() for v in variables]
 
 
+def _version_column(table: Any, keys: np.ndarray) -> np.ndarray:
+    return table.versions(tf.constant(keys, tf.int64)).numpy()
+
+
 def whole_rows(table: Any, variable: Any) -> Tuple[np.ndarray, np.ndarray]:
     """Every rank's keys of ``table`` in key order and ``variable``'s row
     of each (collective: every rank calls it, for the same variables in the
     same order). Keras' files store a table and its slots this way.
+
+    The table evicts first (a save: idempotent when the same save asks
+    again, for the table and then for each slot).
 
     Args:
         table: a DynamicTable.
@@ -101,6 +114,7 @@ def whole_rows(table: Any, variable: Any) -> Tuple[np.ndarray, np.ndarray]:
     Returns:
         (keys, values): int64 ``[N]`` ascending, and ``[N, dim]``.
     """
+    table.evict()
     keys, (values,) = _held(table, [variable])
     path = getattr(variable, "path", None) or variable.name
     name = "hbcore.dynamic_whole.%s" % str(path).replace(":", "_")
@@ -119,7 +133,8 @@ def _checkpoint_methods(base: type) -> Dict[str, Any]:
         # this rank's rows as whole tensors.
         table = getattr(self, _TABLE_ATTR)
         keys, (rows,) = _held(table, [self])
-        return _entries(self, keys, rows, table.counts(keys).numpy(), None)
+        return _entries(self, keys, rows, table.counts(keys).numpy(),
+                        _version_column(table, keys), None)
 
     def _restore_from_tensors(self, restored_tensors):
         table = getattr(self, _TABLE_ATTR)
@@ -131,7 +146,8 @@ def _checkpoint_methods(base: type) -> Dict[str, Any]:
                     table.info.name, "/".join(missing), self.name))
         return restore_rows(table, self, restored_tensors[KEYS],
                             restored_tensors[VALUES],
-                            restored_tensors.get(FREQS))
+                            restored_tensors.get(FREQS),
+                            restored_tensors.get(VERSIONS))
 
     return {"_serialize_to_tensors": _serialize_to_tensors,
             "_restore_from_tensors": _restore_from_tensors}
@@ -155,6 +171,8 @@ def attach(variable: Any, table: Any, store: bool) -> None:
         object.__setattr__(inner, "__class__", _classes[cls])
     object.__setattr__(inner, _TABLE_ATTR, table)
     object.__setattr__(inner, _STORE_ATTR, store)
+    if not store:
+        table.add_slot(inner)
 
 
 @contextlib.contextmanager
@@ -182,15 +200,14 @@ def creating_slots_of(table: Optional[Any]) -> Iterator[None]:
 
 
 def _entries(variable: Any, keys: np.ndarray, rows: np.ndarray,
-             freqs: np.ndarray, spec: Optional[Tuple[int, int]]
-             ) -> Dict[str, Any]:
+             freqs: np.ndarray, versions: np.ndarray,
+             spec: Optional[Tuple[int, int]]) -> Dict[str, Any]:
     """The serialized tensors of ``variable``: whole (spec None) or as
     rows ``[start, start + len)`` of ``total`` rows (spec (start, total));
-    ``freqs``, the keys' counts, go with the store only."""
+    ``freqs`` and ``versions`` of the keys go with the store only."""
     columns = {KEYS: keys, VALUES: rows}
     if getattr(_inner(variable), _STORE_ATTR):
-        columns.update({FREQS: freqs,
-                        VERSIONS: np.zeros(len(keys), np.int64)})
+        columns.update({FREQS: freqs, VERSIONS: versions})
     out = {}
     for name, value in columns.items():
         if spec is None:
@@ -209,8 +226,10 @@ def _redistribute(table: Any, variables: List[Any]) -> None:
     """Step 2 of the save for one table (collective): fills _prepared for
     ``variables`` (the store first, then the slots)."""
     rank, size = context.rank, context.world_size
+    table.evict()
     keys, rows = _held(table, variables)
     freqs = table.counts(keys).numpy()
+    versions = _version_column(table, keys)
     name = "hbcore.dynamic_save.%s" % table.info.name
     every = np.sort(hbcore.allgather(keys, name=name + ".keys"))
     total = len(every)
@@ -218,32 +237,36 @@ def _redistribute(table: Any, variables: List[Any]) -> None:
     dest = np.searchsorted(every, keys) // per
     splits = np.bincount(dest, minlength=size).tolist()
     widths = [r.shape[1] for r in rows]
-    # One float64 row per key: the key's and its count's bits, then its
-    # rows of every variable.
+    # One float64 row per key: the bits of the key, its count and its
+    # version, then its rows of every variable.
     packed = np.concatenate([keys.view(np.float64)[:, None],
-                             freqs.view(np.float64)[:, None]] + [
+                             freqs.view(np.float64)[:, None],
+                             versions.view(np.float64)[:, None]] + [
         r.astype(np.float64) for r in rows], axis=1) if keys.size else \
-        np.zeros((0, 2 + sum(widths)), np.float64)
+        np.zeros((0, 3 + sum(widths)), np.float64)
     received, _ = hbcore.alltoall(packed, splits, name=name + ".rows")
     received = received[np.argsort(received[:, 0].view(np.int64),
                                    kind="stable")]
     mine = np.ascontiguousarray(received[:, 0]).view(np.int64)
     mine_freqs = np.ascontiguousarray(received[:, 1]).view(np.int64)
+    mine_versions = np.ascontiguousarray(received[:, 2]).view(np.int64)
     start = min(total, rank * per)
-    column = 2
+    column = 3
     for variable, width in zip(variables, widths):
         part = received[:, column:column + width].astype(
             _inner(variable).dtype.as_numpy_dtype)
         column += width
         if total == 0:
             _prepared[id(_inner(variable))] = (
-                _entries(variable, mine, part, mine_freqs, None)
+                _entries(variable, mine, part, mine_freqs, mine_versions,
+                         None)
                 if rank == 0 else {})
         elif len(mine) == 0:
             _prepared[id(_inner(variable))] = {}
         else:
             _prepared[id(_inner(variable))] = _entries(
-                variable, mine, part, mine_freqs, (start, total))
+                variable, mine, part, mine_freqs, mine_versions,
+                (start, total))
 
 
 def dynamic_variables(objects: Iterable[Any]) -> List[Any]:
@@ -279,7 +302,7 @@ def prepared_save(variables: Iterable[Any]) -> Iterator[None]:
 
 
 def restore_rows(table: Any, variable: Any, keys: Any, values: Any,
-                 freqs: Any = None) -> Any:
+                 freqs: Any = None, versions: Any = None) -> Any:
     """Restores ``variable`` (the store or a slot of ``table``) from a
     whole table's ``keys`` (ascending) and ``values``: this rank keeps the
     keys it owns, the i-th at row i (the module docstring).
@@ -290,6 +313,9 @@ def restore_rows(table: Any, variable: Any, keys: Any, values: Any,
         keys: int64 ``[N]``.
         values: ``[N, dim]``.
         freqs: int64 ``[N]``, the keys' counts (the store only; None: 0).
+        versions: int64 ``[N]``, the keys' versions (the store only;
+            None: 0); the table's step becomes their maximum (0 when N
+            is 0).
 
     Returns:
         The restore op (graphs) or None (eager).
@@ -312,6 +338,12 @@ def restore_rows(table: Any, variable: Any, keys: Any, values: Any,
     keys, values = tf.boolean_mask(keys, own), tf.boolean_mask(values, own)
     if freqs is not None:
         freqs = tf.boolean_mask(tf.convert_to_tensor(freqs, tf.int64), own)
+    step = None
+    if versions is not None:
+        versions = tf.convert_to_tensor(versions, tf.int64)
+        # Every rank reads the whole tensor: the same step everywhere.
+        step = tf.reduce_max(tf.concat([versions, [0]], axis=0))
+        versions = tf.boolean_mask(versions, own)
     count = tf.size(keys, out_type=tf.int64)
     fits = tf.debugging.assert_less_equal(
         count, tf.constant(capacity, tf.int64),
@@ -324,7 +356,7 @@ def restore_rows(table: Any, variable: Any, keys: Any, values: Any,
         ops = [inner.scatter_update(tf.IndexedSlices(
             tf.cast(values, inner.dtype), rows))]
         if getattr(inner, _STORE_ATTR):
-            ops.append(table.replace_keys(keys, rows, freqs))
+            ops.append(table.replace_keys(keys, rows, freqs, versions, step))
         else:
             # Rows not restored start again from the slot's initial value,
             # which the scratch row (never trained) still holds.

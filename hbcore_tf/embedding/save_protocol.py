@@ -159,6 +159,10 @@ class ShardedSaveError(RuntimeError):
 
 
 
+# What a write_part that had nothing to write returns (collective_write).
+NOTHING_WRITTEN = object()
+
+
 def collective_write(path: str, tables: List[str],
                      write_part: Callable[[str], Any],
                      write_main: Callable[[], Any]) -> Any:
@@ -169,7 +173,9 @@ def collective_write(path: str, tables: List[str],
         tables: names of the sharded tables (for messages and the stall
             report).
         write_part: writes this rank's slices to the prefix it is given
-            (run on ranks > 0).
+            (run on ranks > 0); returns ``NOTHING_WRITTEN`` when the rank
+            has no slices (a dynamic table with fewer keys than ranks),
+            and rank 0 then merges no part of it.
         write_main: writes the checkpoint at ``path`` (run on rank 0).
 
     Returns:
@@ -180,34 +186,35 @@ def collective_write(path: str, tables: List[str],
     """
     rank, size = context.rank, context.world_size
     tables = ",".join(tables)
-    status = None
+    status, wrote = None, rank > 0
     if rank > 0:
         try:
             directory = os.path.dirname(path)
             if directory:
                 tf.io.gfile.makedirs(directory)
-            write_part(part_prefix(path, rank, size))
+            wrote = write_part(part_prefix(path, rank, size)) \
+                is not NOTHING_WRITTEN
         except Exception as exc:  # noqa: BLE001 - reported on every rank
             status = "%s: %s" % (type(exc).__name__, exc)
     try:
         gathered = hbcore.allgather_object(
-            (path, status), name="hbcore.sharded_save[%s]" % tables)
+            (path, status, wrote), name="hbcore.sharded_save[%s]" % tables)
     except Exception as exc:  # noqa: BLE001 - the stall shutdown, mostly
         raise ShardedSaveError(
             "collective save of sharded tables %s to %s did not complete: "
             "every rank must call save (a save on rank 0 alone waits here "
             "for the others): %s" % (tables, path, exc)) from exc
-    problems = ["rank %d: %s" % (r, s) for r, (_, s) in enumerate(gathered)
-                if s is not None]
-    if len({p for p, _ in gathered}) != 1:
+    problems = ["rank %d: %s" % (r, s) for r, (_, s, _) in
+                enumerate(gathered) if s is not None]
+    if len({p for p, _, _ in gathered}) != 1:
         problems.append("ranks disagree on the checkpoint prefix: %s" % (
-            [p for p, _ in gathered]))
+            [p for p, _, _ in gathered]))
     result = None
     if not problems and rank == 0:
         try:
             value = write_main()
             merge_parts(path, [part_prefix(path, r, size)
-                               for r in range(1, size)])
+                               for r in range(1, size) if gathered[r][2]])
             write_canonical(path)
             result = ("ok", value)
         except Exception as exc:  # noqa: BLE001 - reported on every rank

@@ -261,7 +261,11 @@ def _slot_of_shard(original: Callable) -> Callable:
                 "only; eagerly or in a tf.function, use a Keras "
                 "optimizer" % info.name)
         with creating_shards():
-            return original(primary, *args, **kwargs)
+            slot = original(primary, *args, **kwargs)
+        table = dynamic_checkpoint.table_of(primary)
+        if table is not None:  # eviction resets the slot's freed rows
+            table.add_slot(slot)
+        return slot
     return create
 
 

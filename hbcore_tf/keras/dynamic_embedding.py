@@ -18,8 +18,9 @@ Saving: tf.train.Checkpoint serializes the store and its slots in key
 order (hbcore_tf.embedding.dynamic_checkpoint); Keras' own files
 (``.weights.h5``, ``.keras``) get the whole table from
 ``save_own_variables`` (``whole_table``: collective) and each rank keeps
-its keys in ``load_own_variables``. See docs/embedding.md, "Dynamic
-tables", for what is not there yet.
+its keys in ``load_own_variables``; both save paths evict first
+(DynamicTable.evict). See docs/embedding.md, "Dynamic tables", for what is
+not there yet.
 """
 import weakref
 from typing import Any, Dict, Optional
@@ -33,9 +34,7 @@ from hbcore_tf._base.rank_local import tag
 from hbcore_tf.embedding import dynamic_checkpoint
 from hbcore_tf.embedding.dynamic_init import KeyInitializer
 from hbcore_tf.embedding.dynamic_table import DynamicTable, check_key_dtype
-from hbcore_tf.embedding.ev_option import (CounterFilter,
-                                           EmbeddingVariableOption,
-                                           admission_threshold)
+from hbcore_tf.embedding import ev_option as _ev_option
 from hbcore_tf.embedding.sharding import (creating_shards,
                                           install_table_patches)
 from hbcore_tf.keras.id_lookups import IdLookupCalls, check_combiner
@@ -71,8 +70,11 @@ def _make_class(legacy: bool) -> type:
             ev_option: DeepRec's ``hb.EmbeddingVariableOption``: its
                 ``filter_option=hb.CounterFilter(filter_freq)`` admits a
                 key once it was looked up ``filter_freq`` times (before
-                that it reads 0 and is not trained); eviction options
-                are not supported yet. None: every key is admitted.
+                that it reads 0 and is not trained); its
+                ``evict_option``, ``hb.GlobalStepEvict(steps_to_live)``
+                or ``hb.L2WeightEvict(l2_weight_threshold)``, drops rows
+                when the table is saved. None: every key is admitted and
+                kept.
             name: layer name.
             capacity: rows each rank can hold (hbcore's extension; a
                 lookup that needs more fails naming the table).
@@ -81,10 +83,10 @@ def _make_class(legacy: bool) -> type:
         Raises:
             ValueError: an unknown combiner or key dtype, an initializer
                 with no per-key form, a non-positive output_dim or
-                capacity, a negative filter_freq.
-            TypeError: an ev_option, filter_option or filter_freq of
-                the wrong type.
-            NotImplementedError: an eviction option.
+                capacity, a negative filter_freq or steps_to_live.
+            TypeError: an ev_option, filter_option, evict_option,
+                filter_freq, steps_to_live or l2_weight_threshold of the
+                wrong type.
         """
 
         _HB_KIND = "DynamicEmbedding"
@@ -98,9 +100,10 @@ def _make_class(legacy: bool) -> type:
             super().__init__(name=name, **kwargs)
             check_combiner(self._HB_KIND, combiner)
             if isinstance(ev_option, dict):  # from get_config
-                ev_option = EmbeddingVariableOption(
-                    filter_option=CounterFilter(**ev_option["filter_option"]))
-            self.filter_freq = admission_threshold(ev_option, self.name)
+                ev_option = _ev_option.from_config(ev_option)
+            self.filter_freq = _ev_option.admission_threshold(ev_option,
+                                                              self.name)
+            self.evict = _ev_option.eviction(ev_option, self.name)
             if int(output_dim) <= 0 or int(capacity) <= 0:
                 raise ValueError(
                     "DynamicEmbedding %r: output_dim and capacity must be "
@@ -140,7 +143,7 @@ def _make_class(legacy: bool) -> type:
             table = DynamicTable(
                 path, _compat.unwrap_variable(weight), self.key_dtype,
                 KeyInitializer(self.embeddings_initializer, self.name),
-                self.filter_freq)
+                self.filter_freq, self.evict)
             tag(weight, table.info)
             dynamic_checkpoint.attach(weight, table, store=True)
             object.__setattr__(self, "_hb_table", table)
@@ -163,8 +166,8 @@ def _make_class(legacy: bool) -> type:
             """Writes the whole table in key order (DeepRec's names):
             ``store["keys"]``, ``["values"]``, ``["freqs"]``,
             ``["versions"]``. Collective: every rank calls it (Keras'
-            saving does, hbcore_tf.keras.model_saving), the rows are
-            allgathered."""
+            saving does, hbcore_tf.keras.model_saving), the table evicts,
+            the rows are allgathered."""
             for name, value in whole_table(self._hb_table).items():
                 store[name] = value
 
@@ -186,7 +189,8 @@ def _make_class(legacy: bool) -> type:
                         self.name, names, sorted(SAVED_NAMES)))
             dynamic_checkpoint.restore_rows(
                 self._hb_table, self.embeddings, np.asarray(store["keys"]),
-                np.asarray(store["values"]), np.asarray(store["freqs"]))
+                np.asarray(store["values"]), np.asarray(store["freqs"]),
+                np.asarray(store["versions"]))
 
         def get_config(self) -> Dict[str, Any]:
             config = super().get_config()
@@ -197,8 +201,8 @@ def _make_class(legacy: bool) -> type:
                     self.embeddings_initializer),
                 "combiner": self.combiner,
                 "capacity": self.capacity,
-                "ev_option": None if not self.filter_freq else {
-                    "filter_option": {"filter_freq": self.filter_freq}},
+                "ev_option": _ev_option.to_config(self.filter_freq,
+                                                  self.evict),
             })
             return config
 
@@ -215,20 +219,22 @@ def whole_table(table: DynamicTable) -> Dict[str, np.ndarray]:
 
     Returns:
         ``{"keys": int64 [N], "values": [N, dim], "freqs": int64 [N],
-        "versions": int64 [N]}``: the keys that have a row, each key's
-        count of lookups, and versions 0 (not tracked yet).
+        "versions": int64 [N]}``: the keys that have a row (after the
+        table evicted), each key's count of lookups and its version.
     """
     keys, values = dynamic_checkpoint.whole_rows(table, table.store)
-    # The counts go with the keys, allgathered beside them; a key is held
-    # by one rank, so both sorts give the same order.
+    # The counts and versions go with the keys, allgathered beside them;
+    # a key is held by one rank, so both sorts give the same order.
     mine, _ = table.held()
     name = "hbcore.dynamic_counts.%s" % table.info.name
     counted = hbcore.allgather(mine.numpy(), name=name + ".keys")
+    order = np.argsort(counted, kind="stable")
     counts = hbcore.allgather(table.counts(mine).numpy(),
                               name=name + ".counts")
-    freqs = counts[np.argsort(counted, kind="stable")]
-    return {"keys": keys, "values": values, "freqs": freqs,
-            "versions": np.zeros(len(keys), np.int64)}
+    versions = hbcore.allgather(table.versions(mine).numpy(),
+                                name=name + ".versions")
+    return {"keys": keys, "values": values, "freqs": counts[order],
+            "versions": versions[order]}
 
 
 def is_dynamic_layer(layer: Any) -> bool:
@@ -253,7 +259,9 @@ def served_config(config: Dict[str, Any], rows: int) -> Dict[str, Any]:
     served.pop("capacity", None)
     # Keys without a row read what the trained layer gives them: their
     # initial row, or 0 with a CounterFilter (not admitted yet).
-    filtered = served.pop("ev_option", None) is not None
+    options = served.pop("ev_option", None) or {}
+    filtered = (options.get("filter_option") or {}).get("filter_freq",
+                                                        0) > 1
     served.update({"rows": int(rows),
                    "default_value": 0.0 if filtered else None})
     return served

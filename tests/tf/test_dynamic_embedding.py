@@ -9,9 +9,10 @@ hvd.DistributedOptimizer, tf.compat.v1 ones under DistributedGradientTape)
 against plain single-process Keras on the whole batch.
 test_same_result_at_every_world_size compares what the launches trained.
 Each launch takes 18-35 s on the shared 2-core machine (its world's start
-and thirteen cases, of which the eight trainings take about 1 s each
-alone): six launches, about 2.5 minutes in all, for three world sizes and
-two Keras flavours.
+and sixteen cases, of which the eight trainings take about 1 s each
+alone, and the eviction case, two tables trained against the numpy dict
+model with a checkpoint between, 3.5-12 s): six launches, about 3
+minutes in all, for three world sizes and two Keras flavours.
 
 test_export_served_by_plain_tf serves the SavedModel each launch's
 export_for_serving case wrote (a DynamicEmbedding over int64 ids and one

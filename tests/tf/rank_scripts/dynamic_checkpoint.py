@@ -17,16 +17,19 @@ batch of each step): ``reference(steps)``.
   DIR/a; rank 0 reads the file with plain TF: the table's and its slot's
   ``-keys`` are the keys seen, ascending; ``-values`` the reference rows;
   ``-freqs`` each key's lookups (its occurrences in the two batches, plus
-  one per rank for the check's lookup of every key); ``-versions``
-  zeros. Keras also saves DIR/w.weights.h5
+  one per rank for the check's lookup of every key); ``-versions`` the
+  step of each key's last training lookup (``last_steps``). Keras also
+  saves DIR/w.weights.h5
   (save_weights) and DIR/m.keras (save).
 - restore_at_3: restores DIR/a (rows go to their new owners: each rank
   holds the keys the hash gives it), checks the rows, saves the restored
   state to DIR/a3 (its table tensors equal DIR/a's, but for ``-freqs``:
   3 more, the check's lookups at 3 ranks), trains a third step
-  (checks the slots) and saves DIR/b. DIR/w.weights.h5 loads into a
-  fresh model (load_weights), DIR/m.keras with load_model. Loading another kind of checkpoint into a dynamic table
-  is an error naming the table; so is tf_keras' legacy .h5 save (it
+  (checks the slots) and saves DIR/b, whose versions show that the
+  table's step went on from the restored versions. DIR/w.weights.h5
+  loads into a fresh model (load_weights) with its versions,
+  DIR/m.keras with load_model. Loading another kind of checkpoint into
+  a dynamic table is an error naming the table; so is tf_keras' legacy .h5 save (it
   stores variables by value).
 - restore_at_2: restores DIR/b before the optimizer is built (TF
   restores the slots when they are created), checks, trains a fourth
@@ -46,8 +49,9 @@ import sys
 
 import numpy as np
 
-from dynamic_keras import (D, GLOBAL, OPTIMIZERS, global_batch, held_here,
-                           keras, model_of, my_part, uniform_row)
+from dynamic_keras import (D, GLOBAL, OPTIMIZERS, dynamic_embedding,
+                           global_batch, held_here, keras, model_of,
+                           my_part, uniform_row)
 from train_common import (Checker, check, close,
                           dense_gradient_step, env_rank, env_size,
                           expect_raises, identical_on_all_ranks, report,
@@ -74,6 +78,25 @@ def occurrences(steps: int) -> dict:
         [global_batch(k)[0].ravel() for k in range(steps)]),
         return_counts=True)
     return dict(zip(keys.tolist(), counts.tolist()))
+
+
+def last_steps(steps: int) -> list:
+    """The version of each of seen(steps): the table's step (1-based: its
+    count of training lookups) at the key's last training lookup."""
+    last = {}
+    for step in range(steps):
+        for k in global_batch(step)[0].ravel().tolist():
+            last[k] = step + 1
+    return [last[k] for k in seen(steps).tolist()]
+
+
+def check_versions(path: str, steps: int) -> None:
+    """The checkpoint's ``-versions`` are last_steps(steps)."""
+    (versions,) = [v for n, v in table_tensors(path).items()
+                   if n.endswith("-versions")]
+    check(versions.tolist() == last_steps(steps),
+          "%s: versions %s, expected %s" % (path, versions.tolist(),
+                                            last_steps(steps)))
 
 
 def reference(steps: int):
@@ -180,9 +203,6 @@ def main() -> None:
             if name.endswith("-keys"):
                 check(np.array_equal(value, seen(2)), "%s: %s" % (
                     name, value))
-            elif name.endswith("-versions"):
-                check(not value.any() and value.shape == (len(seen(2)),),
-                      "%s: %s" % (name, value))
             elif name.endswith("-freqs"):
                 # The batches' occurrences, and trainer.check's lookup of
                 # every seen key on each of the 2 ranks.
@@ -190,6 +210,7 @@ def main() -> None:
                 want = [counts[k] + env_size() for k in seen(2).tolist()]
                 check(value.tolist() == want, "%s: %s, expected %s" % (
                     name, value.tolist(), want))
+        check_versions(path, 2)
         store = [n[:-len("-freqs")] for n in tensors
                  if n.endswith("-freqs")]
         close(tensors[store[0] + "-values"], rows, "the saved rows")
@@ -216,11 +237,16 @@ def main() -> None:
                   "%s differs saved at 2 and at 3 ranks" % name)
         trainer.train(2)
         trainer.check(3, "restored at 3, one more step")
-        trainer.checkpoint.save(os.path.join(directory, "b"))
+        check_versions(trainer.checkpoint.save(os.path.join(directory, "b")),
+                       3)
         fresh = Trainer()
         fresh.model.load_weights(os.path.join(directory, "w.weights.h5"))
         close(fresh.layer(seen(2)), reference(2)[0],
               ".weights.h5 restored at 3", atol=1e-5)
+        versions = dynamic_embedding.whole_table(fresh.layer.table)[
+            "versions"].tolist()
+        check(versions == last_steps(2), ".weights.h5's versions at 3: %s,"
+              " expected %s" % (versions, last_steps(2)))
         loaded = keras.models.load_model(os.path.join(directory, "m.keras"))
         close(loaded.get_layer("emb")(seen(2)), reference(2)[0],
               ".keras file loaded at 3", atol=1e-5)

@@ -37,7 +37,7 @@ CASES = ["lookup_creates_rows", "normal_initializer", "string_ids",
          "custom_loop_adagrad", "custom_loop_v1_adagrad",
          "custom_loop_v1_adam", "custom_loop_v1_ftrl",
          "bad_ids_and_arguments", "over_capacity",
-         "export_for_serving", "counter_filter"]
+         "export_for_serving", "counter_filter", "eviction"]
 D = 3          # embedding dimension
 F = 2          # ids per example
 GLOBAL = 6     # examples per step, all ranks together
@@ -180,6 +180,61 @@ def filtered_training(freq: int, lr: float):
         for k, grad in grads.items():
             rows[k] = rows[k] - lr * grad
     return counts, rows
+
+
+def evict_batch(step: int):
+    """The eviction case's ids and targets: step 0 from POOL[:8], steps
+    1-2 from POOL[:4] (so keys of step 0 age), later steps from POOL[2:8]
+    (so evicted keys come back)."""
+    rng = np.random.default_rng([51, step])
+    pool = POOL[:8] if step == 0 else POOL[:4] if step < 3 else POOL[2:8]
+    ids = pool[rng.integers(0, len(pool), size=(GLOBAL, F))]
+    return ids, rank_values(70 + step, 0, (GLOBAL, 1))
+
+
+def evicting_training(dead, steps: int, saves, lr: float = 0.3):
+    """The numpy dict model of an evicting table under Keras' Adagrad
+    (accumulators from 0.1; the Dense layer frozen at kernel0, bias 0):
+    step s (0-based) is the table's step s + 1; its lookup gives keys
+    without a row their initial row, a fresh accumulator and count 0,
+    adds the batch's occurrences to the counts, and sets the version of
+    every key it reads to s + 1. After the steps listed in ``saves`` (a
+    save), every key for which ``dead(step, version, row)`` holds loses
+    its row, accumulator, count and version. Returns one snapshot (rows,
+    accumulators, versions, counts: dicts by key) per save, and the
+    evicted keys of each save."""
+    kernel = kernel0().astype(np.float64)
+    rows, accs, versions, counts = {}, {}, {}, {}
+    snapshots, evicted = [], []
+    for step in range(steps):
+        ids, y = evict_batch(step)
+        for k in (int(k) for k in ids.ravel()):
+            if k not in rows:
+                rows[k], accs[k], counts[k] = uniform_row(k), \
+                    np.full(D, 0.1), 0
+            counts[k] += 1
+            versions[k] = step + 1
+        x = np.array([np.concatenate([rows[int(k)] for k in ex])
+                      for ex in ids])
+        g = 2.0 * (x @ kernel - y) / GLOBAL
+        grads = {}
+        for i, ex in enumerate(ids):
+            for f, k in enumerate(int(k) for k in ex):
+                grads[k] = grads.get(k, 0.0) + \
+                    g[i, 0] * kernel[f * D:(f + 1) * D, 0]
+        for k, grad in grads.items():
+            accs[k] = accs[k] + grad * grad
+            rows[k] = rows[k] - lr * grad / np.sqrt(accs[k] + 1e-7)
+        if step + 1 in saves:
+            gone = sorted(k for k in rows
+                          if dead(step + 1, versions[k], rows[k]))
+            for k in gone:
+                for state in (rows, accs, versions, counts):
+                    del state[k]
+            evicted.append(gone)
+            snapshots.append(tuple(dict(d) for d in (rows, accs, versions,
+                                                     counts)))
+    return snapshots, evicted
 
 
 def main() -> None:
@@ -332,10 +387,20 @@ def main() -> None:
                                       EmbeddingVariableOption(
                                           filter_option=hb.CounterFilter(-1))),
                       ValueError, "'fn'", "filter_freq must be >= 0")
-        expect_raises(lambda: dynamic("ev", ev_option=hb.
-                                      EmbeddingVariableOption(
-                                          evict_option=hb.GlobalStepEvict(5))),
-                      NotImplementedError, "'ev'", "GlobalStepEvict")
+        def evicting(name, evict):
+            return dynamic(name, ev_option=hb.EmbeddingVariableOption(
+                evict_option=evict))
+        expect_raises(lambda: evicting("ev_s", hb.GlobalStepEvict("5")),
+                      TypeError, "'ev_s'", "steps_to_live must be an int",
+                      "'5'")
+        expect_raises(lambda: evicting("ev_n", hb.GlobalStepEvict(-2)),
+                      ValueError, "'ev_n'", "steps_to_live must be >= 0",
+                      "-2")
+        expect_raises(lambda: evicting("ev_l", hb.L2WeightEvict("0.1")),
+                      TypeError, "'ev_l'", "l2_weight_threshold must be a "
+                      "number")
+        expect_raises(lambda: evicting("ev_o", hb.CounterFilter(2)),
+                      TypeError, "'ev_o'", "evict_option", "CounterFilter")
         expect_raises(lambda: hb.keras.layers.ShardedEmbedding(
             10, D, name="fixed_table", ev_option=hb.EmbeddingVariableOption(
                 filter_option=hb.CounterFilter(2))), ValueError,
@@ -478,6 +543,99 @@ def main() -> None:
               [rows.get(int(k), np.zeros(D)) for k in probe],
               "exported layer: rows, and 0 for keys without one")
 
+    def eviction():
+        """GlobalStepEvict(1) and L2WeightEvict against the numpy dict
+        model (evicting_training), Adagrad under model.train_on_batch:
+        a tf.train.Checkpoint save after step 3 evicts, and the
+        checkpoint holds exactly the surviving keys, their rows, slots,
+        counts and versions; rows per rank drop; evicted keys seen again
+        get their initial rows and fresh accumulators (the rows after
+        two more steps, read by whole_table, which evicts again)."""
+        def trained(name, evict, steps, saves):
+            layer = dynamic(name, capacity=16, ev_option=hb.
+                            EmbeddingVariableOption(evict_option=evict))
+            model = model_of(layer)
+            model.get_layer("out").trainable = False
+            model.compile(optimizer=hvd.DistributedOptimizer(
+                keras.optimizers.Adagrad(0.3)), loss="mse")
+            for step in range(steps):
+                ids, y = evict_batch(step)
+                model.train_on_batch(my_part(ids, rank, size),
+                                     my_part(y, rank, size))
+                if step + 1 in saves:
+                    yield layer, model
+
+        def check_whole(layer, snapshot, what):
+            rows, _, versions, counts = snapshot
+            keys = sorted(rows)
+            whole = dynamic_embedding.whole_table(layer.table)
+            check(whole["keys"].tolist() == keys, "%s: keys %s, expected "
+                  "%s" % (what, whole["keys"].tolist(), keys))
+            for name, want in (("versions", versions), ("freqs", counts)):
+                check(whole[name].tolist() == [want[k] for k in keys],
+                      "%s: %s %s, expected %s" % (
+                          what, name, whole[name].tolist(),
+                          [want[k] for k in keys]))
+            close(whole["values"], [rows[k] for k in keys], what + ": rows",
+                  atol=1e-5)
+            check(int(layer.table.size()) == held_here(keys, rank, size),
+                  "%s: rank %d holds %d rows, expected %d" % (
+                      what, rank, int(layer.table.size()),
+                      held_here(keys, rank, size)))
+
+        snapshots, evicted = evicting_training(
+            lambda step, version, row: step - version > 1, 5, (3, 5))
+        check(evicted[0] and set(evicted[0]) & set(snapshots[1][0]),
+              "the data evicts keys that come back: %s" % evicted)
+        folder = hbcore.broadcast_object(
+            tempfile.mkdtemp(prefix="hb_dynevict_") if rank == 0 else None,
+            0)
+        steps = trained("by_step", hb.GlobalStepEvict(steps_to_live=1), 5,
+                        (3, 5))
+        layer, model = next(steps)
+        path = tf.train.Checkpoint(model=model, optimizer=model.optimizer) \
+            .save(os.path.join(folder, "evicted"))
+        reader = tf.train.load_checkpoint(path)
+        saved = {name: reader.get_tensor(name)
+                 for name in reader.get_variable_to_shape_map()
+                 if name.rsplit("/", 1)[-1].startswith("-")}
+        rows, accs, versions, counts = snapshots[0]
+        keys = sorted(rows)
+        store = [n[:-len("-freqs")] for n in saved if n.endswith("-freqs")]
+        check(len(store) == 1 and len(saved) == 6,
+              "saved tensors: %s" % sorted(saved))
+        want = {"-keys": keys, "-versions": [versions[k] for k in keys],
+                "-freqs": [counts[k] for k in keys]}
+        for name, value in saved.items():
+            suffix = "-" + name.rsplit("-", 1)[-1]
+            if suffix in want:
+                check(value.tolist() == want[suffix], "%s: %s, expected %s"
+                      % (name, value.tolist(), want[suffix]))
+            elif name.startswith(store[0]):
+                close(value, [rows[k] for k in keys], name, atol=1e-5)
+            else:
+                close(value, [accs[k] for k in keys], name, atol=1e-5)
+        check(int(layer.table.size()) == held_here(keys, rank, size),
+              "rank %d holds %d rows after the save, expected %d" % (
+                  rank, int(layer.table.size()), held_here(keys, rank, size)))
+        layer, _ = next(steps)
+        check_whole(layer, snapshots[1], "GlobalStepEvict, 2 steps later")
+        # L2WeightEvict: the threshold halfway across the widest gap among
+        # the middle half of the rows' L2 weights after 3 steps.
+        plain = evicting_training(lambda *_: False, 3, (3,))[0][0][0]
+        weights = np.sort([0.5 * np.sum(r * r) for r in plain.values()])
+        middle = weights[len(weights) // 4:3 * len(weights) // 4 + 1]
+        gap = int(np.argmax(np.diff(middle)))
+        threshold = float(middle[gap] + middle[gap + 1]) / 2
+        snapshots, evicted = evicting_training(
+            lambda step, version, row: 0.5 * np.sum(row * row) < threshold,
+            4, (3, 4))
+        check(evicted[0], "L2WeightEvict(%g) evicts: %s" % (threshold,
+                                                           evicted))
+        steps = trained("by_l2", hb.L2WeightEvict(threshold), 4, (3, 4))
+        for snapshot, when in zip(snapshots, ("after 3 steps", "after 4")):
+            check_whole(next(steps)[0], snapshot, "L2WeightEvict " + when)
+
     table = {
         "lookup_creates_rows": lookup_creates_rows,
         "normal_initializer": normal_initializer,
@@ -494,6 +652,7 @@ def main() -> None:
         "over_capacity": over_capacity,
         "export_for_serving": export_for_serving,
         "counter_filter": counter_filter,
+        "eviction": eviction,
     }
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok,
