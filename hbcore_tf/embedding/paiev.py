@@ -7,7 +7,9 @@ DeepRec EmbeddingVariables, here hbcore's dynamic tables
             hb.feature_column.raw_categorical_column("user"), 16)
         user_emb = hb.keras.layers.DenseFeatures([col])(features)
 
-Which columns: under ``emb_backend='PAIEV'`` the table of an embedding
+Which columns: an embedding column over DeepRec's
+``categorical_column_with_embedding`` (hbcore_tf.embedding.ev_column)
+always has a dynamic table; under ``emb_backend='PAIEV'`` the table of an embedding
 column is dynamic when ``paiev_enabled`` is True for it (the default, as
 in HybridBackend), and always when its categorical column has at least
 ``emb_num_buckets_max`` buckets or ``sys.maxsize`` of them
@@ -36,6 +38,7 @@ import tensorflow as tf
 
 from hbcore_tf._base.options import options
 from hbcore_tf.embedding.embedding_variable import embedding_variable
+from hbcore_tf.embedding.ev_column import is_embedding_column
 from hbcore_tf.embedding.ev_option import (EmbeddingVariableOption,
                                            GlobalStepEvict)
 
@@ -63,6 +66,8 @@ def is_dynamic(column: Any) -> bool:
         PAIEV takes.
     """
     categorical = getattr(column, "categorical_column", None)
+    if is_embedding_column(categorical):
+        return True  # DeepRec's column: always an EmbeddingVariable
     if options.emb_backend != "PAIEV" or categorical is None:
         return False
     names = _names(column)
@@ -78,7 +83,7 @@ def is_dynamic(column: Any) -> bool:
     return unbounded
 
 
-def _ev_option(column: str, names: Tuple[str, ...]) -> Any:
+def _ev_option(column: Any, names: Tuple[str, ...]) -> Any:
     """The column's ev_option, with ``paiev_steps_to_live`` as DeepRec's
     GlobalStepEvict (an eviction: refused by the table until eviction
     exists)."""
@@ -87,8 +92,10 @@ def _ev_option(column: str, names: Tuple[str, ...]) -> Any:
             raise NotImplementedError(
                 "feature column %r: option %s is not supported by hbcore's "
                 "dynamic tables (emb_backend='PAIEV'); leave it None" % (
-                    column, name))
-    ev_option = options.for_column("paiev_ev_option", names)
+                    column.name, name))
+    ev_option = getattr(column.categorical_column, "ev_option", None)
+    if ev_option is None:
+        ev_option = options.for_column("paiev_ev_option", names)
     steps = options.for_column("paiev_steps_to_live", names)
     if steps is not None:
         filter_option = getattr(ev_option, "filter_option", None)
@@ -123,7 +130,7 @@ def dynamic_tables(column: Any) -> Iterator[None]:
         if name.rsplit("/", 1)[-1] != _TABLE_NAME:
             return next_getter(name, *args, **kwargs)
         shape = tf.TensorShape(kwargs.get("shape"))
-        ev_option = _ev_option(column.name, names)
+        ev_option = _ev_option(column, names)
         capacity = options.for_column("paiev_capacity", names)
         with tf.compat.v1.variable_scope(
                 tf.compat.v1.get_variable_scope(), partitioner=None,
@@ -243,7 +250,7 @@ class EmbeddingBackendPAIEV:
             name, int(tf.TensorShape(shape)[-1]), value_dtype=dtype,
             initializer=initializer, trainable=trainable,
             collections=collections,
-            ev_option=_ev_option(column.name, names),
+            ev_option=_ev_option(column, names),
             capacity=options.for_column("paiev_capacity", names))
 
     def lookup(self, column: Any, weight: Any, inputs: Any,

@@ -13,6 +13,8 @@ CounterFilter read by tf.nn.embedding_lookup and trained by SGD, against
 a numpy dict model (rows from the per-key formula, gradients averaged
 over the ranks), with each rank holding exactly the keys it owns; TF's
 default truncated-normal initializer per key; paiev_enabled per column;
+DeepRec's categorical_column_with_embedding over strings with its own
+CounterFilter;
 bad input (float ids, unsupported paiev_* options and arguments,
 eviction, an unknown backend, a full table, eager use) as errors naming
 the column or table, on every rank. Each launch takes about 55 s on the

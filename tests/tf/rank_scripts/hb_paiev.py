@@ -37,6 +37,7 @@ CASES = ["hb_get_dense_tensor", "hb_get_dense_tensor_with_varscope",
          "dense_features_adagrad_matches_dict_model",
          "embedding_variable_counter_filter_matches_dict_model",
          "truncated_normal_default_rows", "paiev_enabled_per_column",
+         "categorical_column_with_embedding_strings",
          "errors"]
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -443,6 +444,30 @@ def main():
               and not info.partition.hashed,
               "h: %s" % (info,))
 
+    def categorical_column_with_embedding_strings():
+        """DeepRec's categorical_column_with_embedding over strings (its
+        default dtype), outside any PAIEV scope, with its own
+        CounterFilter(2): a string's row is the formula's row of its
+        fingerprint key (plain TF's to_hash_bucket_fast(s, 2**63 - 1));
+        a string seen once in all ranks' lookups reads 0."""
+        col = FC.embedding_column(
+            hb.feature_column.categorical_column_with_embedding(
+                "tag", ev_option=hb.EmbeddingVariableOption(
+                    filter_option=hb.CounterFilter(filter_freq=2))),
+            3, combiner="sum",
+            initializer=V1.random_uniform_initializer(-1.0, 1.0, seed=11))
+        tags = [["apple", "pear"], ["apple", ""], ["kiwi-%d" % rank, ""]]
+        with tf.Graph().as_default():
+            with hb.scope():
+                out, = hb.dense_features({"tag": tf.constant(tags)}, [col])
+            with hb.train.monitored_session() as sess:
+                got = sess.run(out)
+        keys = {s: int(tf.strings.to_hash_bucket_fast(s, 2 ** 63 - 1))
+                for s in ("apple", "pear")}
+        row = {s: uniform_row(k, 11, -1.0, 1.0, 3) for s, k in keys.items()}
+        close(got, [row["apple"] + row["pear"], row["apple"], np.zeros(3)],
+              "string rows")
+
     def errors():
         """Bad input is an error naming the column or table, on every
         rank: float ids, an unsupported paiev_* option or argument, an
@@ -526,6 +551,8 @@ def main():
          embedding_variable_counter_filter_matches_dict_model),
         ("truncated_normal_default_rows", truncated_normal_default_rows),
         ("paiev_enabled_per_column", paiev_enabled_per_column),
+        ("categorical_column_with_embedding_strings",
+         categorical_column_with_embedding_strings),
         ("errors", errors))}
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
