@@ -132,17 +132,17 @@ def dynamic_tables(column: Any) -> Iterator[None]:
         shape = tf.TensorShape(kwargs.get("shape"))
         ev_option = _ev_option(column, names)
         capacity = options.for_column("paiev_capacity", names)
-        with tf.compat.v1.variable_scope(
-                tf.compat.v1.get_variable_scope(), partitioner=None,
-                auxiliary_name_scope=False):
-            return embedding_variable(
-                name, int(shape[-1]), key_dtype=tf.int64,
-                value_dtype=kwargs.get("dtype"),
-                initializer=kwargs.get("initializer"),
-                trainable=kwargs.get("trainable", True),
-                collections=kwargs.get("collections"),
-                ev_option=ev_option, capacity=capacity,
-                getter=lambda n, **kw: next_getter(n, **kw))
+        # The store is requested without the scope's partitioner (the
+        # table is sharded by key hash; HybridBackend's DeepRec ignores it
+        # for an EmbeddingVariable's column too).
+        return embedding_variable(
+            name, int(shape[-1]), key_dtype=tf.int64,
+            value_dtype=kwargs.get("dtype"),
+            initializer=kwargs.get("initializer"),
+            trainable=kwargs.get("trainable", True),
+            collections=kwargs.get("collections"),
+            ev_option=ev_option, capacity=capacity,
+            getter=lambda n, **kw: next_getter(n, **kw))
 
     with tf.compat.v1.variable_scope(
             tf.compat.v1.get_variable_scope(), custom_getter=getter,

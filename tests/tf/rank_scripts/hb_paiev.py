@@ -423,7 +423,8 @@ def main():
     def paiev_enabled_per_column():
         """paiev_enabled={column: False} keeps a bounded column's fixed
         sharded table; raw_categorical_column stays dynamic whatever it
-        says (HybridBackend's rule)."""
+        says (HybridBackend's rule); hb.embedding.EmbeddingBackendPAIEV's
+        enabled / build / lookup, called by hand."""
         fixed = FC.embedding_column(
             FC.categorical_column_with_identity("h", 50), 2)
         raw = FC.embedding_column(
@@ -443,6 +444,18 @@ def main():
               and info is not None and info.num_rows == 50
               and not info.partition.hashed,
               "h: %s" % (info,))
+        # HybridBackend's backend object, called by hand.
+        backend = hb.embedding.EmbeddingBackendPAIEV()
+        check(backend.NAME == "PAIEV" and backend.enabled(raw),
+              "backend %r" % backend)
+        with hb.scope(paiev_enabled={"h": False}):
+            check(not backend.enabled(fixed), "h enabled")
+        with tf.Graph().as_default():
+            weight = backend.build(raw, "w", [sys.maxsize, 2],
+                                   initializer=V1.ones_initializer())
+            rows = backend.lookup(raw, weight, tf.constant([5, 2 ** 45]))
+            with hb.train.monitored_session() as sess:
+                close(sess.run(rows), np.ones((2, 2)), "backend rows")
 
     def categorical_column_with_embedding_strings():
         """DeepRec's categorical_column_with_embedding over strings (its
