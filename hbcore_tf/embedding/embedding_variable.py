@@ -93,6 +93,19 @@ class EmbeddingVariableTable(DynamicTable):
         return rows, status
 
 
+@contextlib.contextmanager
+def _unpartitioned() -> Iterator[None]:
+    """The current variable scope without its partitioner: the store is
+    one variable per rank (rows are sharded by key hash), as DeepRec's
+    EmbeddingVariable ignores a scope's partitioner for its own shards.
+    The scope re-entered is a copy, so the caller's keeps its
+    partitioner."""
+    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(),
+                                     auxiliary_name_scope=False) as scope:
+        scope.set_partitioner(None)
+        yield
+
+
 def _lookup_class(base: type) -> type:
     """The subclass of a resource-variable class whose ``sparse_read`` is
     the dynamic table's lookup (outside the owner's stage)."""
@@ -213,7 +226,7 @@ def embedding_variable(name: str, embedding_dim: int,
     filter_freq = admission_threshold(ev_option, name)
     rows = key_initializer(initializer, name)
     install_table_patches()
-    with creating_shards():
+    with creating_shards(), _unpartitioned():
         store = (getter or tf.compat.v1.get_variable)(
             name, shape=[int(capacity) + 1, int(embedding_dim)],
             dtype=dtype, initializer=tf.compat.v1.zeros_initializer(),

@@ -16,6 +16,10 @@ creates with ``get_variable`` become sharded tables, and its
 (hbcore_tf.embedding.exchange). Each column is built inside
 ``lookup_column(<its names>)`` (``column_names``), so its lookups read
 per-column options (``emb_unique``, ``emb_wire_dtype``) for that column.
+Under ``emb_backend='PAIEV'`` (and for DeepRec's
+``categorical_column_with_embedding``) a column's ``embedding_weights``
+is a dynamic table instead (``paiev.dynamic_tables``, hbcore_tf.embedding.
+paiev), read by the same TensorFlow lookup code.
 
 Cross-rank contract: every rank calls ``dense_features`` with the same
 columns (and feature keys) at the same point of its graph. The columns are
@@ -120,8 +124,8 @@ def check_column(column: Any) -> None:
             categorical column (its output is a sequence, not one row per
             example) or over one with at least ``emb_num_buckets_max``
             buckets (HybridBackend's rule: ``raw_categorical_column``'s
-            unchecked ids); the message names the column and what was
-            wrong.
+            unchecked ids) unless its table is dynamic (PAIEV); the
+            message names the column and what was wrong.
     """
     name = getattr(column, "name", repr(column))
     if isinstance(column, internals.FC_V2_SHARED_EMBEDDING_COLUMN.load()):

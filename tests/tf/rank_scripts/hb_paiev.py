@@ -509,6 +509,13 @@ def main():
                 ValueError, "'price_embedding' cannot be sharded",
                 "emb_backend='PAIEV'")
             ev = hb.get_embedding_variable("ev", 2)
+            with V1.variable_scope(
+                    "p", partitioner=V1.fixed_size_partitioner(2)):
+                check(embedding_variable.table_of(
+                    hb.get_embedding_variable("ev", 2)) is not None,
+                    "a scope's partitioner split the embedding variable")
+                check(V1.get_variable_scope().partitioner is not None,
+                      "the scope lost its partitioner")
             expect_raises(lambda: tf.nn.embedding_lookup(
                 ev, tf.constant([1.0])), TypeError, "'ev'", "float32")
             expect_raises(lambda: hb.get_embedding_variable(
