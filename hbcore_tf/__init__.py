@@ -53,6 +53,8 @@ from hbcore_tf.embedding import dense_features
 from hbcore_tf.embedding.ev_option import (CounterFilter,
                                            EmbeddingVariableOption,
                                            GlobalStepEvict, L2WeightEvict)
+# DeepRec's EmbeddingVariable over a dynamic table (tf.compat.v1 graphs).
+from hbcore_tf.embedding.paiev import get_embedding_variable
 from hbcore_tf import (data, feature_column, layers, metrics, saved_model,
                        train, util)
 from hbcore_tf.util import _executing_eagerly

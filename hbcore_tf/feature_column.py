@@ -14,12 +14,15 @@ HybridBackend's column of unchecked ids (``num_buckets=sys.maxsize``):
 its table has no size, which only DeepRec's EmbeddingVariable
 (HybridBackend's ``emb_backend='PAIEV'``) can hold, so an embedding column
 over it is a ValueError in hb.dense_features and DenseFeatures, as in
-HybridBackend's default backend.
+HybridBackend's default backend, and a dynamic table under
+``emb_backend='PAIEV'``. ``categorical_column_with_embedding`` is
+DeepRec's column of raw ids whose table is always a dynamic table.
 """
 import sys
 from typing import Any
 
 from hbcore_tf._patches import internals
+from hbcore_tf.embedding.ev_column import categorical_column_with_embedding
 
 # TensorFlow's own v2 feature-column functions, re-exported as
 # HybridBackend does.
@@ -53,5 +56,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-__all__ = ["DenseFeatures", "embedding_column", "raw_categorical_column",
+__all__ = ["DenseFeatures", "categorical_column_with_embedding",
+           "embedding_column", "raw_categorical_column",
            "shared_embedding_columns"]

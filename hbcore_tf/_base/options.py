@@ -43,6 +43,7 @@ from hbcore import setting_values
 # CUDA memory; see DESIGN.md "Backends").
 COMM_BACKENDS = ("MPI", "NCCL")
 WIRE_DTYPES = ("float32", "float16", "bfloat16")
+EMB_BACKENDS = ("DEFAULT", "PAIEV")
 
 
 class Option(NamedTuple):
@@ -124,12 +125,13 @@ def _optional(kind: type, low: float) -> Callable[[str, Any], Any]:
 
 
 def _emb_backend(name: str, value: Any) -> Any:
-    if value.upper() != "DEFAULT":
+    norm = value.upper()
+    if norm not in EMB_BACKENDS:
         raise ValueError(
-            "option %s=%r: hbcore has one embedding backend, DEFAULT (its "
-            "sharded tables); PAIEV needs DeepRec's EmbeddingVariable, which "
-            "TensorFlow 2.16+ does not have" % (name, value))
-    return "DEFAULT"
+            "option %s must be one of %s, got %r (DEFAULT: hbcore's "
+            "sharded tables; PAIEV: DeepRec's EmbeddingVariable, hbcore's "
+            "dynamic tables)" % (name, ", ".join(EMB_BACKENDS), value))
+    return norm
 
 
 def _comm_backend(name: str, value: Any) -> Any:
@@ -235,8 +237,9 @@ OPTIONS: Tuple[Option, ...] = (
     # or a dict per column): hbcore's sharded tables place and exchange
     # rows their own way, so these are accepted and change nothing.
     Option("emb_backend", str, "DEFAULT",
-           "HybridBackend's embedding backend: DEFAULT only (PAIEV needs "
-           "DeepRec)", _emb_backend),
+           "HybridBackend's embedding backend: DEFAULT (sharded tables) or "
+           "PAIEV (embedding columns over dynamic tables, DeepRec's "
+           "EmbeddingVariable)", _emb_backend),
     Option("emb_num_groups", int, 1,
            "HybridBackend's coalesced lookup groups, the default of "
            "hb.keras.layers.DenseFeatures' num_groups; hbcore's core fuses "
@@ -278,6 +281,45 @@ OPTIONS: Tuple[Option, ...] = (
            "gives one output row per segment of the ids' first k + 1 "
            "dimensions, >= 0 (or a dict per column)",
            _at_least(0), from_env=False, per_column=True),
+    # HybridBackend's PAIEV options (a value, or a dict per column): the
+    # DeepRec EmbeddingVariable arguments of columns under
+    # emb_backend='PAIEV' (hbcore_tf.embedding.paiev).
+    Option("paiev_enabled", bool, True,
+           "emb_backend='PAIEV': whether a column's table is a dynamic "
+           "table (always for sys.maxsize buckets)",
+           from_env=False, per_column=True),
+    Option("paiev_capacity", int, 65536,
+           "hbcore: rows each rank's part of a PAIEV table holds, >= 1 "
+           "(a lookup needing more fails naming the table)",
+           _at_least(1), from_env=False, per_column=True),
+    Option("paiev_ev_option", object, None,
+           "DeepRec's EmbeddingVariableOption of PAIEV tables (its "
+           "CounterFilter admits ids)", from_env=False, per_column=True),
+    Option("paiev_steps_to_live", object, None,
+           "DeepRec's global-step eviction of PAIEV tables: "
+           "NotImplementedError when set", from_env=False,
+           per_column=True),
+    Option("paiev_caching_device", object, None,
+           "DeepRec's caching device; accepted, unused", from_env=False,
+           per_column=True),
+    Option("paiev_partitioner", object, None,
+           "DeepRec's partitioner; PAIEV tables are sharded by id hash: "
+           "accepted, unused", from_env=False, per_column=True),
+    Option("paiev_validate_shape", object, True,
+           "DeepRec's validate_shape; accepted, unused", from_env=False,
+           per_column=True),
+    Option("paiev_regularizer", object, None,
+           "DeepRec's regularizer: NotImplementedError when set",
+           from_env=False, per_column=True),
+    Option("paiev_custom_getter", object, None,
+           "DeepRec's custom getter: NotImplementedError when set",
+           from_env=False, per_column=True),
+    Option("paiev_constraint", object, None,
+           "DeepRec's constraint: NotImplementedError when set",
+           from_env=False, per_column=True),
+    Option("paiev_init_data_source", object, None,
+           "DeepRec's init data source: NotImplementedError when set",
+           from_env=False, per_column=True),
     Option("emb_buffer_size", int, 0,
            "HybridBackend's embedding buffer rows; accepted, unused",
            _at_least(0)),

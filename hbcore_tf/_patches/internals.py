@@ -240,6 +240,10 @@ FC_V2_CATEGORICAL_WITH_IDENTITY = Internal(
     _TF + "feature_column.feature_column_v2:categorical_column_with_identity",
     "hb.feature_column's columns (feature_column.py)",
     ("key", "num_buckets", "default_value"))
+FC_V2_IDENTITY_CATEGORICAL_COLUMN = Internal(
+    _TF + "feature_column.feature_column_v2:IdentityCategoricalColumn",
+    "the base of hb.feature_column.categorical_column_with_embedding's "
+    "column (embedding/ev_column.py)", None, "class")
 FC_V2_EMBEDDING_COLUMN = Internal(
     _TF + "feature_column.feature_column_v2:embedding_column",
     "as FC_V2_CATEGORICAL_WITH_IDENTITY",

@@ -8,7 +8,8 @@ docs/embedding.md.
 """
 from hbcore_tf.embedding.partition import RowPartition
 from hbcore_tf.embedding.feature_columns import dense_features
+from hbcore_tf.embedding.paiev import EmbeddingBackendPAIEV
 from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
 
-__all__ = ["RowPartition", "ShardInfo", "dense_features", "is_sharded",
+__all__ = ["EmbeddingBackendPAIEV", "RowPartition", "ShardInfo", "dense_features", "is_sharded",
            "shard_info"]

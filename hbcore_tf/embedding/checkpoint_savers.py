@@ -34,6 +34,7 @@ from hbcore_tf.embedding.sharded_state import (saver_variables,
                                                sharded_state, table_names)
 
 _COMPANION = "_hb_sharded_companion"
+_DYNAMIC = "_hb_dynamic_tables"
 _V1 = tf.compat.v1
 
 __all__ = ["ShardedSaveError", "checkpoint_prefix", "collective_save",
@@ -141,11 +142,23 @@ def _add_companion(self: Any) -> None:
                            write_version=_V1.train.SaverDef.V2)
     object.__setattr__(self, _COMPANION,
                        _Companion(companion, table_names(state)))
+    # A dynamic table's store is no slice of a whole table: the Saver
+    # cannot write it (its save refuses, _saver_save).
+    object.__setattr__(self, _DYNAMIC, sorted(
+        {shard_info(v).name for v in state
+         if shard_info(v) is not None and shard_info(v).partition.hashed}))
 
 
 def _saver_save(tf_save: Callable, self: Any, sess: Any, save_path: str,
                 global_step: Any = None, *args: Any, **kwargs: Any) -> Any:
     # Saver.save: collective when the Saver has a companion.
+    dynamic = getattr(self, _DYNAMIC, None)
+    if dynamic:
+        raise NotImplementedError(
+            "tf.compat.v1 Saver: dynamic embedding tables %s cannot be "
+            "saved by a Saver yet (docs/embedding.md, \"Dynamic tables\"); "
+            "pass save_checkpoint_steps=None / no checkpoint_dir, or use "
+            "tf.train.Checkpoint eagerly" % dynamic)
     if getattr(self, _COMPANION, None) is not None:
         if context.world_size > 1:
             return collective_save(self, tf_save, sess, save_path,

@@ -61,6 +61,7 @@ runs when the table is saved (DeepRec's moment: every save path calls it
 first, on every rank, so every rank evicts at the same step) or when the
 user calls it, on every rank alike.
 """
+import weakref
 from typing import Any, List, Optional, Tuple
 
 import tensorflow as tf
@@ -172,6 +173,10 @@ class DynamicTable:
         self.filter_freq = int(filter_freq)
         self.evict_policy = evict
         self._slots: List[tf.Variable] = []
+        # tf.compat.v1 graph -> the last owner's stage built in it
+        # (_read_rows orders the stages).
+        self._last_stage: "weakref.WeakKeyDictionary" = \
+            weakref.WeakKeyDictionary()
         prefix = name.replace("/", "_")
         self._versions = _local_variable(tf.zeros([rows], tf.int64),
                                          prefix + "_versions")
@@ -397,7 +402,31 @@ class DynamicTable:
         counting them and creating the rows of admitted keys that have
         none (and, for a training lookup, ``step`` not None, setting
         their versions to ``step``); and this owner's status for every
-        rank: rank + 1 when some key found no free row, else 0."""
+        rank: rank + 1 when some key found no free row, else 0.
+
+        Several lookups of one table in one tf.compat.v1 graph (shared
+        embedding columns, a layer called twice) run their stages one
+        after the other, in the order they were built: a stage hands out
+        free rows, so two stages running at once in a Session.run would
+        hand the same rows to different keys. The order is the graph's,
+        the same on every rank. In a tf.function, TensorFlow's automatic
+        control dependencies already order ops on the same resources.
+        """
+        graph = None if tf.executing_eagerly() else \
+            tf.compat.v1.get_default_graph()
+        if graph is not None and graph.building_function:
+            graph = None
+        before = self._last_stage.get(graph) if graph is not None else None
+        with tf.control_dependencies([] if before is None else [before]):
+            rows, status = self._owner_rows(keys, occurrences, step)
+        if graph is not None:
+            self._last_stage[graph] = rows.op
+        return rows, status
+
+    def _owner_rows(self, keys: tf.Tensor, occurrences: tf.Tensor,
+                    step: Optional[tf.Tensor]
+                    ) -> Tuple[tf.Tensor, tf.Tensor]:
+        """``_read_rows`` without the ordering between stages."""
         counts, count = self._count(keys, occurrences)
         index = self._lookup_index(keys)
         wanted = tf.logical_and(index < 0, counts >= self.filter_freq)

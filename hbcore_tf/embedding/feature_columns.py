@@ -16,6 +16,10 @@ creates with ``get_variable`` become sharded tables, and its
 (hbcore_tf.embedding.exchange). Each column is built inside
 ``lookup_column(<its names>)`` (``column_names``), so its lookups read
 per-column options (``emb_unique``, ``emb_wire_dtype``) for that column.
+Under ``emb_backend='PAIEV'`` (and for DeepRec's
+``categorical_column_with_embedding``) a column's ``embedding_weights``
+is a dynamic table instead (``paiev.dynamic_tables``, hbcore_tf.embedding.
+paiev), read by the same TensorFlow lookup code.
 
 Cross-rank contract: every rank calls ``dense_features`` with the same
 columns (and feature keys) at the same point of its graph. The columns are
@@ -35,6 +39,7 @@ from hbcore_tf._base.compat import GraphModeRequired
 from hbcore_tf._patches import internals
 from hbcore_tf.embedding.column_init import feature_column_tables
 from hbcore_tf.embedding.exchange import lookup_column
+from hbcore_tf.embedding.paiev import dynamic_tables, is_dynamic
 from hbcore_tf.embedding.sharding import sharding_variable_scope
 from hbcore_tf._base.rank_local import is_sharded
 from hbcore_tf._base.options import options
@@ -119,8 +124,8 @@ def check_column(column: Any) -> None:
             categorical column (its output is a sequence, not one row per
             example) or over one with at least ``emb_num_buckets_max``
             buckets (HybridBackend's rule: ``raw_categorical_column``'s
-            unchecked ids); the message names the column and what was
-            wrong.
+            unchecked ids) unless its table is dynamic (PAIEV); the
+            message names the column and what was wrong.
     """
     name = getattr(column, "name", repr(column))
     if isinstance(column, internals.FC_V2_SHARED_EMBEDDING_COLUMN.load()):
@@ -133,13 +138,14 @@ def check_column(column: Any) -> None:
     categorical = getattr(column, "categorical_column", None)
     buckets = getattr(categorical, "num_buckets", None)
     limit = options.for_column("emb_num_buckets_max", column_names(column))
-    if buckets is not None and buckets >= limit:
+    if buckets is not None and buckets >= limit and not is_dynamic(column):
         raise ValueError(
             "feature column %r cannot be sharded: num_buckets of "
             "categorical_column %s must be set explicitly (it has %d, "
             "emb_num_buckets_max is %d); a table of unchecked ids "
-            "(hb.feature_column.raw_categorical_column) needs DeepRec's "
-            "EmbeddingVariable" % (name, categorical.name, buckets, limit))
+            "(hb.feature_column.raw_categorical_column) is a dynamic "
+            "table: build it in hb.scope(emb_backend='PAIEV')" % (
+                name, categorical.name, buckets, limit))
     if isinstance(categorical, (
             internals.FC_V2_SEQUENCE_CATEGORICAL.load(),
             internals.FC_V1_SEQUENCE_CATEGORICAL.load())):
@@ -224,8 +230,10 @@ def build_columns(features: Mapping, columns: Sequence[Any],
             feature_column_tables():
         for column in sorted(columns, key=lambda c: c.name):
             seen = _column_features(features, column)
+            # dynamic_tables before _shared_table_reused: a shared
+            # column's reuse getter runs first and returns the table.
             with lookup_column(column_names(column)), \
-                    _shared_table_reused(column):
+                    dynamic_tables(column), _shared_table_reused(column):
                 # One column at a time, in this variable scope
                 # (from_template: no scope of its own), with TF's own
                 # per-column variable scope, lookup and reshape to

@@ -161,7 +161,7 @@ got = read()
 out["stored"] = {k: (v if isinstance(v, (str, int, float, bool)) else repr(v))
                  for k, v in got.items()}
 errors = {}
-for kwargs in ({"emb_backend": "PAIEV"}, {"keep_checkpoint_max": -1},
+for kwargs in ({"emb_backend": "HASH"}, {"keep_checkpoint_max": -1},
                {"keep_checkpoint_max": "x"}, {"keep_checkpoint_max": 2.5},
                {"keep_checkpoint_every_n_hours": True}):
     try:
@@ -189,9 +189,9 @@ print("RESULT " + json.dumps(out))
 def test_hybridbackend_options_accepted():
     """HybridBackend's other documented options are accepted (the ones
     that tune its own kernels change nothing here, documented as such);
-    emb_backend other than DEFAULT, and keep_checkpoint_* of the wrong
-    type or sign, are errors naming the option; a Saver made in the scope
-    takes keep_checkpoint_max / keep_checkpoint_every_n_hours."""
+    emb_backend other than DEFAULT or PAIEV, and keep_checkpoint_* of the
+    wrong type or sign, are errors naming the option; a Saver made in the
+    scope takes keep_checkpoint_max / keep_checkpoint_every_n_hours."""
     out = _result(HB_OPTIONS_CODE)
     assert out["from_env"] == [-1, None, 3], out["from_env"]
     stored = out["stored"]
@@ -200,9 +200,9 @@ def test_hybridbackend_options_accepted():
     assert stored["emb_device"] == "/cpu:0" and stored["mode"] == "train"
     assert stored["batch_size"] == 512 and stored["grad_lazy_sync"] is True
     errors = out["errors"]
-    kind, message = errors[repr({"emb_backend": "PAIEV"})]
+    kind, message = errors[repr({"emb_backend": "HASH"})]
     assert kind == "ValueError" and "emb_backend" in message and \
-        "DeepRec" in message, message
+        "DEFAULT, PAIEV" in message, message
     kind, message = errors[repr({"keep_checkpoint_max": -1})]
     assert kind == "ValueError" and "keep_checkpoint_max" in message
     for bad in ({"keep_checkpoint_max": "x"}, {"keep_checkpoint_max": 2.5},
