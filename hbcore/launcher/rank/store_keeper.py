@@ -60,7 +60,7 @@ starts.  Standard library only: the wrapper runs this by file path
 import os
 import socket
 import time
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 if __package__:
     from hbcore.launcher.rank import wire
@@ -82,6 +82,26 @@ LAST_WAIT_S = 30.0
 _LOCK_POLL_S = 0.05
 
 
+def _connect(address: str, key: str,
+             timeout: float) -> Tuple[Optional[bool], Any]:
+    """Connects to the driver's notice server (invariant 1).
+
+    Returns:
+        ``(alive, connection)``: True and the connection when the driver
+        proved the job's key; False when nothing listens at ``address``
+        or what listens does not know the key; None when that cannot be
+        told (the host cannot be reached in time).
+    """
+    host, _, port = address.rpartition(":")
+    try:
+        return True, wire.connect((host, int(port)), bytes.fromhex(key),
+                                  NOTICE_CONTEXT, timeout=timeout)
+    except (ConnectionRefusedError, wire.WireError):
+        return False, None
+    except (OSError, ValueError):
+        return None, None
+
+
 def driver_alive(address: str, key: str,
                  timeout: float = PROBE_TIMEOUT_S) -> Optional[bool]:
     """Whether the elastic driver of a job still runs (invariant 1).
@@ -97,20 +117,15 @@ def driver_alive(address: str, key: str,
         None when that cannot be told (the host cannot be reached in
         time).
     """
-    host, _, port = address.rpartition(":")
-    try:
-        conn = wire.connect((host, int(port)), bytes.fromhex(key),
-                            NOTICE_CONTEXT, timeout=timeout)
-    except (ConnectionRefusedError, wire.WireError):
-        return False
-    except (OSError, ValueError):
-        return None
-    # The driver's side reads no request and ends the connection.
-    conn.close()
-    return True
+    alive, conn = _connect(address, key, timeout)
+    if conn is not None:
+        # The driver's side reads no request and ends the connection.
+        conn.close()
+    return alive
 
 
-def watch_driver(address: str, key: str, timeout: float = JOB_END_WAIT_S):
+def watch_driver(address: str, key: str, timeout: float = JOB_END_WAIT_S
+                 ) -> Tuple[Optional[bool], Any]:
     """Waits for the end of a job whose driver still runs (a finished
     rank's keeper; elastic/notice.py).
 
@@ -125,14 +140,9 @@ def watch_driver(address: str, key: str, timeout: float = JOB_END_WAIT_S):
         connection (or None) is to stay open until the caller is done: the
         driver waits for its end.
     """
-    host, _, port = address.rpartition(":")
-    try:
-        conn = wire.connect((host, int(port)), bytes.fromhex(key),
-                            NOTICE_CONTEXT, timeout=PROBE_TIMEOUT_S)
-    except (ConnectionRefusedError, wire.WireError):
-        return True, None
-    except (OSError, ValueError):
-        return None, None
+    alive, conn = _connect(address, key, PROBE_TIMEOUT_S)
+    if conn is None:
+        return (None if alive is None else True), None
     try:
         conn.send_message({"watch": True})
         conn.receive_message(timeout)  # {"end": true}, or None: it is gone
