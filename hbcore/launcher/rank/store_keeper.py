@@ -63,11 +63,9 @@ import time
 from typing import Any, Mapping, Optional, Tuple
 
 if __package__:
-    from hbcore.launcher.rank import wire
     from hbcore.launcher.rank.elastic_protocol import (KEY_VAR, NOTICE_CONTEXT,
                                                        NOTICE_VAR, STORE_VAR)
 else:  # run by path (rank_wrapper.py)
-    import wire  # type: ignore
     from elastic_protocol import (KEY_VAR, NOTICE_CONTEXT,  # type: ignore
                                   NOTICE_VAR, STORE_VAR)
 
@@ -82,6 +80,17 @@ LAST_WAIT_S = 30.0
 _LOCK_POLL_S = 0.05
 
 
+def _wire():
+    """wire.py, imported only where a keeper asks the driver: every rank
+    wrapper imports this module, and its start is on the path of every
+    rank's (and every re-formation's) start."""
+    if __package__:
+        from hbcore.launcher.rank import wire
+    else:  # run by path (rank_wrapper.py)
+        import wire  # type: ignore
+    return wire
+
+
 def _connect(address: str, key: str,
              timeout: float) -> Tuple[Optional[bool], Any]:
     """Connects to the driver's notice server (invariant 1).
@@ -92,6 +101,7 @@ def _connect(address: str, key: str,
         or what listens does not know the key; None when that cannot be
         told (the host cannot be reached in time).
     """
+    wire = _wire()
     host, _, port = address.rpartition(":")
     try:
         return True, wire.connect((host, int(port)), bytes.fromhex(key),
