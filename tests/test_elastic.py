@@ -185,13 +185,14 @@ TF_KILLS = {
 }
 
 
-def run_with_a_hung_rank(event: str, *limit_flag: str):
-    """hA:1,hB:1 with ``--min-np 1`` and ``limit_flag``, hB's rank hung by
+def run_with_a_hung_rank(event: str, *limit_flag: str,
+                         hosts: str = "hA:1,hB:1"):
+    """``hosts`` with ``--min-np 1`` and ``limit_flag``, hB's rank hung by
     ``event`` (stop or hang) before step 3, after the commit after step
     1."""
-    return run_ranks(SCRIPT, 2, timeout=60,
+    return run_ranks(SCRIPT, hosts.count(",") + 1, timeout=60,
                      env={"HB_TEST_EVENTS": "%s:hB:3" % event},
-                     hbrun_args=["-H", "hA:1,hB:1", FORK, "--min-np", "1"]
+                     hbrun_args=["-H", hosts, FORK, "--min-np", "1"]
                      + list(limit_flag))
 
 
@@ -217,28 +218,53 @@ def test_a_rank_stopped_by_sigstop_is_removed_like_a_dead_one():
         assert not wait_gone([int(f.read())]), "the stopped rank is left"
 
 
-def test_a_rank_hung_in_its_own_code_ends_its_world_at_the_elastic_timeout():
-    # hB's rank blocks forever before step 3, its process running: hA's
-    # rank waits in the step's allreduce. No stall shutdown time is set,
+@pytest.mark.parametrize("hosts, left", [("hA:1,hB:1", "hA:1"),
+                                          ("hA:1,hB:1,hC:1", "hA:1,hC:1")])
+def test_a_rank_hung_in_its_own_code_ends_its_world_at_the_elastic_timeout(
+        hosts, left):
+    # hB's rank blocks forever before step 3, its process running: the
+    # others wait in the step's allreduce. No stall shutdown time is set,
     # so in an elastic job the core's stall shutdown comes after
-    # --elastic-timeout (3 s), fails it, and it leaves (exit 75) without
-    # MPI_Finalize, which would wait for hB's rank forever
-    # (hbcore/elastic/run.py). Nothing tells the hung rank from a slow one,
-    # so the world re-forms on both hosts from the commit after step 1 and
-    # finishes. (About 11 s: the 3 s stall, the settle second and two
+    # --elastic-timeout (3 s), fails them, and they leave (exit 75)
+    # without MPI_Finalize, which would wait for hB's rank forever
+    # (hbcore/elastic/run.py), naming rank 1 in their status. The hung
+    # rank is a lost rank: hB is blacklisted as after a death, and the
+    # others finish from the commit after step 1 (the replay redoes step
+    # 2). (About 9-11 s each: the 3 s stall, the settle second and two
     # generations' start-up; a shorter limit risks a false stall on a
     # loaded machine.)
-    run = run_with_a_hung_rank("hang", "--elastic-timeout", "3")
-    assert_finished(run, np_final=2)
-    assert logged_sizes(run.out_dir) == [2, 2], run.describe()
+    run = run_with_a_hung_rank("hang", "--elastic-timeout", "3", hosts=hosts)
+    size = hosts.count(",") + 1
+    assert_finished(run, np_final=size - 1)
+    assert step_sizes(run.out_dir) == [size] * 2 + [size - 1] * 8, (
+        run.describe())
+    assert logged_sizes(run.out_dir) == [size, size - 1], run.describe()
+    # Named once, however many ranks saw it.
+    assert run.stderr.count(
+        "hbrun: elastic generation 0: rank 1 on host hB hung in its own "
+        "code (the stall shutdown ended its world)\n") == 1, run.describe()
     assert re.search(r"\[0\]<stderr>:hbcore.elastic: rank 0 leaves "
                      r"generation 0 to re-form the job: ShutdownError: "
-                     r"stalled tensor 'step' was submitted by rank\(s\) 0 "
-                     r"[0-9]+ s ago but not yet by rank\(s\) 1.*"
+                     r"stalled tensor 'step' was submitted by rank\(s\) "
+                     r"0(, 2)? [0-9]+ s ago but not yet by rank\(s\) 1:.*"
                      r"\(HB_ELASTIC_TIMEOUT_SECONDS=3\)", run.stderr), (
         run.describe())
-    assert "hbrun: elastic generation 1 on hA:1,hB:1\n" in run.stderr, (
+    assert "hbrun: elastic generation 1 on %s\n" % left in run.stderr, (
         run.describe())
+
+
+def test_a_stall_shutdown_names_the_ranks_stuck_in_their_own_code():
+    # The core's stall shutdown (stall_inspector.cc) names the global ranks
+    # that never submitted the tensor; any other failure names none.
+    from hbcore.elastic.run import stalled_ranks
+    from hbcore.exceptions import ShutdownError, WaitTimeoutError
+    text = ("stalled tensor 'step' was submitted by rank(s) 0, 3 4 s ago but "
+            "not yet by rank(s) 1, 2: those ranks are busy elsewhere (a "
+            "checkpoint or an evaluation on some ranks only), or have "
+            "diverged (HB_ELASTIC_TIMEOUT_SECONDS=3)")
+    assert stalled_ranks(ShutdownError(text)) == [1, 2]
+    assert stalled_ranks(WaitTimeoutError(text)) == []
+    assert stalled_ranks(ShutdownError("rank 1 left the world")) == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorflow") is None,
@@ -452,6 +478,7 @@ def test_hosts_keep_their_first_seen_order_and_max_np_caps_the_newest():
 
 def test_host_change_notice_answers_only_its_own_jobs_ranks():
     from hbcore.launcher.elastic import notice
+    from hbcore.launcher.rank.store_keeper import driver_alive
     server = notice.NoticeServer()
 
     def wait_for_answer(generation):
@@ -484,8 +511,77 @@ def test_host_change_notice_answers_only_its_own_jobs_ranks():
             if not notice.hosts_updated(server.address, 6, "00" * 32):
                 wait_for_answer(6)
                 notice.hosts_updated(server.address, 6, "00" * 32)
+        # The store keepers' question (rank/store_keeper.py): the driver
+        # lives only for its own job's key; another job's driver on the
+        # address is no answer for this one.
+        assert driver_alive(server.address, server.key) is True
+        assert driver_alive(server.address, "00" * 32) is False
     finally:
         server.close()
+    # Gone: nothing listens on its port any more.
+    assert driver_alive(server.address, server.key) is False
+
+
+KEEPER = """
+import os, shutil, sys
+sys.path.insert(0, sys.argv[1])  # by path, as rank_wrapper.py runs it
+from store_keeper import start_keeper
+env = {"HB_ELASTIC_STORE": sys.argv[2], "HB_ELASTIC_NOTICE": sys.argv[3],
+       "HB_ELASTIC_NOTICE_KEY": sys.argv[4]}
+print(start_keeper(env, os.path.join(sys.argv[2], "finished.0.0")))
+if sys.argv[5] == "finished":
+    open(os.path.join(sys.argv[2], "finished.0.0"), "w").close()
+if sys.argv[5] == "replaced":
+    shutil.rmtree(sys.argv[2])
+    os.makedirs(sys.argv[2])
+"""
+
+
+def test_a_store_keeper_removes_the_store_once_its_driver_is_gone(tmp_path):
+    # rank/store_keeper.py's invariants, with a python process in the
+    # wrapper's place and a notice server in the driver's: the keeper
+    # outlives the "wrapper" and removes the store only once the driver
+    # is gone, and only the directory its job used.
+    from hbcore.launcher.elastic.notice import NoticeServer
+    import hbcore.launcher.rank as rank_package
+    rank_dir = os.path.dirname(rank_package.__file__)
+
+    def keeper(store, server, mode):
+        done = subprocess.run(
+            [sys.executable, "-c", KEEPER, rank_dir, str(store),
+             server.address, server.key, mode], capture_output=True,
+            text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    # The job ended: the rank finished, so its keeper watches the driver;
+    # at the job's end the driver tells it and waits for it, and it
+    # removes the store (on a host the driver's own removal cannot reach).
+    server = NoticeServer()
+    finished = tmp_path / "finished"
+    pid = keeper(finished, server, "finished")
+    wait_until(lambda: server._watchers == 1, timeout=15,
+               what="the finished rank's keeper to watch the driver")
+    assert finished.is_dir()
+    server.close()
+    assert not finished.exists()
+    assert not wait_gone([pid], timeout=15)
+    # A re-formation: the driver lives, so the keeper leaves at once and
+    # the store stays for the next generation.
+    server = NoticeServer()
+    kept = tmp_path / "kept"
+    try:
+        pid = keeper(kept, server, "reform")
+        assert not wait_gone([pid], timeout=15)
+        assert kept.is_dir()
+    finally:
+        server.close()
+    # The driver is gone, but the path now names another directory (a new
+    # job's store under the same name): not the keeper's to remove.
+    replaced = tmp_path / "replaced"
+    pid = keeper(replaced, server, "replaced")
+    assert not wait_gone([pid], timeout=15)
+    assert replaced.is_dir()
 
 
 def test_a_change_that_only_removes_hosts_or_slots_skips_sync():
@@ -633,6 +729,10 @@ def test_kill_9_of_an_elastic_hbrun_ends_its_job_on_every_host(tmp_path):
     # death signal when hbrun dies (supervisor.py): the job watchdog
     # (hbcore/launcher/job_watchdog.py) must stop mpiexec, both emulated
     # hosts' proxies and the ranks. Before it, they ran on for minutes.
+    # And the store in /dev/shm must go with them, with each emulated
+    # host's directory: the rank wrappers' keepers remove it once the
+    # driver is gone (hbcore/launcher/rank/store_keeper.py). Before them,
+    # it stayed until the next elastic hbrun on the machine.
     hosts = _discovery_script(str(tmp_path))
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -652,11 +752,21 @@ def test_kill_9_of_an_elastic_hbrun_ends_its_job_on_every_host(tmp_path):
         ranks = [int((pid_dir / name).read_text())
                  for name in os.listdir(pid_dir)]
         assert set(ranks) <= {p.pid for p in job}, (ranks, job)
+        # Each emulated host's directory with a commit file in it, as
+        # hbcore.elastic's store makes them (these ranks commit nothing).
+        store = psutil.Process(ranks[0]).environ()["HB_ELASTIC_STORE"]
+        for host in ("hA", "hB"):
+            os.makedirs(os.path.join(store, host))
+            with open(os.path.join(store, host, "ObjectState0.1.rep"),
+                      "wb") as f:
+                f.write(b"x" * 4096)
         os.kill(hbrun.pid, signal.SIGKILL)
         hbrun.wait(timeout=10)
         left = wait_gone([p.pid for p in job], timeout=15)
         assert not left, "still running 15 s after kill -9 of hbrun: %s" % [
             " ".join(psutil.Process(pid).cmdline()) for pid in left]
+        wait_until(lambda: not os.path.exists(store), timeout=15,
+                   what="the keepers to remove the store %s" % store)
     finally:
         for proc in job:
             try:

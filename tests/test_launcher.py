@@ -246,6 +246,9 @@ def test_status_line_round_trip():
     assert parse_status(format_status(hung)) == hung
     assert hung.describe() == ("killed by signal SIGKILL (9) by hbrun: it "
                                "made no progress: stopped (state T)")
+    # An elastic rank that left because ranks 1 and 2 stalled its world.
+    left = RankStatus(0, 75, None, "h", 44, 2.0, stalled=[1, 2])
+    assert parse_status(format_status(left)) == left
 
 
 @pytest.mark.quiet  # times the settle wait: run alone

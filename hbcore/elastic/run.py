@@ -15,28 +15,66 @@ Horovod re-forms the job inside the running processes.  hbcore cannot
    hbrun's driver then starts the next generation (elastic/driver.py),
    whose step 1 restores the last commit.  Other errors propagate: they
    are bugs that a restart would repeat.
+   When the failure is the core's stall shutdown (ranks that never
+   submitted a tensor the others wait for: stuck in their own code), the
+   rank first leaves the stalled marker naming them (elastic_protocol.py),
+   so that the driver counts them as failed and blacklists their hosts.
 Outside hbrun's elastic driver, step 3 re-raises (nothing can re-form).
 """
 
 import functools
+import json
 import os
+import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, List
 
 from hbcore.exceptions import (HostsUpdatedInterrupt, ShutdownError,
                                WaitTimeoutError)
 from hbcore.elastic.state import State
 from hbcore.launcher.rank.elastic_protocol import (GENERATION_VAR,
                                                    REFORM_EXIT_CODE, STORE_VAR,
-                                                   finished_path)
+                                                   finished_path, stalled_path)
 from hbcore.basics import exit_without_finalize
 from hbcore.basics import rank as hb_rank
 
 # Failures of the world rather than of this rank's program.
 _WORLD_FAILURES = (ShutdownError, WaitTimeoutError)
+# The core's stall shutdown (csrc/core/src/negotiation/stall_inspector.cc):
+# "stalled tensor 'NAME' ... was submitted by rank(s) A, B N s ago but not
+# yet by rank(s) C, D: ..." (global ranks).
+_STALLED = re.compile(r"\bstalled tensor .* but not yet by rank\(s\) "
+                      r"(\d+(?:, \d+)*):")
+
+
+def stalled_ranks(reason: BaseException) -> List[int]:
+    """The ranks a stall shutdown found stuck (see the module comment).
+
+    Args:
+        reason: The error that ends this rank's world.
+
+    Returns:
+        The ranks that never submitted the stalled tensor, or [] when
+        ``reason`` is not the core's stall shutdown.
+    """
+    if not isinstance(reason, ShutdownError):
+        return []
+    match = _STALLED.search(str(reason))
+    if match is None:
+        return []
+    return [int(r) for r in match.group(1).split(", ")]
 
 
 def _reform(reason: BaseException) -> None:
+    stalled = stalled_ranks(reason)
+    if stalled:
+        try:
+            with open(stalled_path(os.environ[STORE_VAR],
+                                   int(os.environ[GENERATION_VAR]),
+                                   hb_rank()), "w") as f:
+                json.dump(stalled, f)
+        except OSError:
+            pass  # the driver then re-forms on every host, as before
     sys.stderr.write("hbcore.elastic: rank %d leaves generation %s to "
                      "re-form the job: %s: %s\n"
                      % (hb_rank(), os.environ.get(GENERATION_VAR),

@@ -30,7 +30,10 @@ The driver's loop, one turn per generation g:
      its host is blacklisted and the failure recorded.  A rank that hung
      (stopped, or stuck in the kernel) for HB_STALL_SHUTDOWN_TIME_SECONDS,
      else --elastic-timeout (which the ranks get as TIMEOUT_VAR), is one:
-     its wrapper SIGKILLs it and reports why (hang_watch.py);
+     its wrapper SIGKILLs it and reports why (hang_watch.py).  So is a
+     rank stuck in its own code, its process running: the core's stall
+     shutdown (after the same limit) ends the others, which leave with
+     REFORM_EXIT_CODE and name it in their status (RankStatus.stalled);
    - a rank exited 0 before its elastic function returned (a worker that
      ends early; its wrapper reports it): the generation ends, and its
      slot leaves the job (the others go on from the last commit);
@@ -334,6 +337,10 @@ def run_elastic(job: JobSpec,
             failed = [s for i, s in enumerate(seen)
                       if s.exit_code not in (0, REFORM_EXIT_CODE)
                       and not (i > 0 and s.signal == signal.SIGTERM)]
+            # Ranks stuck in their own code, as their peers saw them.
+            stuck = sorted({r for s in seen for r in (s.stalled or [])
+                            if 0 <= r < total_slots(hosts)}
+                           - {s.rank for s in failed})
             left = [s for s in seen if s.exit_code == 0]
             reform = any(s.exit_code == REFORM_EXIT_CODE for s in seen)
             if not failed and not reform and (
@@ -368,6 +375,16 @@ def run_elastic(job: JobSpec,
                 failures.append(_describe(status, hosts, generation))
                 if backend is None or backend.blacklist_failures:
                     hosts_state.blacklist.add(_host_name(hosts, status.rank))
+            for rank in stuck:
+                line = ("rank %d on host %s hung in its own code (the stall "
+                        "shutdown ended its world)"
+                        % (rank, _host_name(hosts, rank)))
+                sys.stderr.write("%s: elastic generation %d: %s\n"
+                                 % (program, generation, line))
+                sys.stderr.flush()
+                failures.append("generation %d: %s" % (generation, line))
+                if backend is None or backend.blacklist_failures:
+                    hosts_state.blacklist.add(_host_name(hosts, rank))
             for status in left:
                 host = _host_name(hosts, status.rank)
                 hosts_state.finished[host] = (

@@ -19,6 +19,14 @@ only ever sends those answers: nothing a peer sends is run or changes the
 job. A rank polls its connection without blocking, so a check costs
 microseconds and the driver never has to find the ranks. Only rank 0
 asks: every commit allreduces its answer (hbcore/elastic/state.py).
+
+The rank wrappers' store keepers (rank/store_keeper.py) connect too: one
+that sends nothing and closes asks only whether the driver lives (the
+handshake proves it). One whose rank finished sends ``{"watch": true}``:
+the driver answers ``{"end": true}`` when the job ends (``close``) and
+then waits, at most WATCH_END_S, for each such keeper to close its end,
+which it does once it removed its host's store; so when the driver
+returns, no keeper it heard of is left.
 """
 
 import os
@@ -27,17 +35,20 @@ import threading
 from typing import Dict, Optional
 
 from hbcore.launcher.rank import wire
-
-NOTICE_VAR = "HB_ELASTIC_NOTICE"
-KEY_VAR = "HB_ELASTIC_NOTICE_KEY"
+# The variables live with the rank side's (the store keeper asks this
+# server too); the driver and the ranks import them from here.
+from hbcore.launcher.rank.elastic_protocol import (  # noqa: F401
+    KEY_VAR, NOTICE_CONTEXT, NOTICE_VAR)
 # What a rank learns (hosts_updated): no change yet; hosts were added (or
 # added and removed); hosts were only removed (Horovod's skip_sync case).
 NO_CHANGE, ADDED, REMOVED = 0, 1, 2
 # The driver's answers.
 _ANSWERS = {"added": ADDED, "removed": REMOVED}
-CONTEXT = "elastic-notice"
+CONTEXT = NOTICE_CONTEXT
 # How long a rank waits to connect to the driver.
 CONNECT_TIMEOUT_S = 30.0
+# How long the driver's end waits for the watching keepers to finish.
+WATCH_END_S = 5.0
 
 
 class NoticeServer:
@@ -54,6 +65,7 @@ class NoticeServer:
         # generation -> whether its changes so far only removed hosts
         self._posted: Dict[int, bool] = {}
         self._closed = False
+        self._watchers = 0
         self._changed = threading.Condition()
         self._listener = wire.Listener(self._secret, CONTEXT, self._serve,
                                        bind=("", 0))
@@ -72,15 +84,36 @@ class NoticeServer:
             self._changed.notify_all()
 
     def close(self) -> None:
-        """Stops serving; connections still open are closed."""
+        """Stops serving, after the watching keepers finished (at most
+        WATCH_END_S); connections still open are closed."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+            self._changed.wait_for(lambda: self._watchers == 0,
+                                   timeout=WATCH_END_S)
         self._listener.close()
+
+    def _watch(self, conn: wire.Connection) -> None:
+        """A keeper's watch: the job's end, then its own end."""
+        with self._changed:
+            self._watchers += 1
+            self._changed.wait_for(lambda: self._closed)
+        try:
+            conn.send_message({"end": True})
+            conn.receive_message(WATCH_END_S)  # None: the keeper's end
+        except OSError:
+            pass  # it ended otherwise (socket.timeout is an OSError)
+        finally:
+            with self._changed:
+                self._watchers -= 1
+                self._changed.notify_all()
 
     def _serve(self, conn: wire.Connection) -> None:
         """One rank's connection (already authenticated)."""
         request = conn.receive_message(CONNECT_TIMEOUT_S)
+        if isinstance(request, dict) and request.get("watch") is True:
+            self._watch(conn)
+            return
         generation = request.get("generation") if isinstance(
             request, dict) else None
         if not isinstance(generation, int) or isinstance(generation, bool):

@@ -14,6 +14,8 @@ Modules:
                      and the launcher share
     rank_output      rank-prefixed output lines
     hang_watch       a rank that stopped making progress (state T or D)
+    store_keeper     removes an elastic job's store on its host once the
+                     driver is gone (a kill -9 of hbrun, the job's end)
     elastic_protocol the variables, exit code and files the elastic driver
                      and the ranks' hbcore.elastic share
     run_task         hbcore.run(fn)'s rank: runs the pickled function

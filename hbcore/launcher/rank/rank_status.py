@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import sys
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 # Starts a status line on the wrapper's stderr; chosen so that no program
 # prints it by accident.
@@ -23,6 +23,9 @@ class RankStatus(NamedTuple):
 
     Exactly one of ``exit_code`` and ``signal`` is set.  ``hung`` says
     why the wrapper killed a rank that hung (hang_watch.py), else None.
+    ``stalled`` lists the ranks that the core's stall shutdown found stuck
+    in their own code, when that made this rank leave an elastic world
+    (elastic_protocol.py's stalled marker), else None.
     """
     rank: int
     exit_code: Optional[int]
@@ -31,6 +34,7 @@ class RankStatus(NamedTuple):
     pid: int
     time: float
     hung: Optional[str] = None
+    stalled: Optional[List[int]] = None
 
     def describe(self) -> str:
         """Returns e.g. ``"exited with code 3"``, ``"killed by signal

@@ -10,6 +10,8 @@ hbrun starts every rank as ``python .../rank_wrapper.py [--output-dir DIR]
   wrapper itself dies, so a rank never outlives its wrapper as an orphan;
 - kills the child (SIGKILL) once it has hung, stopped or stuck in the
   kernel, for the hang limit (hang_watch.py);
+- under the elastic driver, starts a keeper that removes the job's store
+  on this host once the driver is gone (store_keeper.py);
 - when the child ends with a nonzero code or by a signal (or, under the
   elastic driver, exits 0 before its training function returned), writes
   one status line (``STATUS_MARKER`` + JSON, rank_status.py) on stderr.
@@ -30,22 +32,25 @@ The wrapper is run by file path, not with ``-m hbcore.launcher...``: that
 would import the ``hbcore`` package (and with it the native core and MPI
 library) in every wrapper, and make the launch fail when the core is
 broken.  So this file and the modules it imports (rank_output.py,
-rank_status.py, hang_watch.py, elastic_protocol.py) use the standard
-library only.
+rank_status.py, hang_watch.py, elastic_protocol.py, store_keeper.py,
+wire.py) use the standard library only.
 """
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 if __package__:
     from hbcore.launcher.rank.elastic_protocol import (GENERATION_VAR,
+                                                       REFORM_EXIT_CODE,
                                                        STORE_VAR,
-                                                       finished_path)
+                                                       finished_path,
+                                                       stalled_path)
     from hbcore.launcher.rank.hang_watch import hang_limit, wait_watching
     from hbcore.launcher.rank.rank_output import (LinePump, STDERR, STDOUT,
                                                   line_prefix, rank_dir_name,
@@ -53,14 +58,17 @@ if __package__:
                                                   write_all)
     from hbcore.launcher.rank.rank_status import (RankStatus, format_status,
                                                   parent_death_preexec)
+    from hbcore.launcher.rank.store_keeper import start_keeper
 else:  # run by path: sys.path[0] is this directory
-    from elastic_protocol import (GENERATION_VAR, STORE_VAR,  # type: ignore
-                                  finished_path)
+    from elastic_protocol import (GENERATION_VAR,  # type: ignore
+                                  REFORM_EXIT_CODE, STORE_VAR,
+                                  finished_path, stalled_path)
     from hang_watch import hang_limit, wait_watching  # type: ignore
     from rank_output import (LinePump, STDERR, STDOUT, line_prefix,  # type: ignore
                              rank_dir_name, timestamped_prefix, write_all)
     from rank_status import (RankStatus, format_status,  # type: ignore
                              parent_death_preexec)
+    from store_keeper import start_keeper  # type: ignore
 
 # Signals the wrapper passes on to the rank's process.
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
@@ -120,16 +128,42 @@ def _open_tee(output_dir: Optional[str], rank: int, size: int,
     return open(os.path.join(directory, stream), "wb")
 
 
+def _marker(path_of: Callable[[str, int, int], str],
+            rank: int) -> Optional[str]:
+    """Under hbrun's elastic driver: this rank's marker made by
+    ``path_of`` (elastic_protocol.py), else None."""
+    generation = os.environ.get(GENERATION_VAR)
+    store = os.environ.get(STORE_VAR)
+    if not generation or not store:
+        return None
+    return path_of(store, int(generation), rank)
+
+
 def _left_early(rank: int) -> bool:
     """Under hbrun's elastic driver: whether a rank that exited 0 did so
     before its elastic function returned (elastic_protocol.py).  The
     driver must tell such a worker from one that finished, so it gets a
     status line."""
-    generation = os.environ.get(GENERATION_VAR)
-    store = os.environ.get(STORE_VAR)
-    if not generation or not store:
-        return False
-    return not os.path.exists(finished_path(store, int(generation), rank))
+    finished = _marker(finished_path, rank)
+    return finished is not None and not os.path.exists(finished)
+
+
+def _stalled(rank: int, returncode: int) -> Optional[List[int]]:
+    """Under hbrun's elastic driver: the ranks that a rank leaving for a
+    re-formation saw stuck in their own code (its stalled marker,
+    elastic_protocol.py), else None."""
+    marker = _marker(stalled_path, rank)
+    if returncode != REFORM_EXIT_CODE or marker is None:
+        return None
+    try:
+        with open(marker) as f:
+            ranks = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(ranks, list) and ranks and all(
+            isinstance(r, int) and not isinstance(r, bool) for r in ranks)):
+        return None
+    return ranks
 
 
 def run_rank(command: List[str], output_dir: Optional[str] = None,
@@ -159,6 +193,9 @@ def run_rank(command: List[str], output_dir: Optional[str] = None,
         write_all(2, format_status(RankStatus(
             rank, 1, None, socket.gethostname(), os.getpid(), time.time())))
         return 1
+    # Before the rank starts (its lock on the store is inherited) and
+    # before the output pumps' threads (the keeper is forked).
+    start_keeper(os.environ, _marker(finished_path, rank))
     try:
         # close_fds=False: the rank must inherit the descriptors the MPI
         # launcher gave us, above all hydra's PMI socket (PMI_FD), or
@@ -205,7 +242,8 @@ def run_rank(command: List[str], output_dir: Optional[str] = None,
         rank=rank,
         exit_code=returncode if returncode >= 0 else None,
         signal=-returncode if returncode < 0 else None,
-        host=socket.gethostname(), pid=child.pid, time=ended, hung=hung)
+        host=socket.gethostname(), pid=child.pid, time=ended, hung=hung,
+        stalled=_stalled(rank, returncode))
     try:
         write_all(2, format_status(status))
     except OSError:
