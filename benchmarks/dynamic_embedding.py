@@ -73,18 +73,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from _launch import WORKER_CWD, hbrun, run, worker_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = 0x9E3779B97F4A7C15
 ID_BITS = 40
 RANKS = (1, 2, 3)
 DEFAULT_TFRA = "/tmp/venv-tfra/bin/python"
 
 
-# --- the id stream (driver and workers) -----------------------------------------
+# --- the id stream (driver and workers) --------------------------------------
 
 def batch_ids(args: argparse.Namespace, rank: int, step: int):
     """Rank ``rank``'s ids of step ``step``: int64 [batch, features] over
@@ -122,7 +121,7 @@ def write_ids(args: argparse.Namespace, ranks: int, directory: str) -> int:
     return int(np.unique(np.concatenate(every)).size)
 
 
-# --- workers ---------------------------------------------------------------------
+# --- workers -----------------------------------------------------------------
 
 def _rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -232,7 +231,7 @@ def run_worker(args: argparse.Namespace) -> None:
         hbcore.barrier()
 
 
-# --- driver ----------------------------------------------------------------------
+# --- driver ------------------------------------------------------------------
 
 def _argv(args: argparse.Namespace, worker: str, out: str,
           rows: int, ids: str) -> List[str]:
@@ -307,7 +306,7 @@ class Rounds:
     def largest(self, key: str, field: str) -> float:
         return max(r[field] for r in self.runs[key])
 
-    def ratio(self, top: str, bottom: str) -> "tuple[float, List[float]]":
+    def ratio(self, top: str, bottom: str) -> Tuple[float, List[float]]:
         """The median of the per-round samples/s ratios, and those."""
         each = [_rate(a) / _rate(b) for a, b in zip(self.runs[top],
                                                      self.runs[bottom])]
