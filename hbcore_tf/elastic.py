@@ -67,6 +67,23 @@ def _num_rows(variable: Any) -> int:
                      % getattr(variable, "name", variable))
 
 
+def _refuse_dynamic_tables(variables: Sequence[Any], state: str) -> None:
+    """Raises NotImplementedError naming the dynamic embedding tables among
+    ``variables``: a commit would hold their rows but not which key each
+    row belongs to (the tables' hash maps are not variables), and a world
+    of another size would reshard them as row blocks; a re-formed job
+    would train on rows of the wrong keys, silently."""
+    names = sorted({info.name for info in map(shard_info, variables)
+                    if info is not None and info.partition.hashed})
+    if names:
+        raise NotImplementedError(
+            "hbcore_tf.elastic.%s: dynamic embedding tables (%s) cannot be "
+            "committed by elastic training yet (their keys are not in the "
+            "commit); use a ShardedEmbedding of a fixed row count in an "
+            "elastic job, or save them with tf.train.Checkpoint / Keras "
+            "and restart" % (state, ", ".join(names)))
+
+
 def _host_view(variable: Any) -> np.ndarray:
     """A variable's current value, uncopied where TF allows: a read-only
     view of the tensor that reads it.  The view never changes: TF copies
@@ -86,6 +103,7 @@ class _VariablesState(ObjectState):
 
     def __init__(self, bcast_object: Optional[Callable], **kwargs: Any
                  ) -> None:
+        _refuse_dynamic_tables(self._variables(), type(self).__name__)
         self._saved_local: List[Any] = []
         super().__init__(bcast_object=bcast_object, **kwargs)
 

@@ -405,6 +405,16 @@ def main() -> None:
             10, D, name="fixed_table", ev_option=hb.EmbeddingVariableOption(
                 filter_option=hb.CounterFilter(2))), ValueError,
             "'fixed_table'", "ev_option", "DynamicEmbedding")
+        # An elastic commit would hold a dynamic table's rows without
+        # their keys: the state refuses it, naming the table.
+        ids = keras.Input((1,), dtype="int64")
+        model = keras.Model(ids, dynamic("elastic_dyn")(ids))
+        expect_raises(lambda: hvd.elastic.TensorFlowKerasState(model),
+                      NotImplementedError, "TensorFlowKerasState",
+                      "elastic_dyn", "cannot be committed")
+        expect_raises(lambda: hb.elastic.TensorFlowState(
+            model.weights), NotImplementedError, "TensorFlowState",
+            "elastic_dyn")
 
     def over_capacity():
         # Two new keys for every rank, one row each: every rank's lookup
