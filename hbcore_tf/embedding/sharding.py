@@ -268,7 +268,7 @@ def _slot_of_shard(original: Callable) -> Callable:
             # its freed rows, and it is rank-local (no broadcast: after a
             # restore each rank's rows are its own keys').
             dynamic_checkpoint.attach(slot, table, store=False)
-            tag(slot, info._replace(name=slot.op.name))
+            tag(slot, info._replace(name=str(slot.name).split(":")[0]))
         return slot
     return create
 
