@@ -125,6 +125,11 @@ SAVER_SAVE = Internal(
     ("self", "sess", "save_path", "global_step", "latest_filename",
      "meta_graph_suffix", "write_meta_graph", "write_state",
      "strip_default_attrs", "save_debug_info"))
+SAVER_RESTORE = Internal(
+    _TF + "training.saver:Saver.restore",
+    "patched: restores dynamic tables by key (_patches/saver.py, "
+    "embedding/dynamic_saver.py)",
+    ("self", "sess", "save_path"))
 TRACKABLE_SAVER_SAVE = Internal(
     _TF + "checkpoint.checkpoint:TrackableSaver.save",
     "patched: tf.train.Checkpoint's collective save of sharded tables "

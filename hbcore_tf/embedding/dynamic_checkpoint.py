@@ -14,7 +14,9 @@ with the suffixes
   "Versions and eviction").
 
 In tf.train.Checkpoint (and tf_keras' TensorFlow-format save_weights) the
-names are the variable's object path plus ``/.ATTRIBUTES/-keys`` etc.
+names are the variable's object path plus ``/.ATTRIBUTES/-keys`` etc.;
+a tf.compat.v1 Saver writes the same tensors under the variable's Saver
+name (dynamic_saver.py, with ``redistribute`` and ``restore_rows``).
 
 Collective save (tf.train.Checkpoint's writer, checkpoint_savers.py):
 1. ``prepared_save`` runs on every rank, before the objects are
@@ -51,7 +53,8 @@ table on each rank.
 """
 import contextlib
 import math
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import (Any, Dict, Iterable, Iterator, List, NamedTuple,
+                    Optional, Tuple)
 
 import hbcore
 import numpy as np
@@ -199,38 +202,89 @@ def creating_slots_of(table: Optional[Any]) -> Iterator[None]:
         yield
 
 
+def columns(store: bool, keys: np.ndarray, rows: np.ndarray,
+            freqs: np.ndarray, versions: np.ndarray) -> Dict[str, Any]:
+    """The arrays a variable is saved as, by suffix: ``-keys`` and
+    ``-values``, and for the store ``-freqs`` and ``-versions`` too.
+
+    Args:
+        store: whether the variable is the store (else a slot).
+        keys, rows, freqs, versions: the keys and the variable's rows,
+            counts and versions of them.
+
+    Returns:
+        A dict suffix -> array.
+    """
+    out = {KEYS: keys, VALUES: rows}
+    if store:
+        out.update({FREQS: freqs, VERSIONS: versions})
+    return out
+
+
+def slice_spec(name: str, shape: List[int], start: int, total: int) -> str:
+    """TF's slice spec of rows ``[start, start + shape[0])`` of a
+    ``[total] + shape[1:]`` tensor ``name``."""
+    return tf.Variable.SaveSliceInfo(
+        full_name=name, full_shape=[total] + list(shape[1:]),
+        var_offset=[start] + [0] * (len(shape) - 1),
+        var_shape=list(shape)).spec
+
+
+def is_store(variable: Any) -> bool:
+    """Whether a dynamic table's variable is its store (else a slot)."""
+    return bool(getattr(_inner(variable), _STORE_ATTR))
+
+
 def _entries(variable: Any, keys: np.ndarray, rows: np.ndarray,
              freqs: np.ndarray, versions: np.ndarray,
              spec: Optional[Tuple[int, int]]) -> Dict[str, Any]:
     """The serialized tensors of ``variable``: whole (spec None) or as
     rows ``[start, start + len)`` of ``total`` rows (spec (start, total));
     ``freqs`` and ``versions`` of the keys go with the store only."""
-    columns = {KEYS: keys, VALUES: rows}
-    if getattr(_inner(variable), _STORE_ATTR):
-        columns.update({FREQS: freqs, VERSIONS: versions})
     out = {}
-    for name, value in columns.items():
+    for name, value in columns(is_store(variable), keys, rows, freqs,
+                               versions).items():
         if spec is None:
             out[name] = tf.constant(value)
-            continue
-        start, total = spec
-        shape = list(value.shape)
-        out[name] = {tf.Variable.SaveSliceInfo(
-            full_name=name, full_shape=[total] + shape[1:],
-            var_offset=[start] + [0] * (len(shape) - 1),
-            var_shape=shape).spec: tf.constant(value)}
+        else:
+            out[name] = {slice_spec(name, list(value.shape), *spec):
+                         tf.constant(value)}
     return out
 
 
-def _redistribute(table: Any, variables: List[Any]) -> None:
-    """Step 2 of the save for one table (collective): fills _prepared for
-    ``variables`` (the store first, then the slots)."""
+class Run(NamedTuple):
+    """This rank's contiguous run of a sorted table (``redistribute``):
+    rows ``[start, start + len(keys))`` of ``total``."""
+    start: int
+    total: int
+    keys: np.ndarray
+    freqs: np.ndarray
+    versions: np.ndarray
+    rows: List[np.ndarray]
+
+
+def redistribute(name: str, keys: np.ndarray, rows: List[np.ndarray],
+                 freqs: np.ndarray, versions: np.ndarray) -> Run:
+    """Step 2 of the save for one table after this rank's eviction
+    (collective, numpy in and out): from the keys this rank holds, their
+    counts, versions and rows of each variable (in any order) to this
+    rank's run of the whole table in key order.
+
+    Args:
+        name: the table's name (names the collectives).
+        keys: int64 ``[n]``, the keys this rank holds (any order).
+        rows: each variable's ``[n, dim]`` rows of them (the store first).
+        freqs, versions: int64 ``[n]``.
+
+    Returns:
+        This rank's Run; its rows are in each variable's dtype.
+    """
     rank, size = context.rank, context.world_size
-    table.evict()
-    keys, rows = _held(table, variables)
-    freqs = table.counts(keys).numpy()
-    versions = _version_column(table, keys)
-    name = "hbcore.dynamic_save.%s" % table.info.name
+    name = "hbcore.dynamic_save.%s" % name
+    # In key order, so that each destination's rows are contiguous.
+    order = np.argsort(keys, kind="stable")
+    keys, freqs, versions = keys[order], freqs[order], versions[order]
+    rows = [r[order] for r in rows]
     every = np.sort(hbcore.allgather(keys, name=name + ".keys"))
     total = len(every)
     per = max(1, math.ceil(total / size))
@@ -247,26 +301,36 @@ def _redistribute(table: Any, variables: List[Any]) -> None:
     received, _ = hbcore.alltoall(packed, splits, name=name + ".rows")
     received = received[np.argsort(received[:, 0].view(np.int64),
                                    kind="stable")]
-    mine = np.ascontiguousarray(received[:, 0]).view(np.int64)
-    mine_freqs = np.ascontiguousarray(received[:, 1]).view(np.int64)
-    mine_versions = np.ascontiguousarray(received[:, 2]).view(np.int64)
-    start = min(total, rank * per)
-    column = 3
-    for variable, width in zip(variables, widths):
-        part = received[:, column:column + width].astype(
-            _inner(variable).dtype.as_numpy_dtype)
+    parts, column = [], 3
+    for r, width in zip(rows, widths):
+        parts.append(received[:, column:column + width].astype(r.dtype))
         column += width
-        if total == 0:
+    return Run(min(total, rank * per), total,
+               np.ascontiguousarray(received[:, 0]).view(np.int64),
+               np.ascontiguousarray(received[:, 1]).view(np.int64),
+               np.ascontiguousarray(received[:, 2]).view(np.int64), parts)
+
+
+def _redistribute(table: Any, variables: List[Any]) -> None:
+    """Step 2 of the save for one table (collective): fills _prepared for
+    ``variables`` (the store first, then the slots)."""
+    table.evict()
+    keys, rows = _held(table, variables)
+    run = redistribute(table.info.name, keys, rows,
+                       table.counts(keys).numpy(),
+                       _version_column(table, keys))
+    for variable, part in zip(variables, run.rows):
+        if run.total == 0:
             _prepared[id(_inner(variable))] = (
-                _entries(variable, mine, part, mine_freqs, mine_versions,
+                _entries(variable, run.keys, part, run.freqs, run.versions,
                          None)
-                if rank == 0 else {})
-        elif len(mine) == 0:
+                if context.rank == 0 else {})
+        elif len(run.keys) == 0:
             _prepared[id(_inner(variable))] = {}
         else:
             _prepared[id(_inner(variable))] = _entries(
-                variable, mine, part, mine_freqs, mine_versions,
-                (start, total))
+                variable, run.keys, part, run.freqs, run.versions,
+                (run.start, run.total))
 
 
 def dynamic_variables(objects: Iterable[Any]) -> List[Any]:
@@ -293,8 +357,7 @@ def prepared_save(variables: Iterable[Any]) -> Iterator[None]:
     try:
         for name in sorted(groups):
             table, members = groups[name]
-            members.sort(key=lambda v: (not getattr(_inner(v), _STORE_ATTR),
-                                        shard_info(v).name))
+            members.sort(key=lambda v: (not is_store(v), shard_info(v).name))
             _redistribute(table, members)
         yield
     finally:

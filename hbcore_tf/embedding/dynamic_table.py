@@ -106,11 +106,29 @@ def check_key_dtype(key_dtype: Any, table: str) -> str:
 def _local_variable(initial: Any, name: str) -> tf.Variable:
     """A variable of this rank's table state (versions, step, free list):
     out of Keras' tracking and, in tf.compat.v1 graphs, a local variable,
-    so no broadcast of global variables overwrites it with rank 0's."""
+    so no broadcast of global variables overwrites it with rank 0's.
+
+    In graphs its initializer skips it once it is initialized: a
+    tf.compat.v1 Saver's restore of the table (dynamic_saver.py) runs
+    before MonitoredTrainingSession's local init op, which must keep it.
+    """
     with tf.init_scope():
-        return tf.compat.v1.Variable(
+        variable = tf.compat.v1.Variable(
             initial, trainable=False, name=name, use_resource=True,
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+        if not tf.executing_eagerly():
+            value = variable.initial_value
+
+            def assign() -> tf.Tensor:
+                # Built in the branch, so that only this branch runs it.
+                with tf.control_dependencies([variable.assign(value)]):
+                    return tf.constant(False)
+
+            once = tf.cond(variable.is_initialized(),
+                           lambda: tf.constant(True), assign,
+                           name=name + "_init_once")
+            object.__setattr__(variable, "_initializer_op", once.op)
+        return variable
 
 
 def ids_to_keys(ids: Any, key_dtype: str, table: str) -> tf.Tensor:
@@ -190,12 +208,15 @@ class DynamicTable:
                                            prefix + "_free_count")
         self._next = _local_variable(tf.constant(0, tf.int64),
                                      prefix + "_next")
+        # checkpoint=False: the maps are this rank's state, saved by key
+        # through the store (dynamic_checkpoint.py); in graphs TF's Saver
+        # would otherwise write each map (SAVEABLE_OBJECTS).
         self._map = tf.lookup.experimental.MutableHashTable(
             tf.int64, tf.int64, default_value=-1,
-            name="%s_keys" % name.replace("/", "_"))
+            name="%s_keys" % name.replace("/", "_"), checkpoint=False)
         self._counts = tf.lookup.experimental.MutableHashTable(
             tf.int64, tf.int64, default_value=0,
-            name="%s_counts" % name.replace("/", "_"))
+            name="%s_counts" % name.replace("/", "_"), checkpoint=False)
 
     @property
     def capacity(self) -> int:
@@ -260,6 +281,16 @@ class DynamicTable:
             An int64 scalar.
         """
         return tf.identity(self._step)
+
+    def state_variables(self) -> List[tf.Variable]:
+        """This rank's table state besides the store and the two maps
+        (versions, step, free list, high-water mark): local variables.
+
+        Returns:
+            The variables.
+        """
+        return [self._versions, self._step, self._free, self._free_count,
+                self._next]
 
     def add_slot(self, slot: tf.Variable) -> None:
         """Registers an optimizer slot of the store (same rows): eviction

@@ -17,7 +17,17 @@ ranks and creates the rows of new ids; gradients reach the store's rows
 as IndexedSlices, and tf.compat.v1 optimizers make slots of the same
 rows (rank-local, hbcore_tf.embedding.sharding's slot patch).
 
-Invariant: the table's own reads of its store (the owner's gather) go to
+Training lookups (dynamic_table.py, "Versions and eviction"): a graph
+has no recording GradientTape, so every lookup of a trainable embedding
+variable is a training lookup: each run of it bumps the table's step by
+one and sets the versions of the keys it reads (with one lookup per
+training step, as usual, the step is the number of steps run since the
+table was created or restored). A lookup of a variable made with
+``trainable=False`` is not. Eviction options evict when a Saver saves the
+table (checkpoint_savers.py), on every rank.
+
+Invariant: the table's own reads of its store (the owner's gather, and
+eviction's reads of the rows) go to
 the resource variable's plain ``sparse_read``: ``EmbeddingVariableTable``
 marks the owner's stage, and the store's ``sparse_read`` reads plainly
 while it is marked (graph construction is one thread per graph, the mark
@@ -33,6 +43,7 @@ import tensorflow as tf
 from hbcore_tf._base.compat import GraphModeRequired
 from hbcore_tf._base.rank_local import tag
 from hbcore_tf._patches import internals
+from hbcore_tf.embedding import dynamic_checkpoint
 from hbcore_tf.embedding.dynamic_init import KeyInitializer, uniforms
 from hbcore_tf.embedding.dynamic_table import DynamicTable
 from hbcore_tf.embedding.ev_option import admission_threshold, eviction
@@ -63,13 +74,18 @@ def _owner_stage() -> Iterator[None]:
 
 class EmbeddingVariableTable(DynamicTable):
     """A DynamicTable whose store is also the lookup variable users hold:
-    its owner's stage reads the store plainly (module docstring)."""
+    its owner's stage and its eviction read the store plainly (module
+    docstring)."""
 
     def _read_rows(self, keys: tf.Tensor, occurrences: tf.Tensor,
                    step: Optional[tf.Tensor] = None
                    ) -> Tuple[tf.Tensor, tf.Tensor]:
         with _owner_stage():
             return super()._read_rows(keys, occurrences, step)
+
+    def evict(self) -> tf.Tensor:
+        with _owner_stage():
+            return super().evict()
 
 
 @contextlib.contextmanager
@@ -92,7 +108,10 @@ def _lookup_class(base: type) -> type:
         def sparse_read(self, indices, name=None):
             if getattr(_owner, "depth", 0) > 0:
                 return base.sparse_read(self, indices, name=name)
-            return self._hb_ev_table.lookup(indices, name=name)
+            # Graphs have no recording tape: a lookup of a trainable
+            # variable is a training lookup (module docstring).
+            return self._hb_ev_table.lookup(indices, name=name,
+                                            training=bool(self.trainable))
 
         _classes[base] = variable_subclass(base, dict(
             sparse_read=sparse_read, _hb_embedding_variable=True))
@@ -168,7 +187,8 @@ def embedding_variable(name: str, embedding_dim: int,
         trainable: added to TRAINABLE_VARIABLES.
         collections: the variable's collections (None: GLOBAL_VARIABLES).
         ev_option: DeepRec's ``EmbeddingVariableOption`` (its counter
-            filter admits keys; hbcore_tf.embedding.ev_option).
+            filter admits keys, its eviction evicts at every save;
+            hbcore_tf.embedding.ev_option).
         capacity: rows each rank can hold (a lookup that needs more fails
             naming the table).
         getter: the ``get_variable`` to create the store with (a custom
@@ -182,8 +202,9 @@ def embedding_variable(name: str, embedding_dim: int,
         ValueError: a non-positive ``embedding_dim`` or ``capacity``, an
             initializer with no per-key form, an unsupported key dtype;
             each names the table.
-        TypeError, NotImplementedError: a bad or unsupported
-            ``ev_option`` (ev_option.admission_threshold).
+        TypeError, ValueError, NotImplementedError: a bad or
+            unsupported ``ev_option`` (ev_option.admission_threshold,
+            ev_option.eviction).
     """
     if tf.executing_eagerly():
         raise GraphModeRequired(
@@ -203,15 +224,7 @@ def embedding_variable(name: str, embedding_dim: int,
         raise ValueError("embedding variable %r: value_dtype must be a "
                          "floating dtype, got %s" % (name, dtype.name))
     filter_freq = admission_threshold(ev_option, name)
-    if eviction(ev_option, name) is not None:
-        # Rows are evicted when a table is saved (dynamic_table.evict),
-        # and a tf.compat.v1 Saver cannot save a dynamic table yet.
-        raise NotImplementedError(
-            "embedding variable %r: eviction (GlobalStepEvict, "
-            "L2WeightEvict, steps_to_live) is not supported in "
-            "tf.compat.v1 graphs yet (rows are evicted when a table is "
-            "saved, and a tf.compat.v1 Saver cannot save a dynamic table "
-            "yet); hb.keras.layers.DynamicEmbedding evicts" % name)
+    evict = eviction(ev_option, name)
     rows = key_initializer(initializer, name)
     install_table_patches()
     with creating_shards(), _unpartitioned():
@@ -226,10 +239,13 @@ def embedding_variable(name: str, embedding_dim: int,
         raise TypeError("embedding variable %r must be a resource variable,"
                         " got %s" % (name, type(store).__name__))
     table = EmbeddingVariableTable(store.name.split(":")[0], store, "int64",
-                                   rows, filter_freq)
+                                   rows, filter_freq, evict)
     tag(store, table.info)
     object.__setattr__(store, "__class__", _lookup_class(type(store)))
     object.__setattr__(store, "_hb_ev_table", table)
+    # Checkpoints by key (dynamic_checkpoint.py; a tf.compat.v1 Saver:
+    # dynamic_saver.py), its slots too (sharding's slot patch).
+    dynamic_checkpoint.attach(store, table, store=True)
     return store
 
 

@@ -27,8 +27,9 @@ to DeepRec that a dynamic table has no use for (``paiev_caching_device``,
 ``paiev_partitioner``, ``paiev_validate_shape``) are accepted and change
 nothing; those it would need to act on and cannot yet
 (``paiev_regularizer``, ``paiev_custom_getter``, ``paiev_constraint``,
-``paiev_init_data_source``, and ``paiev_steps_to_live``, eviction) are a
-NotImplementedError naming the column when set.
+``paiev_init_data_source``) are a NotImplementedError naming the column
+when set. ``paiev_steps_to_live`` is DeepRec's GlobalStepEvict: the
+table evicts when a Saver saves it (embedding_variable.py).
 """
 import contextlib
 import sys
@@ -85,8 +86,7 @@ def is_dynamic(column: Any) -> bool:
 
 def _ev_option(column: Any, names: Tuple[str, ...]) -> Any:
     """The column's ev_option, with ``paiev_steps_to_live`` as DeepRec's
-    GlobalStepEvict (an eviction: refused in tf.compat.v1 graphs, whose
-    Savers cannot save a dynamic table yet, and tables evict at a save)."""
+    GlobalStepEvict (tables evict when a Saver saves them)."""
     for name in UNSUPPORTED:
         if options.for_column(name, names) is not None:
             raise NotImplementedError(
@@ -183,15 +183,14 @@ def get_embedding_variable(
         steps_to_live: DeepRec's global-step eviction (see ev_option).
         init_data_source: must be None (not supported).
         ev_option: ``hb.EmbeddingVariableOption``: a CounterFilter admits
-            ids; an eviction option is refused (tf.compat.v1 graphs).
+            ids; a GlobalStepEvict or L2WeightEvict evicts at every save.
 
     Returns:
         The variable (this rank's store of the table).
 
     Raises:
-        NotImplementedError: regularizer, custom_getter, constraint,
-            init_data_source set, or an eviction (steps_to_live, an
-            evict_option); the message names the variable.
+        NotImplementedError: regularizer, custom_getter, constraint or
+            init_data_source set; the message names the variable.
         ValueError, TypeError, GraphModeRequired: see
             embedding_variable.
     """

@@ -49,7 +49,7 @@ import tensorflow as tf
 
 from hbcore_tf._base.context import context
 from hbcore_tf._base.options import options
-from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info
+from hbcore_tf._base.rank_local import ShardInfo, is_sharded, shard_info, tag
 from hbcore_tf._patches import internals, keras_slots, slot_creator
 from hbcore_tf.embedding import (checkpoint_savers, column_init,
                                  dynamic_checkpoint)
@@ -263,8 +263,12 @@ def _slot_of_shard(original: Callable) -> Callable:
         with creating_shards():
             slot = original(primary, *args, **kwargs)
         table = dynamic_checkpoint.table_of(primary)
-        if table is not None:  # eviction resets the slot's freed rows
-            table.add_slot(slot)
+        if table is not None:
+            # A dynamic table's slot checkpoints by key, eviction resets
+            # its freed rows, and it is rank-local (no broadcast: after a
+            # restore each rank's rows are its own keys').
+            dynamic_checkpoint.attach(slot, table, store=False)
+            tag(slot, info._replace(name=str(slot.name).split(":")[0]))
         return slot
     return create
 

@@ -14,11 +14,17 @@ a numpy dict model (rows from the per-key formula, gradients averaged
 over the ranks), with each rank holding exactly the keys it owns; TF's
 default truncated-normal initializer per key; paiev_enabled per column;
 DeepRec's categorical_column_with_embedding over strings with its own
-CounterFilter;
-bad input (float ids, unsupported paiev_* options and arguments,
-eviction, an unknown backend, a full table, eager use) as errors naming
-the column or table, on every rank. Each launch takes about 55 s on the
-shared 2-core machine (five of the cases train 100 steps)."""
+CounterFilter; the checkpoints of hb.train.monitored_session(
+checkpoint_dir=...)'s Saver for an embedding variable with Adagrad and
+GlobalStepEvict against the dict model (keys in order after eviction,
+rows, counts, versions, accumulators; one global batch split among the
+ranks, so the same checkpoint at 2 and 3 ranks), restored in a fresh
+graph (each rank holds its keys) and trained on;
+bad input (float ids, unsupported paiev_* options and arguments, an
+unknown backend, a full table, eager use, a Saver of embedding variables
+alone) as errors naming the column or table, on every rank. Each launch
+takes about 55 s on the shared 2-core machine (five of the cases train
+100 steps)."""
 from support.tf_launch import REQUIRES_TF, STALL_FAST_ENV, rank_script_tests
 
 pytestmark = REQUIRES_TF

@@ -15,6 +15,7 @@ rank's batch (gradients averaged over the ranks, as hbcore does).
 import sys
 import tempfile
 
+import hbcore
 import numpy as np
 
 from train_common import (check, Checker, close, expect_raises, report,
@@ -38,7 +39,7 @@ CASES = ["hb_get_dense_tensor", "hb_get_dense_tensor_with_varscope",
          "embedding_variable_counter_filter_matches_dict_model",
          "truncated_normal_default_rows", "paiev_enabled_per_column",
          "categorical_column_with_embedding_strings",
-         "errors"]
+         "saver_checkpoint_matches_dict_model", "errors"]
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 HB_LOSS, HB_SHARED_LOSS = 0.999929, 0.999923
@@ -481,12 +482,128 @@ def main():
         close(got, [row["apple"] + row["pear"], row["apple"], np.zeros(3)],
               "string rows")
 
+    def saver_checkpoint_matches_dict_model():
+        """hb.get_embedding_variable with DeepRec's GlobalStepEvict,
+        trained by tf.compat.v1 Adagrad in hb.train.monitored_session(
+        checkpoint_dir=...): the Saver's checkpoints hold, in DeepRec's
+        layout, the keys that survived eviction in ascending order with
+        the dict model's rows, counts, versions (the step of each key's
+        last lookup) and Adagrad accumulators; a fresh graph restores
+        them (each rank holds the keys it owns) and trains on as the
+        model does. Every step's ids are one global batch split among
+        the ranks (the gradient, averaged, does not depend on the world
+        size), so the checkpoint is the same at 2 and 3 ranks."""
+        dim, lr, ttl, seed = 2, 0.5, 1, 11
+        shared = hbcore.broadcast_object(
+            tempfile.mkdtemp(prefix="hb_paiev_saver_") if rank == 0
+            else None, 0, name="hb_paiev_saver_dir")
+        model = {"rows": {}, "acc": {}, "counts": {}, "versions": {},
+                 "step": 0}
+
+        def global_batch(step):
+            rng = np.random.default_rng(4300 + step)
+            pool = POOL[:6] if step < 2 else POOL[2:8] if step >= 4 else \
+                POOL[:3]
+            return (pool[rng.integers(0, len(pool), size=6)],
+                    rng.uniform(-1.0, 1.0, size=(6, dim)))
+
+        def model_step(step):
+            ids, t = global_batch(step)
+            model["step"] += 1
+            grads = {}
+            for key, target in zip(map(int, ids), t):
+                model["counts"][key] = model["counts"].get(key, 0) + 1
+                if key not in model["rows"]:
+                    model["rows"][key] = uniform_row(key, seed, -0.5, 0.5,
+                                                     dim)
+                    model["acc"][key] = np.full(dim, 0.1)
+                model["versions"][key] = model["step"]
+                grads[key] = grads.get(key, 0) + target / len(ids)
+            for key, g in grads.items():
+                model["acc"][key] += g * g
+                model["rows"][key] = model["rows"][key] - lr * g / np.sqrt(
+                    model["acc"][key])
+
+        def model_evict():
+            dead = [k for k, v in model["versions"].items()
+                    if model["step"] - v > ttl]
+            for key in dead:
+                for column in ("rows", "acc", "counts", "versions"):
+                    del model[column][key]
+            return dead
+
+        def check_checkpoint(step):
+            reader = V1.train.load_checkpoint(
+                "%s/model.ckpt-%d" % (shared, step))
+            keys = sorted(model["rows"])
+            check(list(reader.get_tensor("ev-keys")) == keys,
+                  "checkpoint keys %s, expected %s" % (
+                      list(reader.get_tensor("ev-keys")), keys))
+            check(list(reader.get_tensor("ev/Adagrad-keys")) == keys,
+                  "slot keys differ from the store's")
+            for name, column in (("-freqs", "counts"),
+                                 ("-versions", "versions")):
+                got = list(reader.get_tensor("ev" + name))
+                want = [model[column][k] for k in keys]
+                check(got == want, "ev%s %s, expected %s" % (name, got,
+                                                              want))
+            close(reader.get_tensor("ev-values"),
+                  [model["rows"][k] for k in keys], "saved rows")
+            close(reader.get_tensor("ev/Adagrad-values"),
+                  [model["acc"][k] for k in keys], "saved accumulators")
+
+        def train(first, last):
+            with tf.Graph().as_default():
+                gs = V1.train.get_or_create_global_step()
+                ids = V1.placeholder(tf.int64, [None])
+                t = V1.placeholder(tf.float64, [None, dim])
+                ev = hb.get_embedding_variable(
+                    "ev", embedding_dim=dim,
+                    initializer=V1.random_uniform_initializer(
+                        -0.5, 0.5, seed=seed),
+                    ev_option=hb.EmbeddingVariableOption(
+                        evict_option=hb.GlobalStepEvict(steps_to_live=ttl)))
+                out = tf.nn.embedding_lookup(ev, ids)
+                loss = tf.reduce_mean(tf.reduce_sum(
+                    tf.cast(out, tf.float64) * t, axis=1))
+                with hb.scope():
+                    step_op = V1.train.AdagradOptimizer(lr).minimize(
+                        loss, global_step=gs)
+                held, _ = embedding_variable.table_of(ev).held()
+                with hb.train.monitored_session(
+                        checkpoint_dir=shared,
+                        save_checkpoint_steps=1000) as sess:
+                    mine = sorted(int(k) for k in sess.run(held))
+                    check(sess.run(gs) == first, "restored global step %d, "
+                          "expected %d" % (sess.run(gs), first))
+                    for step in range(first, last):
+                        batch, target = global_batch(step)
+                        sess.run(step_op, {ids: batch[rank::size],
+                                           t: target[rank::size]})
+            return mine
+
+        mine = train(0, 4)
+        check(mine == [], "a fresh table holds %s" % mine)
+        for step in range(4):
+            model_step(step)
+        check(model_evict() and model["rows"],
+              "the data evicts no key, or every key")
+        check_checkpoint(4)
+        mine = train(4, 6)
+        check(mine == sorted(k for k in model["rows"]
+                             if owner(k, size) == rank),
+              "rank %d restored %s" % (rank, mine))
+        for step in range(4, 6):
+            model_step(step)
+        model_evict()
+        check_checkpoint(6)
+
     def errors():
         """Bad input is an error naming the column or table, on every
         rank: float ids, an unsupported paiev_* option or argument, an
-        eviction, an unknown backend, a full table (when run), an
-        EmbeddingVariable eagerly, a tf.compat.v1 Saver's save; under
-        DEFAULT, raw_categorical_column still cannot be sharded."""
+        unknown backend, a full table (when run), an EmbeddingVariable
+        eagerly, a tf.compat.v1 Saver of embedding variables alone;
+        under DEFAULT, raw_categorical_column still cannot be sharded."""
         raw = FC.embedding_column(
             hb.feature_column.raw_categorical_column("price"), 2)
         with tf.Graph().as_default():
@@ -500,10 +617,6 @@ def main():
                     {"price": tf.constant([[1]])}, [raw]),
                     NotImplementedError, "'price_embedding'",
                     "paiev_regularizer")
-            with hb.scope(emb_backend="PAIEV", paiev_steps_to_live=10):
-                expect_raises(lambda: hb.dense_features(
-                    {"price": tf.constant([[1]])}, [raw]),
-                    NotImplementedError, "price_embedding", "eviction")
             expect_raises(lambda: hb.dense_features(
                 {"price": tf.constant([[1]])}, [raw]),
                 ValueError, "'price_embedding' cannot be sharded",
@@ -528,15 +641,15 @@ def main():
                       ValueError, "emb_backend", "PAIEV")
         expect_raises(lambda: hb.get_embedding_variable("eager", 2),
                       RuntimeError, "'eager'", "graph")
-        # A tf.compat.v1 Saver cannot write a dynamic table yet: its first
-        # save (at the session's start) refuses, naming the table.
+        # A Saver of dynamic tables alone has no checkpoint to merge them
+        # into.
         with tf.Graph().as_default():
-            V1.train.get_or_create_global_step()
             ev = hb.get_embedding_variable("ev", 2)
-            out = tf.nn.embedding_lookup(ev, tf.constant([1], tf.int64))
-            expect_raises(lambda: hb.train.monitored_session(
-                checkpoint_dir=tempfile.mkdtemp()), NotImplementedError,
-                "saver", "['ev']")
+            saver = V1.train.Saver([ev], allow_empty=True)
+            with V1.Session() as sess:
+                expect_raises(lambda: saver.save(sess, tempfile.mkdtemp()),
+                              ValueError, "['ev']",
+                              "only dynamic embedding tables")
         # A full table fails on every rank, naming it.
         with tf.Graph().as_default():
             with hb.scope(emb_backend="PAIEV", paiev_capacity=1):
@@ -573,6 +686,8 @@ def main():
         ("paiev_enabled_per_column", paiev_enabled_per_column),
         ("categorical_column_with_embedding_strings",
          categorical_column_with_embedding_strings),
+        ("saver_checkpoint_matches_dict_model",
+         saver_checkpoint_matches_dict_model),
         ("errors", errors))}
     run_table(checker, table, CASES)
     report({"rank": rank, "size": size, "ok": checker.all_ok})
