@@ -60,6 +60,7 @@ import hbcore
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf._base.compat import unwrap_variable
 from hbcore_tf._base.context import context
 from hbcore_tf._base.rank_local import shard_info
 from hbcore_tf.embedding.dynamic_init import mix
@@ -78,14 +79,9 @@ class DynamicCheckpointError(ValueError):
     table, or more rows for one rank than its capacity)."""
 
 
-def _inner(variable: Any) -> Any:
-    inner = getattr(variable, "value", None)
-    return inner if isinstance(inner, tf.Variable) else variable
-
-
 def table_of(variable: Any) -> Optional[Any]:
     """The DynamicTable whose store or slot ``variable`` is, else None."""
-    return getattr(_inner(variable), _TABLE_ATTR, None)
+    return getattr(unwrap_variable(variable), _TABLE_ATTR, None)
 
 
 def _held(table: Any, variables: List[Any]) -> Tuple[np.ndarray,
@@ -95,7 +91,7 @@ def _held(table: Any, variables: List[Any]) -> Tuple[np.ndarray,
     keys, rows = keys.numpy(), rows.numpy()
     order = np.argsort(keys, kind="stable")
     keys, rows = keys[order], rows[order]
-    return keys, [tf.gather(_inner(v), rows).numpy() for v in variables]
+    return keys, [tf.gather(unwrap_variable(v), rows).numpy() for v in variables]
 
 
 def _version_column(table: Any, keys: np.ndarray) -> np.ndarray:
@@ -166,7 +162,7 @@ def attach(variable: Any, table: Any, store: bool) -> None:
         table: its DynamicTable.
         store: True for the store, False for a slot.
     """
-    inner = _inner(variable)
+    inner = unwrap_variable(variable)
     cls = type(inner)
     if cls not in _classes.values():
         if cls not in _classes:
@@ -232,7 +228,7 @@ def slice_spec(name: str, shape: List[int], start: int, total: int) -> str:
 
 def is_store(variable: Any) -> bool:
     """Whether a dynamic table's variable is its store (else a slot)."""
-    return bool(getattr(_inner(variable), _STORE_ATTR))
+    return bool(getattr(unwrap_variable(variable), _STORE_ATTR))
 
 
 def _entries(variable: Any, keys: np.ndarray, rows: np.ndarray,
@@ -321,14 +317,14 @@ def _redistribute(table: Any, variables: List[Any]) -> None:
                        _version_column(table, keys))
     for variable, part in zip(variables, run.rows):
         if run.total == 0:
-            _prepared[id(_inner(variable))] = (
+            _prepared[id(unwrap_variable(variable))] = (
                 _entries(variable, run.keys, part, run.freqs, run.versions,
                          None)
                 if context.rank == 0 else {})
         elif len(run.keys) == 0:
-            _prepared[id(_inner(variable))] = {}
+            _prepared[id(unwrap_variable(variable))] = {}
         else:
-            _prepared[id(_inner(variable))] = _entries(
+            _prepared[id(unwrap_variable(variable))] = _entries(
                 variable, run.keys, part, run.freqs, run.versions,
                 (run.start, run.total))
 
@@ -336,7 +332,7 @@ def _redistribute(table: Any, variables: List[Any]) -> None:
 def dynamic_variables(objects: Iterable[Any]) -> List[Any]:
     """The stores and slots of dynamic tables among ``objects``."""
     return [o for o in objects if table_of(o) is not None and
-            hasattr(_inner(o), _STORE_ATTR)]
+            hasattr(unwrap_variable(o), _STORE_ATTR)]
 
 
 @contextlib.contextmanager
@@ -352,7 +348,7 @@ def prepared_save(variables: Iterable[Any]) -> Iterator[None]:
     for v in variables:
         table = table_of(v)
         group = groups.setdefault(table.info.name, (table, []))
-        if all(_inner(v) is not _inner(w) for w in group[1]):
+        if all(unwrap_variable(v) is not unwrap_variable(w) for w in group[1]):
             group[1].append(v)
     try:
         for name in sorted(groups):
@@ -413,7 +409,7 @@ def restore_rows(table: Any, variable: Any, keys: Any, values: Any,
         message="dynamic embedding table '%s': the checkpoint has more keys "
         "for rank %d than its capacity of %d rows (raise the layer's "
         "capacity= argument)" % (name, context.rank, capacity))
-    inner = _inner(variable)
+    inner = unwrap_variable(variable)
     with tf.control_dependencies([fits]):
         rows = tf.range(count)
         ops = [inner.scatter_update(tf.IndexedSlices(

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 import tensorflow as tf
 
+from hbcore_tf._base.compat import unwrap_variable
 from hbcore_tf._base.context import context
 from hbcore_tf.embedding.dynamic_checkpoint import (FREQS, KEYS, VALUES,
                                                    VERSIONS, columns,
@@ -45,11 +46,6 @@ from hbcore_tf.embedding.dynamic_checkpoint import (FREQS, KEYS, VALUES,
 _V1 = tf.compat.v1
 # tensor name -> (TF slice spec, "" for a whole tensor; value)
 Entries = Dict[str, Tuple[str, np.ndarray]]
-
-
-def _inner(variable: Any) -> Any:
-    inner = getattr(variable, "value", None)
-    return inner if isinstance(inner, tf.Variable) else variable
 
 
 def split_dynamic(var_list: Any) -> Tuple[Any, List[Tuple[str, Any]]]:
@@ -115,11 +111,11 @@ class DynamicSaver:
         rows.set_shape([None])
         return {"keys": keys, "freqs": table.counts(keys),
                 "versions": table.versions(keys),
-                "rows": [tf.gather(_inner(v).read_value(), rows)
+                "rows": [tf.gather(unwrap_variable(v).read_value(), rows)
                          for _, v in members]}
 
     def _restore(self, table: Any, name: str, variable: Any) -> Any:
-        inner = _inner(variable)
+        inner = unwrap_variable(variable)
         store = is_store(variable)
         suffixes = [KEYS, VALUES] + ([FREQS, VERSIONS] if store else [])
         dtypes = [tf.int64, inner.dtype.base_dtype] + [tf.int64] * (
